@@ -1,0 +1,34 @@
+"""`python -m harness`: the Hydra application. Composes conf/config.yaml and runs ``task``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from harness.errors import SpectuneError
+from harness.tasks import run_task
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> int:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        code = run_task(cfg, run_dir)
+    except SpectuneError as err:
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            raise  # the launcher records this job as failed; the other jobs of the sweep still run
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if code and hydra_cfg.mode != RunMode.MULTIRUN:
+        sys.exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()

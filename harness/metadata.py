@@ -1,0 +1,69 @@
+"""Run metadata recorded beside every result: packages, git commit, host, hardware."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow", "hydra-core",
+             "datasets", "stable-baselines3", "gymnasium", "spectune")
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit() -> dict[str, Any]:
+    """Commit of the spectune checkout and whether the tree had uncommitted changes."""
+    def run(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=_REPO, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    status = run("status", "--porcelain", "--untracked-files=no")
+    return {"commit": run("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def host_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+    }
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["cuda_device"] = torch.cuda.get_device_name(0)
+            info["cuda_version"] = torch.version.cuda
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        pass
+    return info
+
+
+def base_metadata() -> dict[str, Any]:
+    """What every result file carries regardless of task."""
+    return {
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "packages": package_versions(),
+        "git": git_commit(),
+        "host": host_info(),
+    }

@@ -1,0 +1,28 @@
+"""Task registry. Each task module exposes ``run(cfg, run_dir) -> int`` (the exit code).
+
+Modules are imported lazily so that `task=costmodel` does not pay for loading transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.errors import SpectuneError
+
+TASKS: dict[str, str] = {
+    "bench": "harness.tasks.bench",
+    "verify": "harness.tasks.verify",
+    "costmodel": "harness.tasks.costmodel",
+    "acceptance": "harness.tasks.acceptance",
+}
+
+
+def run_task(cfg: DictConfig, run_dir: Path) -> int:
+    name = cfg.task.name
+    if name not in TASKS:
+        raise SpectuneError(f"task={name!r} is unknown: choose one of {', '.join(TASKS)}")
+    module = importlib.import_module(TASKS[name])
+    return int(module.run(cfg, run_dir) or 0)
