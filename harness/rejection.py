@@ -53,12 +53,18 @@ class RejectionSampler(Protocol):
         draft_tokens: torch.Tensor,
         generator: torch.Generator | None = None,
         uniforms: torch.Tensor | None = None,
+        num_drafts: torch.Tensor | None = None,
     ) -> Verdict: ...
 
 
 def _accept_count(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                  generator: torch.Generator | None, uniforms: torch.Tensor | None) -> torch.Tensor:
-    """Number of leading drafts accepted, with u·q(x) < p(x) ⇔ u < p(x)/q(x) (no division)."""
+                  generator: torch.Generator | None, uniforms: torch.Tensor | None,
+                  num_drafts: torch.Tensor | None) -> torch.Tensor:
+    """Number of leading drafts accepted, with u·q(x) < p(x) ⇔ u < p(x)/q(x) (no division).
+
+    ``num_drafts[b]`` ≤ γ caps row b (a row whose policy stopped drafting early): drafts past it are
+    never accepted, and a row that keeps all of its drafts gets its bonus token from p[num_drafts].
+    """
     gamma = draft_tokens.shape[1]
     idx = draft_tokens.unsqueeze(-1)
     p_x = target_probs[:, :gamma].gather(-1, idx).squeeze(-1)
@@ -66,11 +72,14 @@ def _accept_count(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_t
     if uniforms is None:
         uniforms = torch.rand(q_x.shape, generator=generator, device=q_x.device)
     accept = uniforms * q_x < p_x
+    if num_drafts is not None:
+        accept &= torch.arange(gamma, device=accept.device) < num_drafts.unsqueeze(1)
     return accept.long().cumprod(dim=1).sum(dim=1)
 
 
-def _recovery_law(target_probs: torch.Tensor, n: torch.Tensor, residual_from: torch.Tensor | None) -> torch.Tensor:
-    """Law of the token after ``n`` accepted drafts: residual at a rejection, p[γ] after a full accept.
+def _recovery_law(target_probs: torch.Tensor, n: torch.Tensor, residual_from: torch.Tensor | None,
+                  num_drafts: torch.Tensor | None) -> torch.Tensor:
+    """Law of the token after ``n`` accepted drafts: residual at a rejection, p[n] after a full accept.
 
     ``residual_from`` is q (exact sampler) or None (naive sampler: p itself at a rejection).
     """
@@ -79,13 +88,14 @@ def _recovery_law(target_probs: torch.Tensor, n: torch.Tensor, residual_from: to
     p_n = target_probs[rows, n]  # [B, V]; n == γ selects the bonus position
     if residual_from is None:
         return p_n
+    limit = num_drafts if num_drafts is not None else torch.full_like(n, gamma)
     q_n = residual_from[rows, n.clamp(max=gamma - 1)]
     residual = (p_n - q_n).clamp(min=0)
     z = residual.sum(-1, keepdim=True)
     # Z == 0 means p == q at this position: a rejection there has probability 0 in exact arithmetic
     # (it can only come from float rounding) and p is then the right law. Never divide 0/0.
     residual = torch.where(z > 0, residual / z.clamp(min=torch.finfo(z.dtype).tiny), p_n)
-    return torch.where((n < gamma).unsqueeze(1), residual, p_n)
+    return torch.where((n < limit).unsqueeze(1), residual, p_n)
 
 
 class ExactRejectionSampler:
@@ -93,9 +103,10 @@ class ExactRejectionSampler:
 
     name = "exact"
 
-    def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None) -> Verdict:
-        n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms)
-        law = _recovery_law(target_probs, n, residual_from=draft_probs)
+    def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None,
+                 num_drafts=None) -> Verdict:
+        n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms, num_drafts)
+        law = _recovery_law(target_probs, n, draft_probs, num_drafts)
         return Verdict(num_accepted=n, next_token=sample(law, generator))
 
 
@@ -108,9 +119,10 @@ class NaiveResampleFromTarget:
 
     name = "naive"
 
-    def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None) -> Verdict:
-        n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms)
-        law = _recovery_law(target_probs, n, residual_from=None)
+    def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None,
+                 num_drafts=None) -> Verdict:
+        n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms, num_drafts)
+        law = _recovery_law(target_probs, n, None, num_drafts)
         return Verdict(num_accepted=n, next_token=sample(law, generator))
 
 
