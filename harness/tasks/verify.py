@@ -1,0 +1,136 @@
+"""`python -m harness task=verify`: the exactness audit (seed §2–4) for any (p, q) given in config.
+
+1. Exact laws in float64: accepted mass, Z, residual, corrected law (= p), naive law, TV.
+2. Monte Carlo through the real sampler code, both variants on shared proposals and acceptance uniforms,
+   judged by a stated rule (:class:`harness.audit.FitRule`).
+3. Optionally the same for the first two emitted tokens of γ = 2 blocks (the prefix is part of the state).
+
+The exit code follows the *configured* sampler (top-level ``sampler``): 0 when it passes, 1 when it fails
+— so `sampler=naive` exits non-zero. Everything lands in ``verify.json`` in the run directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from harness.audit import (
+    FitResult,
+    FitRule,
+    conditional_tables,
+    first_pair_counts,
+    first_token_counts,
+    fit,
+    fmt,
+    pair_law,
+    token_labels,
+)
+from harness.exact_laws import PositionLaws, total_variation, validate_pair
+from harness.io import write_json
+from harness.metadata import base_metadata
+from harness.rejection import SAMPLERS, get_sampler
+from harness.tasks._options import as_list, integer, number
+
+# The pair check has V² categories: keep it where the chi-square still has ≥ ~5 expected per cell.
+MAX_PAIR_VOCAB = 16
+
+
+def _settings(cfg: DictConfig) -> dict[str, Any]:
+    task = cfg.task
+    p, q = validate_pair(as_list(task.get("p"), "task.p"), as_list(task.get("q"), "task.q"),
+                         names=("task.p", "task.q"))
+    configured = str(cfg.get("sampler", "exact"))
+    get_sampler(configured)  # one-line error for an unknown name
+    return {
+        "p": p, "q": q, "configured": configured,
+        "trials": integer(task.get("trials", 200_000), "task.trials", lo=100),
+        "seed": integer(cfg.get("seed", 20260923), "seed", lo=0),
+        "rule": FitRule(z_max=number(task.get("z_max", 4.5), "task.z_max", lo=0, lo_open=True),
+                        min_pvalue=number(task.get("chi2_min_pvalue", 1e-3), "task.chi2_min_pvalue",
+                                          lo=0, hi=1)),
+        "block_check": bool(task.get("block_check", True)),
+    }
+
+
+def _print_laws(laws: PositionLaws, labels: list[str]) -> None:
+    print("Exact laws of one position (float64)")
+    print(f"{'token':>6} {'p':>9} {'q':>9} {'min(p,q)':>9} {'residual':>9} {'corrected':>9} {'naive':>9}")
+    for i, label in enumerate(labels):
+        r = None if laws.residual is None else float(laws.residual[i])
+        print(f"{label:>6} {fmt(laws.p[i])} {fmt(laws.q[i])} {fmt(laws.accepted_mass[i])} {fmt(r)} "
+              f"{fmt(laws.corrected[i])} {fmt(laws.naive[i])}")
+    residual_note = "" if laws.residual is not None else " (Z = 0: residual never evaluated)"
+    print(f"accepted total {laws.accepted_total:.6f}   Z {laws.z:.6f}{residual_note}   "
+          f"TV(corrected, p) {laws.tv_corrected:.6f}   TV(naive, p) {laws.tv_naive:.6f}")
+
+
+def _print_fit(title: str, results: dict[str, FitResult], labels: list[str], configured: str) -> None:
+    print(f"\n{title}")
+    print(f"{'variant':>8} {'token':>6} {'expected':>9} {'freq':>9} {'|freq-p|':>9} {'SE':>9} {'|Δ|/SE':>9}")
+    for name, res in results.items():
+        for i, label in enumerate(labels):
+            print(f"{name:>8} {label:>6} {fmt(res.law[i])} {fmt(res.frequencies[i])} "
+                  f"{fmt(res.abs_error[i])} {fmt(res.se[i])} {fmt(float(res.z[i]), digits=2)}")
+    for name, res in results.items():
+        chi = "n/a" if res.chi2_pvalue is None else f"{res.chi2_pvalue:.3g}"
+        mark = " (configured)" if name == configured else ""
+        why = f"  [{'; '.join(res.reasons)}]" if res.reasons else ""
+        print(f"{name}{mark}: TV {res.tv:.6f}  max |Δ|/SE {res.max_z:.2f}  chi-square p {chi}  "
+              f"-> {res.verdict}{why}")
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    s = _settings(cfg)
+    p, q, n, seed, rule = s["p"], s["q"], s["trials"], s["seed"], s["rule"]
+    laws = PositionLaws.of(p, q)
+    labels = token_labels(len(p))
+    _print_laws(laws, labels)
+
+    samplers = {name: get_sampler(name) for name in SAMPLERS}  # every variant, for the comparison
+    counts = first_token_counts(samplers, p, q, n, seed)
+    single = {name: fit(c, p, rule) for name, c in counts.items()}
+    _print_fit(f"Monte Carlo, γ = 1: {n} trials, seed {seed}, first emitted token "
+               "(proposal x ~ q and acceptance uniforms shared by the variants)", single, labels,
+               s["configured"])
+
+    block: dict[str, Any] = {"skipped": "task.block_check=false"}
+    pair: dict[str, FitResult] = {}
+    if s["block_check"] and len(p) > MAX_PAIR_VOCAB:
+        block = {"skipped": f"vocabulary {len(p)} > {MAX_PAIR_VOCAB} (the pair law has V² cells)"}
+    elif s["block_check"]:
+        p1, q1 = conditional_tables(p, q)
+        target_pair = pair_law(p, p1)
+        pair = {name: fit(c, target_pair, rule)
+                for name, c in first_pair_counts(samplers, p, q, n, seed).items()}
+        pair_labels = [a + b for a in labels for b in labels]
+        _print_fit(f"Monte Carlo, γ = 2: {n} trials, law of the first two emitted tokens, "
+                   "p1(.|x) = roll(p, x+1), q1(.|x) = roll(q, x)", pair, pair_labels, s["configured"])
+        block = {"gamma": 2, "p1_given_x0": p1.tolist(), "q1_given_x0": q1.tolist(),
+                 "labels": pair_labels, "variants": {k: v.as_dict() for k, v in pair.items()}}
+
+    verdicts = {name: "PASS" if res.passed and (name not in pair or pair[name].passed) else "FAIL"
+                for name, res in single.items()}
+    print(f"\nRule: {rule.describe()}" + (" (for the γ = 1 and the γ = 2 check)" if pair else ""))
+    print("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
+                                 for k, v in verdicts.items()))
+    code = 0 if verdicts[s["configured"]] == "PASS" else 1
+    if code == 0 and np.isclose(total_variation(laws.naive, p), 0.0):
+        print("note: for this (p, q) the naive law equals p (Z = 0 or residual = p): the audit cannot tell "
+              "the variants apart here")
+
+    out = write_json(run_dir / "verify.json", {
+        "task": "verify", "rule": rule.describe(), "z_max": rule.z_max, "chi2_min_pvalue": rule.min_pvalue,
+        "n": n, "seed": seed, "configured_sampler": s["configured"], "exit_code": code,
+        "labels": labels, "laws": laws.as_dict(),
+        "monte_carlo": {"gamma": 1, "shared": "proposal x ~ q and acceptance uniforms",
+                        "variants": {k: v.as_dict() for k, v in single.items()}},
+        "block_check": block, "verdict": verdicts, "metadata": base_metadata(),
+    })
+    print(f"wrote {out}")
+    return code
+
+
+
