@@ -1,0 +1,165 @@
+"""The measuring engine: continuous batching of autoregressive or speculative generation.
+
+One loop: admit arrived requests into free slots (prefill → first token), run one cycle for all
+slots, emit 1..γ+1 tokens per busy slot, retire finished requests. Every clock read synchronises
+the device. The only host sync inside a cycle is reading the verdict (plus one per draft step for
+policies that stop early).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.engine.clock import DeviceClock, MemoryTracker
+from harness.engine.models import DraftProposer, TargetScorer
+from harness.engine.records import CycleRecord, Request, RequestRecord
+from harness.rejection import RejectionSampler
+from harness.sampling import SamplingParams, sample
+from policies.base import CycleFeedback, DraftLengthPolicy
+
+
+@dataclass
+class RunRecords:
+    requests: list[RequestRecord]
+    cycles: list[CycleRecord]
+    memory: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+class Engine:
+    """Generates for a list of requests with at most ``concurrency`` in flight.
+
+    ``policy=None`` (or no draft model) is the autoregressive baseline on the same code path, so
+    the comparison measures speculation and nothing else.
+    """
+
+    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, *, sampling: SamplingParams,
+                 sampler: RejectionSampler, device: torch.device | str, eos_token_ids: list[int] | None = None,
+                 seed: int = 0, compact_waste: float = 0.5) -> None:
+        self.target, self.draft = target, draft
+        self.sampling, self.sampler = sampling, sampler
+        self.device = torch.device(device)
+        self.eos = set(eos_token_ids or [])
+        self.seed = seed
+        self.compact_waste = compact_waste
+        self.clock = DeviceClock(self.device)
+
+    @torch.inference_mode()
+    def run(self, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
+            on_finish: Callable[[RequestRecord], None] | None = None) -> RunRecords:
+        speculative = policy is not None and self.draft is not None
+        batch = concurrency
+        generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        scorer = TargetScorer(self.target, batch, self.sampling, self.device)
+        proposer = DraftProposer(self.draft, batch, self.sampling, self.device) if speculative else None
+        if policy is not None:
+            policy.reset()
+        memory = MemoryTracker(self.device)
+
+        waiting = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
+        records = {r.request_id: RequestRecord(r.request_id, r.prompt_id, r.language, len(r.input_ids),
+                                               r.arrival_s) for r in requests}
+        slots: list[Request | None] = [None] * batch
+        last = torch.zeros(batch, dtype=torch.long, device=self.device)
+        cycles: list[CycleRecord] = []
+        start = self.clock.now()
+
+        def finish(row: int, when: float) -> None:
+            record = records[slots[row].request_id]
+            record.finish_s = when
+            slots[row] = None
+            scorer.kv.clear(row)
+            if proposer is not None:
+                proposer.clear(row)
+            if on_finish is not None:
+                on_finish(record)
+
+        def emit(row: int, tokens: list[int], when: float) -> int:
+            """Append tokens up to EOS / max_new_tokens; returns how many were really emitted."""
+            request, record = slots[row], records[slots[row].request_id]
+            count = 0
+            for token in tokens:
+                record.output_ids.append(token)
+                record.token_times_s.append(when)
+                count += 1
+                if token in self.eos or record.output_tokens >= request.max_new_tokens:
+                    finish(row, when)
+                    break
+            return count
+
+        cycle_index = 0
+        while waiting or any(s is not None for s in slots):
+            now = self.clock.now() - start
+            for row in range(batch):  # admit: prefill and first token (counts in TTFT)
+                if slots[row] is None and waiting and waiting[0].arrival_s <= now:
+                    request = waiting.popleft()
+                    slots[row] = request
+                    records[request.request_id].admitted_s = self.clock.now() - start
+                    first_law = scorer.prefill(row, request.input_ids)
+                    if proposer is not None:
+                        proposer.prefill(row, request.input_ids)
+                    last[row] = sample(first_law, generator)
+                    when = self.clock.now() - start
+                    records[request.request_id].first_token_s = when
+                    emit(row, [int(last[row])], when)
+            active_rows = [row for row in range(batch) if slots[row] is not None]
+            if not active_rows:  # open loop, nothing in flight: wait for the next arrival
+                time.sleep(max(0.0, waiting[0].arrival_s - (self.clock.now() - start)))
+                continue
+            active = torch.zeros(batch, dtype=torch.bool, device=self.device)
+            active[active_rows] = True
+            context = scorer.kv.next_pos.clone()
+
+            t0 = self.clock.now()
+            if speculative:
+                gamma = policy.begin_cycle(len(active_rows))
+                proposal = proposer.propose(last, gamma, policy, context, generator)
+                t1 = self.clock.now()
+                target_laws = scorer.score(last, proposal.tokens)
+                verdict = self.sampler(target_laws, proposal.probs, proposal.tokens, generator,
+                                       num_drafts=proposal.num_drafts)
+                accepted = verdict.num_accepted
+                next_tokens, accepted_list = verdict.next_token.tolist(), accepted.tolist()
+                drafts_list = proposal.tokens.tolist()
+                num_drafts = (proposal.num_drafts.tolist() if proposal.num_drafts is not None
+                              else [proposal.tokens.shape[1]] * batch)
+            else:
+                gamma = 0
+                t1 = t0
+                next_tok = sample(scorer.score(last, None)[:, 0], generator)
+                accepted = torch.zeros(batch, dtype=torch.long, device=self.device)
+                next_tokens, accepted_list = next_tok.tolist(), [0] * batch
+                drafts_list, num_drafts = [[] for _ in range(batch)], [0] * batch
+            t2 = self.clock.now()
+
+            scorer.keep(torch.where(active, context + accepted + 1, 0))
+            if proposer is not None:
+                proposer.keep(context, accepted, proposal, active)
+            last = torch.tensor(next_tokens, device=self.device)
+            when = t2 - start
+            row_ids = {row: slots[row].request_id for row in active_rows}  # emit() may free slots
+            emitted = {row: emit(row, drafts_list[row][: accepted_list[row]] + [next_tokens[row]], when)
+                       for row in active_rows}
+            if scorer.kv.waste() > self.compact_waste:
+                scorer.kv.compact()
+                if proposer is not None:
+                    proposer.kv.compact()
+            memory.sample()
+            t3 = self.clock.now()
+            if speculative:
+                policy.observe(CycleFeedback([num_drafts[r] for r in active_rows],
+                                             [accepted_list[r] for r in active_rows], t1 - t0, t2 - t1, t3 - t0))
+            cycles.extend(
+                CycleRecord(cycle=cycle_index, request_id=row_ids[row], slot=row, batch_size=len(active_rows),
+                            gamma=gamma, num_drafts=num_drafts[row], accepted=accepted_list[row],
+                            emitted=emitted[row], draft_s=t1 - t0, verify_s=t2 - t1, rest_s=t3 - t2,
+                            start_s=t0 - start)
+                for row in active_rows
+            )
+            cycle_index += 1
+        return RunRecords(list(records.values()), cycles, memory.report(), self.clock.now() - start)

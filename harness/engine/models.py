@@ -1,0 +1,116 @@
+"""Proposer (draft) and scorer (target): each owns one model and its per-slot KV cache.
+
+Invariant kept by both between cycles: a row's cache holds every token of its sequence *before*
+``last`` (the newest emitted token, not yet fed to anyone). The draft may additionally lag by one
+token (``extra``) after a cycle that accepted all of its drafts: gpt-fast's observation that the
+draft never fed its own last proposal; it is fed together with ``last`` in the next first step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.engine.kv import SlotKV
+from harness.sampling import SamplingParams, sample, warp
+from policies.base import DraftLengthPolicy, DraftStep
+
+
+def _prefill(model: torch.nn.Module, input_ids: list[int], device: torch.device) -> tuple[SlotKV, torch.Tensor]:
+    """Run a prompt through ``model`` in a batch-1 cache; return it and the last position's logits."""
+    single = SlotKV(1, device)
+    ids = torch.tensor([input_ids], device=device)
+    logits = single.forward(model, ids, torch.ones_like(ids, dtype=torch.bool))
+    return single, logits[:, -1]
+
+
+@dataclass
+class Proposal:
+    tokens: torch.Tensor  # [B, γ] drafted tokens
+    probs: torch.Tensor  # [B, γ, V] the draft laws they were sampled from
+    num_drafts: torch.Tensor | None  # [B] per-row count when a policy stopped rows early, else None
+
+
+class TargetScorer:
+    """The target model: prefill, one autoregressive step, or scoring γ drafts in one forward."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, sampling: SamplingParams, device: torch.device):
+        self.model, self.sampling, self.device = model, sampling, device
+        self.kv = SlotKV(batch, device)
+
+    def prefill(self, row: int, input_ids: list[int]) -> torch.Tensor:
+        """Load a prompt into slot ``row``; returns the law of the first new token, [V]."""
+        single, logits = _prefill(self.model, input_ids, self.device)
+        self.kv.load_row(row, single)
+        return warp(logits, self.sampling)[0]
+
+    def score(self, last: torch.Tensor, drafts: torch.Tensor | None) -> torch.Tensor:
+        """Laws p[b, 0..γ] after ``last`` and after each draft: one causal forward of γ+1 tokens."""
+        tokens = last.unsqueeze(1) if drafts is None else torch.cat([last.unsqueeze(1), drafts], dim=1)
+        logits = self.kv.forward(self.model, tokens, torch.ones_like(tokens, dtype=torch.bool))
+        return warp(logits, self.sampling)
+
+    def keep(self, next_pos: torch.Tensor) -> None:
+        self.kv.rollback(next_pos)
+
+
+class DraftProposer:
+    """The draft model: proposes up to γ tokens per cycle, asking the policy after every step."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, sampling: SamplingParams, device: torch.device):
+        self.model, self.sampling, self.device = model, sampling, device
+        self.kv = SlotKV(batch, device)
+        self.extra = torch.zeros(batch, dtype=torch.long, device=device)
+        self.has_extra = torch.zeros(batch, dtype=torch.bool, device=device)
+
+    def prefill(self, row: int, input_ids: list[int]) -> None:
+        single, _ = _prefill(self.model, input_ids, self.device)
+        self.kv.load_row(row, single)
+        self.has_extra[row] = False
+
+    def propose(self, last: torch.Tensor, gamma: int, policy: DraftLengthPolicy, context_length: torch.Tensor,
+                generator: torch.Generator | None) -> Proposal:
+        batch = last.shape[0]
+        if bool(self.has_extra.any()):
+            tokens = torch.stack([self.extra, last], dim=1)
+            valid = torch.stack([self.has_extra, torch.ones_like(self.has_extra)], dim=1)
+        else:
+            tokens, valid = last.unsqueeze(1), torch.ones(batch, 1, dtype=torch.bool, device=self.device)
+        drafted, laws = [], []
+        running = torch.ones(batch, dtype=torch.bool, device=self.device)
+        num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
+        early_stop = False
+        for step in range(gamma):
+            q = warp(self.kv.forward(self.model, tokens, valid)[:, -1], self.sampling)
+            x = sample(q, generator)
+            drafted.append(x)
+            laws.append(q)
+            num_drafts += running.long()
+            if step == gamma - 1:
+                break
+            keep = policy.continue_drafting(DraftStep(
+                step=step, token_prob=q.gather(1, x.unsqueeze(1)).squeeze(1),
+                entropy=-(q * q.clamp(min=1e-30).log()).sum(-1), active=running, context_length=context_length))
+            if keep is not None:
+                early_stop = True
+                running = running & keep
+                if not bool(running.any()):  # host sync, paid only by policies that stop early
+                    break
+            tokens, valid = x.unsqueeze(1), torch.ones(batch, 1, dtype=torch.bool, device=self.device)
+        return Proposal(torch.stack(drafted, 1), torch.stack(laws, 1), num_drafts if early_stop else None)
+
+    def keep(self, context_length: torch.Tensor, accepted: torch.Tensor, proposal: Proposal,
+             active: torch.Tensor) -> None:
+        """Roll back to ``last`` + the accepted drafts it has fed; remember an unfed last draft."""
+        gamma_run = proposal.tokens.shape[1]
+        fed = gamma_run - 1  # the final draft is sampled but never fed to the draft model
+        next_pos = torch.where(active, context_length + 1 + accepted.clamp(max=fed), 0)
+        self.kv.rollback(next_pos)
+        self.has_extra = active & (accepted == gamma_run)
+        rows = torch.arange(accepted.shape[0], device=self.device)
+        self.extra = proposal.tokens[rows, (accepted - 1).clamp(min=0)]
+
+    def clear(self, row: int) -> None:
+        self.kv.clear(row)
+        self.has_extra[row] = False

@@ -1,0 +1,149 @@
+"""What a run records: one row per request, one row per (cycle, request), and the run summary.
+
+Field names follow vLLM's `bench serve` where it has them. Percentiles use numpy's default
+``linear`` interpolation (stated in every summary as ``percentile_method``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99)
+PERCENTILE_METHOD = "numpy.percentile, method='linear'"
+
+
+@dataclass
+class Request:
+    """One generation request. ``arrival_s`` is its send time, in seconds after the run starts."""
+
+    request_id: int
+    prompt_id: str
+    language: str
+    input_ids: list[int]
+    max_new_tokens: int
+    arrival_s: float = 0.0
+
+
+@dataclass
+class RequestRecord:
+    request_id: int
+    prompt_id: str
+    language: str
+    prompt_tokens: int
+    arrival_s: float
+    admitted_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    output_ids: list[int] = field(default_factory=list)
+    token_times_s: list[float] = field(default_factory=list)  # emission time of every output token
+    status: str = "ok"
+    error: str | None = None
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.output_ids)
+
+    def row(self) -> dict[str, Any]:
+        out = asdict(self)
+        n = self.output_tokens
+        done = self.status == "ok" and self.finish_s is not None and self.first_token_s is not None
+        ttft = (self.first_token_s - self.arrival_s) if done else None
+        e2el = (self.finish_s - self.arrival_s) if done else None
+        # Chunks: a speculative cycle delivers several tokens at one instant; ITL is the gap between chunks.
+        chunk_times = sorted(set(self.token_times_s))
+        out.update(
+            output_tokens=n,
+            ttft_ms=ttft * 1e3 if ttft is not None else None,
+            e2el_ms=e2el * 1e3 if e2el is not None else None,
+            tpot_ms=(e2el - ttft) / (n - 1) * 1e3 if done and n > 1 else None,
+            itls_ms=list(np.diff(chunk_times) * 1e3),
+            tokens_per_s=n / e2el if done and e2el else None,
+        )
+        return out
+
+
+@dataclass
+class CycleRecord:
+    """One draft-and-verify cycle as seen by one request (γ = 0: an autoregressive step)."""
+
+    cycle: int
+    request_id: int
+    slot: int
+    batch_size: int
+    gamma: int  # ceiling the policy chose
+    num_drafts: int  # drafts this request really used
+    accepted: int
+    emitted: int
+    draft_s: float
+    verify_s: float
+    rest_s: float
+    start_s: float
+
+
+def _stats(values: list[float] | np.ndarray, name: str) -> dict[str, float | None]:
+    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return {f"mean_{name}": None, f"median_{name}": None, f"std_{name}": None,
+                **{f"p{p}_{name}": None for p in PERCENTILES}}
+    out = {f"mean_{name}": float(arr.mean()), f"median_{name}": float(np.median(arr)),
+           f"std_{name}": float(arr.std())}
+    out.update({f"p{p}_{name}": float(np.percentile(arr, p, method="linear")) for p in PERCENTILES})
+    return out
+
+
+def requests_frame(records: list[RequestRecord]) -> pd.DataFrame:
+    return pd.DataFrame([r.row() for r in records])
+
+
+def cycles_frame(records: list[CycleRecord]) -> pd.DataFrame:
+    return pd.DataFrame([asdict(c) for c in records])
+
+
+def summarise(requests: pd.DataFrame, cycles: pd.DataFrame) -> dict[str, Any]:
+    """Run-level metrics. Throughput spans first dispatch → last completion; failed requests excluded."""
+    ok = requests[requests["status"] == "ok"] if len(requests) else requests
+    out: dict[str, Any] = {"completed": len(ok), "failed": int(len(requests) - len(ok)),
+                           "percentile_method": PERCENTILE_METHOD}
+    if len(ok):
+        start = float(requests["arrival_s"].min())
+        duration = float(ok["finish_s"].max()) - start
+        total_out = int(ok["output_tokens"].sum())
+        out.update(
+            duration_s=duration,
+            total_output_tokens=total_out,
+            total_input_tokens=int(ok["prompt_tokens"].sum()),
+            request_throughput=len(ok) / duration if duration > 0 else None,
+            output_throughput=total_out / duration if duration > 0 else None,
+        )
+        out.update(_stats(ok["ttft_ms"].tolist(), "ttft_ms"))
+        out.update(_stats(ok["tpot_ms"].tolist(), "tpot_ms"))
+        out.update(_stats([x for itl in ok["itls_ms"] for x in itl], "itl_ms"))
+        out.update(_stats(ok["e2el_ms"].tolist(), "e2el_ms"))
+    out.update(acceptance_summary(cycles))
+    return out
+
+
+def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
+    """vLLM's speculative metrics plus the accepted-length histogram (gpt-fast's ``accept_counts``)."""
+    spec = cycles[cycles["num_drafts"] > 0] if len(cycles) else cycles
+    if not len(spec):
+        return {"spec_decode_num_drafts": 0}
+    drafted, accepted = int(spec["num_drafts"].sum()), int(spec["accepted"].sum())
+    max_len = int(spec["num_drafts"].max())
+    per_position = [float((spec["accepted"] > i).sum() / len(spec)) for i in range(max_len)]
+    hist = np.bincount(spec["accepted"].to_numpy(), minlength=max_len + 1)
+    return {
+        "spec_decode_num_drafts": len(spec),
+        "spec_decode_draft_tokens": drafted,
+        "spec_decode_accepted_tokens": accepted,
+        "spec_decode_acceptance_rate": accepted / drafted if drafted else None,
+        "spec_decode_acceptance_length": 1 + accepted / len(spec),
+        "spec_decode_per_position_acceptance_rates": per_position,
+        "accepted_length_histogram": hist.tolist(),
+        "mean_draft_ms_per_cycle": float(spec.drop_duplicates("cycle")["draft_s"].mean() * 1e3),
+        "mean_verify_ms_per_cycle": float(spec.drop_duplicates("cycle")["verify_s"].mean() * 1e3),
+    }
