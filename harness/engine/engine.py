@@ -143,7 +143,7 @@ class Engine:
             last = torch.tensor(next_tokens, device=self.device)
             when = t2 - start
             row_ids = {row: slots[row].request_id for row in active_rows}  # emit() may free slots
-            emitted = {row: emit(row, drafts_list[row][: accepted_list[row]] + [next_tokens[row]], when)
+            emitted = {row: emit(row, [*drafts_list[row][: accepted_list[row]], next_tokens[row]], when)
                        for row in active_rows}
             if scorer.kv.waste() > self.compact_waste:
                 scorer.kv.compact()
