@@ -1,0 +1,1 @@
+"""Offline analysis: the cost model and (later) result tables and plots."""

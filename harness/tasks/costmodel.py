@@ -1,0 +1,102 @@
+"""`python -m harness task=costmodel`: sweep the cost model and report the best γ per (α, c).
+
+Writes ``costmodel.csv`` (every grid point), ``costmodel.json`` (parameters, optima, metadata) and
+``costmodel.png`` (S against γ) into the run directory. The model lives in :mod:`analysis.costmodel`;
+this module only reads the config, validates it and formats the output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from analysis.costmodel import (
+    VerifyCost,
+    check_alpha,
+    check_cost,
+    check_gamma,
+    expected_tokens_from_joint,
+    optima,
+    plot,
+    sweep,
+)
+from harness.errors import SpectuneError
+from harness.io import write_csv, write_figure, write_json
+from harness.metadata import base_metadata
+from harness.tasks._options import as_list
+
+
+def _verify_cost(raw: Any) -> VerifyCost:
+    """``task.g``: a number, a list (entry i is g(i+1)) or a mapping {γ: cost}."""
+    if isinstance(raw, DictConfig):
+        table = OmegaConf.to_container(raw, resolve=True)
+        try:
+            return {int(k): v for k, v in table.items()}
+        except ValueError:
+            raise SpectuneError(f"task.g={table!r} is invalid: table keys must be integers γ >= 1") from None
+    if raw is not None and not isinstance(raw, str | bool) and not isinstance(raw, int | float):
+        return as_list(raw, "task.g")
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return raw
+    raise SpectuneError(f"task.g={raw!r} is invalid: give a number, a list g(1)..g(n) or a table {{γ: cost}} "
+                        "(target steps, > 0)")
+
+
+def _settings(cfg: DictConfig) -> dict[str, Any]:
+    task = cfg.task
+    gamma_min = check_gamma(task.get("gamma_min", 1), "task.gamma_min")
+    gamma_max = check_gamma(task.get("gamma_max", 16), "task.gamma_max")
+    if gamma_max < gamma_min:
+        raise SpectuneError(f"task.gamma_max={gamma_max} is below task.gamma_min={gamma_min}: "
+                            "must be >= gamma_min")
+    raw_alphas = as_list(task.get("alphas"), "task.alphas")
+    alphas = [check_alpha(a, f"task.alphas[{i}]") for i, a in enumerate(raw_alphas)]
+    cs = [check_cost(c, f"task.cs[{i}]") for i, c in enumerate(as_list(task.get("cs"), "task.cs"))]
+    joint = task.get("joint")
+    if joint is not None:
+        joint = as_list(joint, "task.joint")
+        expected_tokens_from_joint(joint, "task.joint")  # validates with the CLI's names
+    return {
+        "alphas": alphas, "cs": cs, "gammas": list(range(gamma_min, gamma_max + 1)),
+        "g": _verify_cost(task.get("g", 1.0)),
+        "overhead": check_cost(task.get("overhead", 0.0), "task.overhead"),
+        "joint": joint,
+    }
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    s = _settings(cfg)
+    grid = sweep(s["alphas"], s["cs"], s["gammas"], g=s["g"], overhead=s["overhead"], joint=s["joint"],
+                 g_name="task.g")
+    best = optima(grid)
+
+    g_text = s["g"] if not isinstance(s["g"], list | dict) else "table"
+    print(f"Cost model: S = E / (c*γ + g(γ) + overhead), γ = {s['gammas'][0]}..{s['gammas'][-1]}, "
+          f"g = {g_text}, overhead = {s['overhead']:g}")
+    print("E = (1 - α^(γ+1)) / (1 - α) for constant α" + ("; 'joint' uses E = 1 + Σ P(first i accepted)"
+                                                          if s["joint"] is not None else ""))
+    print(f"{'series':>10} {'c':>6} {'best γ':>7} {'E':>10} {'cost':>8} {'S':>8}")
+    for row in best.itertuples(index=False):
+        print(f"{row.series:>10} {row.c:>6g} {row.gamma:>7d} {row.E:>10.6f} {row.cost:>8.4f} {row.S:>8.4f}")
+    slower = best[best["S"] < 1]
+    if len(slower):
+        print(f"note: {len(slower)} optimum/optima have S < 1: speculative decoding would be slower there")
+
+    paths = [write_csv(run_dir / "costmodel.csv", grid)]
+    paths.append(write_json(run_dir / "costmodel.json", {
+        "task": "costmodel",
+        "model": "S = E / (c*gamma + g(gamma) + overhead); E = (1 - alpha^(gamma+1)) / (1 - alpha), "
+                 "gamma + 1 at alpha = 1; joint: E = 1 + sum_i P(first i accepted)",
+        "parameters": {"alphas": s["alphas"], "cs": s["cs"], "gammas": s["gammas"], "g": s["g"],
+                       "overhead": s["overhead"], "joint": s["joint"]},
+        "optima": best.to_dict(orient="records"),
+        "metadata": base_metadata(),
+    }))
+    if cfg.task.get("plot", True):
+        fig = plot(grid, best)
+        paths.append(write_figure(run_dir / "costmodel.png", fig))
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
