@@ -1,0 +1,154 @@
+"""`python -m harness +workload=it`: the AR baseline and a γ grid, measured side by side.
+
+Each grid point runs the same requests through the same engine. Results are rewritten atomically
+after every grid point, so a killed or failing run keeps everything that finished; a grid point
+that raises (e.g. out of memory) is recorded as failed with its error and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from tqdm import tqdm
+
+from analysis.bench_table import bench_table, format_table
+from harness import hardware as hw
+from harness.engine import Engine, Request
+from harness.engine.records import cycles_frame, requests_frame, summarise
+from harness.errors import SpectuneError
+from harness.io import write_json, write_parquet
+from harness.metadata import base_metadata
+from harness.rejection import get_sampler
+from policies import make_policy
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    gammas: tuple[int, ...]
+    baseline: bool
+    policy: str
+    concurrency: int
+    request_rate: float | None
+    burstiness: float
+    warmup: int
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
+        raw = cfg.gamma
+        gammas = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
+        for g in gammas:
+            if not (isinstance(g, int) and not isinstance(g, bool) and g >= 1):
+                raise SpectuneError(f"gamma={g!r} is invalid: each γ must be an integer >= 1 "
+                                    "(the AR baseline is task.baseline=true)")
+        c = cfg.concurrency
+        if not (isinstance(c, int) and c >= 1):
+            raise SpectuneError(f"concurrency={c!r} is invalid: must be an integer >= 1")
+        rate = cfg.request_rate
+        if rate is not None and not (isinstance(rate, int | float) and rate > 0):
+            raise SpectuneError(f"request_rate={rate!r} is invalid: must be > 0 (req/s) or null (closed loop)")
+        if not (isinstance(cfg.burstiness, int | float) and cfg.burstiness > 0):
+            raise SpectuneError(f"burstiness={cfg.burstiness!r} is invalid: must be > 0 (1 = Poisson)")
+        warmup = cfg.task.warmup
+        if not (isinstance(warmup, int) and warmup >= 0):
+            raise SpectuneError(f"task.warmup={warmup!r} is invalid: must be an integer >= 0")
+        return cls(gammas, bool(cfg.task.baseline), str(cfg.policy), c, rate, float(cfg.burstiness), warmup)
+
+    def methods(self) -> list[tuple[str, int]]:
+        """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
+        points = [("ar", 0)] if self.baseline else []
+        return points + [(f"{self.policy}:gamma={g}", g) for g in self.gammas]
+
+
+def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> np.ndarray:
+    """Send times (s): all at 0 in a closed loop; else Gamma(shape=burstiness) gaps with mean 1/rate."""
+    if rate is None:
+        return np.zeros(count)
+    rng = np.random.default_rng(seed)
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=count)
+    return np.concatenate([[0.0], np.cumsum(gaps[1:])])
+
+
+def build_requests(workload: Any, settings: BenchSettings, max_context: int | None) -> list[Request]:
+    arrivals = arrival_times(len(workload.prompts), settings.request_rate, settings.burstiness, workload.seed)
+    longest_block = max(settings.gammas, default=0) + 1
+    requests = []
+    for i, (prompt, arrival) in enumerate(zip(workload.prompts, arrivals, strict=True)):
+        need = len(prompt.input_ids) + workload.max_new_tokens + longest_block
+        if max_context is not None and need > max_context:
+            raise SpectuneError(f"prompt {prompt.id!r} needs {need} positions (prompt {len(prompt.input_ids)} + "
+                                f"max_new_tokens {workload.max_new_tokens} + γ+1 {longest_block}); the target's "
+                                f"context is {max_context}: shorten the prompt or lower max_new_tokens")
+        requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
+                                float(arrival)))
+    return requests
+
+
+def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings, label: str, gamma: int,
+               seed: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    policy = make_policy(settings.policy, gamma) if gamma else None
+    engine.seed = seed
+    if settings.warmup:
+        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens, 0.0)
+                for i, r in enumerate(requests[: settings.warmup])]
+        engine.run(warm, policy, min(settings.concurrency, len(warm)))
+    with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
+        result = engine.run(requests, policy, settings.concurrency, on_finish=lambda _: bar.update())
+    req, cyc = requests_frame(result.requests), cycles_frame(result.cycles)
+    summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
+               "policy": policy.describe() if policy else None}
+    for frame in (req, cyc):
+        frame.insert(0, "method", label)
+        frame.insert(1, "gamma", gamma)
+    return req, cyc, summary
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    if "workload" not in cfg:
+        raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
+    from harness.models.loading import load_pair  # heavy imports only once the config is valid
+    from workloads.loader import load_workload
+
+    settings = BenchSettings.from_cfg(cfg)
+    device = hw.setup(cfg.hardware)
+    pair = load_pair(cfg.models, cfg.hardware)
+    workload = load_workload(cfg.workload, pair.tokenizer)
+    max_context = getattr(pair.target.config, "max_position_embeddings", None)
+    requests = build_requests(workload, settings, max_context)
+    eos = pair.tokenizer.eos_token_id
+    engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler(cfg.sampler),
+                    device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed))
+
+    metadata = {**base_metadata(), "task": "bench", "models": pair.metadata,
+                "hardware": hw.describe(cfg.hardware, device), "workload": workload.describe(),
+                "sampling": vars(workload.sampling), "sampler": cfg.sampler,
+                "settings": vars(settings), "load": "closed loop" if settings.request_rate is None else "open loop",
+                "config": OmegaConf.to_container(cfg, resolve=True)}
+    write_json(run_dir / "metadata.json", metadata)
+
+    req_frames, cyc_frames, summaries = [], [], []
+    for label, gamma in settings.methods():
+        try:
+            req, cyc, summary = _run_point(engine, requests, settings, label, gamma, int(cfg.seed))
+            req_frames.append(req)
+            cyc_frames.append(cyc)
+        except (RuntimeError, MemoryError, ValueError) as err:  # record the failed grid point, go on
+            summary = {"method": label, "gamma": gamma, "status": "failed", "error": f"{type(err).__name__}: {err}"}
+        summaries.append(summary)
+        if req_frames:
+            write_parquet(run_dir / "requests.parquet", pd.concat(req_frames, ignore_index=True))
+            write_parquet(run_dir / "cycles.parquet", pd.concat(cyc_frames, ignore_index=True))
+        write_json(run_dir / "summary.json", {"workload": workload.name, "methods": summaries})
+
+    table = bench_table(summaries)
+    print(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
+          f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
+          f"max_new_tokens={workload.max_new_tokens}")
+    print(format_table(table))
+    print(f"results: {run_dir}")
+    failed = [s["method"] for s in summaries if s["status"] != "ok"]
+    return 3 if failed and len(failed) == len(summaries) else 0
