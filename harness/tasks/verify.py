@@ -17,21 +17,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from harness.audit import (
-    FitResult,
-    FitRule,
-    conditional_tables,
-    first_pair_counts,
-    first_token_counts,
-    fit,
-    fmt,
-    pair_law,
-    token_labels,
-)
+from harness.audit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
 from harness.exact_laws import PositionLaws, total_variation, validate_pair
 from harness.io import write_json
 from harness.metadata import base_metadata
-from harness.rejection import SAMPLERS, get_sampler
 from harness.tasks._options import as_list, integer, number
 
 # The pair check has V² categories: keep it where the chi-square still has ≥ ~5 expected per cell.
@@ -39,13 +28,12 @@ MAX_PAIR_VOCAB = 16
 
 
 def _settings(cfg: DictConfig) -> dict[str, Any]:
+    """Validate the task's values before torch is loaded, so a typo fails in about a second."""
     task = cfg.task
     p, q = validate_pair(as_list(task.get("p"), "task.p"), as_list(task.get("q"), "task.q"),
                          names=("task.p", "task.q"))
-    configured = str(cfg.get("sampler", "exact"))
-    get_sampler(configured)  # one-line error for an unknown name
     return {
-        "p": p, "q": q, "configured": configured,
+        "p": p, "q": q, "configured": str(cfg.get("sampler", "exact")),
         "trials": integer(task.get("trials", 200_000), "task.trials", lo=100),
         "seed": integer(cfg.get("seed", 20260923), "seed", lo=0),
         "rule": FitRule(z_max=number(task.get("z_max", 4.5), "task.z_max", lo=0, lo_open=True),
@@ -84,6 +72,10 @@ def _print_fit(title: str, results: dict[str, FitResult], labels: list[str], con
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
     s = _settings(cfg)
+    from harness.audit_mc import first_pair_counts, first_token_counts  # loads torch
+    from harness.rejection import SAMPLERS, get_sampler
+
+    get_sampler(s["configured"])  # one-line error for an unknown name
     p, q, n, seed, rule = s["p"], s["q"], s["trials"], s["seed"], s["rule"]
     laws = PositionLaws.of(p, q)
     labels = token_labels(len(p))
