@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.costmodel import (
     VerifyCost,
@@ -36,7 +36,7 @@ def _verify_cost(raw: Any) -> VerifyCost:
             return {int(k): v for k, v in table.items()}
         except ValueError:
             raise SpectuneError(f"task.g={table!r} is invalid: table keys must be integers γ >= 1") from None
-    if raw is not None and not isinstance(raw, str | bool) and not isinstance(raw, int | float):
+    if isinstance(raw, ListConfig | list):
         return as_list(raw, "task.g")
     if isinstance(raw, int | float) and not isinstance(raw, bool):
         return raw
