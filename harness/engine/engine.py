@@ -95,18 +95,23 @@ class Engine:
         cycle_index = 0
         while waiting or any(s is not None for s in slots):
             now = self.clock.now() - start
-            for row in range(batch):  # admit: prefill and first token (counts in TTFT)
+            admitted: list[int] = []
+            for row in range(batch):  # admit every arrived request a free slot can take
                 if slots[row] is None and waiting and waiting[0].arrival_s <= now:
-                    request = waiting.popleft()
-                    slots[row] = request
-                    records[request.request_id].admitted_s = self.clock.now() - start
-                    first_law = scorer.prefill(row, request.input_ids)
-                    if proposer is not None:
-                        proposer.prefill(row, request.input_ids)
-                    last[row] = sample(first_law, generator)
-                    when = self.clock.now() - start
-                    records[request.request_id].first_token_s = when
-                    emit(row, [int(last[row])], when)
+                    slots[row] = waiting.popleft()
+                    records[slots[row].request_id].admitted_s = now
+                    admitted.append(row)
+            if admitted:  # one batched prefill; its time counts in these requests' TTFT
+                prompts = [slots[row].input_ids for row in admitted]
+                first_laws = scorer.prefill(admitted, prompts)
+                if proposer is not None:
+                    proposer.prefill(admitted, prompts)
+                first = sample(first_laws, generator)
+                last[admitted] = first
+                when = self.clock.now() - start
+                for row, token in zip(admitted, first.tolist(), strict=True):
+                    records[slots[row].request_id].first_token_s = when
+                    emit(row, [token], when)
             active_rows = [row for row in range(batch) if slots[row] is not None]
             if not active_rows:  # open loop, nothing in flight: wait for the next arrival
                 time.sleep(max(0.0, waiting[0].arrival_s - (self.clock.now() - start)))

@@ -78,8 +78,8 @@ class SlotKV:
         self.valid[row] = False
         self.next_pos[row] = 0
 
-    def load_row(self, row: int, other: SlotKV) -> None:
-        """Copy a batch-1 cache (e.g. a fresh prefill) into slot ``row``, at columns 0..P-1.
+    def load_row(self, row: int, other: SlotKV, other_row: int = 0) -> None:
+        """Copy row ``other_row`` of another cache (e.g. a fresh prefill) into slot ``row``, at columns 0..P-1.
 
         The slot's old columns are holes by then, so the new prompt may reuse them; later tokens of
         this row go to columns >= P, which keeps the column order causal.
@@ -94,11 +94,11 @@ class SlotKV:
             self._grow(length - self.columns)
         self.clear(row)
         for mine, theirs in zip(_layers(self.cache), _layers(other.cache), strict=True):
-            mine.keys[row, :, :length] = theirs.keys[0]
-            mine.values[row, :, :length] = theirs.values[0]
-        self.valid[row, :length] = other.valid[0]
-        self.col_pos[row, :length] = other.col_pos[0]
-        self.next_pos[row] = other.next_pos[0]
+            mine.keys[row, :, :length] = theirs.keys[other_row]
+            mine.values[row, :, :length] = theirs.values[other_row]
+        self.valid[row, :length] = other.valid[other_row]
+        self.col_pos[row, :length] = other.col_pos[other_row]
+        self.next_pos[row] = other.next_pos[other_row]
 
     def compact(self) -> None:
         """Squeeze holes out: every row's valid columns move left, order kept; rows are left-aligned."""

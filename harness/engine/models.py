@@ -17,12 +17,25 @@ from harness.sampling import SamplingParams, sample, warp
 from policies.base import DraftLengthPolicy, DraftStep
 
 
-def _prefill(model: torch.nn.Module, input_ids: list[int], device: torch.device) -> tuple[SlotKV, torch.Tensor]:
-    """Run a prompt through ``model`` in a batch-1 cache; return it and the last position's logits."""
-    single = SlotKV(1, device)
-    ids = torch.tensor([input_ids], device=device)
-    logits = single.forward(model, ids, torch.ones_like(ids, dtype=torch.bool))
-    return single, logits[:, -1]
+def _prefill(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[list[int]],
+             device: torch.device) -> torch.Tensor:
+    """Run newly admitted prompts through ``model`` as one batch and load them into slots ``rows``.
+
+    Shorter prompts are right-padded with masked dummy columns (never attended, dropped on load).
+    Returns the logits after each prompt's last token, [k, V].
+    """
+    longest = max(len(p) for p in prompts)
+    tokens = torch.zeros(len(prompts), longest, dtype=torch.long)
+    valid = torch.zeros(len(prompts), longest, dtype=torch.bool)
+    for i, prompt in enumerate(prompts):
+        tokens[i, : len(prompt)] = torch.tensor(prompt)
+        valid[i, : len(prompt)] = True
+    fresh = SlotKV(len(prompts), device)
+    logits = fresh.forward(model, tokens.to(device), valid.to(device))
+    for i, row in enumerate(rows):
+        kv.load_row(row, fresh, other_row=i)
+    last = torch.tensor([len(p) - 1 for p in prompts], device=device)
+    return logits[torch.arange(len(prompts), device=device), last]
 
 
 @dataclass
@@ -39,11 +52,9 @@ class TargetScorer:
         self.model, self.sampling, self.device = model, sampling, device
         self.kv = SlotKV(batch, device)
 
-    def prefill(self, row: int, input_ids: list[int]) -> torch.Tensor:
-        """Load a prompt into slot ``row``; returns the law of the first new token, [V]."""
-        single, logits = _prefill(self.model, input_ids, self.device)
-        self.kv.load_row(row, single)
-        return warp(logits, self.sampling)[0]
+    def prefill(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
+        """Load prompts into slots ``rows``; returns the laws of their first new tokens, [k, V]."""
+        return warp(_prefill(self.model, self.kv, rows, prompts, self.device), self.sampling)
 
     def score(self, last: torch.Tensor, drafts: torch.Tensor | None) -> torch.Tensor:
         """Laws p[b, 0..γ] after ``last`` and after each draft: one causal forward of γ+1 tokens."""
@@ -64,10 +75,9 @@ class DraftProposer:
         self.extra = torch.zeros(batch, dtype=torch.long, device=device)
         self.has_extra = torch.zeros(batch, dtype=torch.bool, device=device)
 
-    def prefill(self, row: int, input_ids: list[int]) -> None:
-        single, _ = _prefill(self.model, input_ids, self.device)
-        self.kv.load_row(row, single)
-        self.has_extra[row] = False
+    def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
+        _prefill(self.model, self.kv, rows, prompts, self.device)
+        self.has_extra[rows] = False
 
     def propose(self, last: torch.Tensor, gamma: int, policy: DraftLengthPolicy, context_length: torch.Tensor,
                 generator: torch.Generator | None) -> Proposal:

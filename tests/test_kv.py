@@ -1,0 +1,77 @@
+"""SlotKV must give exactly the logits of a plain full-sequence forward, through ragged rollback,
+compaction and slot refill (float64, tolerance 1e-10)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.engine.kv import SlotKV
+from tests.tiny_models import tiny_llama
+
+TOL = 1e-10
+
+
+def _full(model, seq: torch.Tensor) -> torch.Tensor:
+    return model(seq.unsqueeze(0)).logits[0]
+
+
+def _prefilled(model, seqs: list[torch.Tensor]) -> SlotKV:
+    kv = SlotKV(len(seqs), "cpu")
+    for row, seq in enumerate(seqs):
+        single = SlotKV(1, "cpu")
+        single.forward(model, seq[:-1].unsqueeze(0), torch.ones(1, len(seq) - 1, dtype=torch.bool))
+        kv.load_row(row, single)
+    return kv
+
+
+@torch.inference_mode()
+def test_ragged_rollback_compaction_and_refill_match_full_forward():
+    model = tiny_llama(vocab=50, seed=1)
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 50, (n,), generator=gen) for n in (5, 9, 7)]
+    kv = _prefilled(model, seqs)
+
+    block = torch.randint(0, 50, (3, 3), generator=gen)
+    tokens = torch.cat([torch.stack([s[-1] for s in seqs]).unsqueeze(1), block], dim=1)
+    logits = kv.forward(model, tokens, torch.ones(3, 4, dtype=torch.bool))
+    for row, seq in enumerate(seqs):
+        assert (logits[row] - _full(model, torch.cat([seq, block[row]]))[-4:]).abs().max() < TOL
+
+    keep = [1, 4, 2]  # ragged: row 0 keeps only its last token, row 1 the whole block
+    base = torch.tensor([len(s) - 1 for s in seqs])
+    kv.rollback(base + torch.tensor(keep))
+    histories = [torch.cat([seq, block[row, : keep[row] - 1]]) for row, seq in enumerate(seqs)]
+    assert kv.waste() > 0
+    kv.compact()
+    assert kv.columns == max(len(h) for h in histories)
+
+    step = torch.randint(0, 50, (3, 1), generator=gen)
+    logits = kv.forward(model, step, torch.ones(3, 1, dtype=torch.bool))
+    for row, hist in enumerate(histories):
+        assert (logits[row, -1] - _full(model, torch.cat([hist, step[row]]))[-1]).abs().max() < TOL
+        histories[row] = torch.cat([hist, step[row]])
+
+    fresh = torch.randint(0, 50, (12,), generator=gen)  # refill slot 1 with a longer prompt
+    single = SlotKV(1, "cpu")
+    single.forward(model, fresh[:-1].unsqueeze(0), torch.ones(1, 11, dtype=torch.bool))
+    kv.load_row(1, single)
+    nxt = torch.randint(0, 50, (3,), generator=gen)
+    inputs = torch.stack([nxt[0], fresh[-1], nxt[2]]).unsqueeze(1)
+    logits = kv.forward(model, inputs, torch.ones(3, 1, dtype=torch.bool))
+    assert (logits[1, -1] - _full(model, fresh)[-1]).abs().max() < TOL
+    assert (logits[0, -1] - _full(model, torch.cat([histories[0], nxt[:1]]))[-1]).abs().max() < TOL
+
+
+@torch.inference_mode()
+def test_padding_dummy_column_is_invisible():
+    """A row fed [dummy(invalid), token] sees the same logits as one fed [token] alone."""
+    model = tiny_llama(vocab=50, seed=2)
+    seq = torch.tensor([3, 14, 15, 9, 26])
+    kv = _prefilled(model, [seq, seq])
+    tokens = torch.tensor([[7, 5], [7, 5]])
+    valid = torch.tensor([[False, True], [True, True]])
+    logits = kv.forward(model, tokens, valid)
+    assert (logits[0, -1] - _full(model, torch.cat([seq[:-1], torch.tensor([5])]))[-1]).abs().max() < TOL
+    assert (logits[1, -1] - _full(model, torch.cat([seq[:-1], torch.tensor([7, 5])]))[-1]).abs().max() < TOL
+    assert (logits[0, -1] - logits[1, -1]).abs().max() > 1e-6  # the dummy really was hidden from row 0
+    assert kv.next_pos.tolist() == [5, 6]
