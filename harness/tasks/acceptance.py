@@ -1,0 +1,148 @@
+"""`python -m harness task=acceptance +workload=<lang>`: the acceptance rate α and the cost ratio c.
+
+α is the probability that one draft token is accepted, E_x[Σ_v min(p(v|x), q(v|x))], with p and q the
+laws actually sampled (both through :func:`harness.sampling.warp` with the workload's settings). It is
+measured on the workload's held-out prompts, *teacher-forced along continuations sampled from the
+target* at those same settings (greedy when temperature is 0): the contexts a speculative decoder really
+visits, since every emitted token follows p. α is pooled over all positions; its spread over positions
+and its mean by position index are reported too, because the same mean can hide different
+accepted-length distributions.
+
+c is the draft's per-token decode time over the target's (median of KV-cached single-token steps, after a
+warm-up, same tokens for both models) on this machine: the other input of the γ cost model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness.errors import SpectuneError
+from harness.io import write_json
+from harness.metadata import base_metadata
+from harness.sampling import SamplingParams, sample, warp
+
+PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
+
+
+@torch.no_grad()
+def decode(model, prompt: list[int], steps: int, params: SamplingParams, gen: torch.Generator | None,
+           forced: list[int] | None = None, eos: int | None = None) -> tuple[list[int], list[float]]:
+    """KV-cached decoding, one token per forward. Samples from ``warp(logits)`` unless ``forced`` gives
+    the tokens to feed. Returns (new tokens, seconds per single-token forward; the prefill excluded)."""
+    device = model.device
+    # transformers 5.24 renamed past_key_values to cache (older 5.x still take past_key_values).
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+    past, logits = out[cache_arg], out.logits[:, -1]
+    tokens: list[int] = []
+    times: list[float] = []
+    for i in range(steps if forced is None else len(forced)):
+        token = int(sample(warp(logits, params), gen)) if forced is None else forced[i]
+        tokens.append(token)
+        if (eos is not None and token == eos) or len(tokens) == steps:
+            break
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = model(input_ids=torch.tensor([[token]], device=device), use_cache=True, **{cache_arg: past})
+        logits = out.logits[:, -1]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        past = out[cache_arg]
+    return tokens, times
+
+
+@torch.no_grad()
+def overlap(target, draft, prompt: list[int], continuation: list[int], params: SamplingParams) -> torch.Tensor:
+    """Σ_v min(p, q) at each position that predicts a continuation token (teacher-forced, one pass each)."""
+    ids = torch.tensor([prompt + continuation[:-1]], device=target.device)
+    span = slice(len(prompt) - 1, None)
+    p = warp(target(input_ids=ids).logits[0, span], params)
+    q = warp(draft(input_ids=ids).logits[0, span], params)
+    return torch.minimum(p, q).sum(-1).cpu()
+
+
+def spread(values: torch.Tensor) -> dict[str, float]:
+    v = values.double()
+    out = {f"p{k}": float(torch.quantile(v, k / 100)) for k in PERCENTILES}
+    out.update(mean=float(v.mean()), std=float(v.std()) if len(v) > 1 else 0.0, count=len(v))
+    return out
+
+
+def _median_ms(times: list[float]) -> float:
+    return float(torch.tensor(times).median()) * 1e3
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    from harness.models.loading import load_pair
+    from workloads.loader import load_workload
+
+    if not cfg.get("workload"):
+        raise SpectuneError("task=acceptance needs a workload: add +workload=it|en|zh|es|mix")
+    pair = load_pair(cfg.models, cfg.hardware)
+    wl = load_workload(cfg.workload, pair.tokenizer)
+    params, eos = wl.sampling, pair.tokenizer.eos_token_id
+    gen = torch.Generator(device=pair.target.device).manual_seed(wl.seed)
+
+    # Warm-up both models (allocator, kernels) on the first prompt, untimed.
+    first = wl.prompts[0].input_ids
+    warm, _ = decode(pair.target, first, min(8, wl.max_new_tokens), params, gen)
+    decode(pair.draft, first, len(warm), params, None, forced=warm)
+
+    per_prompt, per_position, by_language = [], [], {}
+    target_times: list[float] = []
+    draft_times: list[float] = []
+    for prompt in wl.prompts:
+        cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos)
+        _, d_times = decode(pair.draft, prompt.input_ids, len(cont), params, None, forced=cont)
+        target_times += t_times
+        draft_times += d_times
+        a = overlap(pair.target, pair.draft, prompt.input_ids, cont, params)
+        per_position.append(a)
+        per_prompt.append(float(a.mean()))
+        by_language.setdefault(prompt.language, []).append(a)
+
+    pooled = torch.cat(per_position)
+    longest = max(len(a) for a in per_position)
+    by_index = [float(torch.stack([a[k] for a in per_position if len(a) > k]).mean()) for k in range(longest)]
+    t_ms, d_ms = _median_ms(target_times), _median_ms(draft_times)
+    result: dict[str, Any] = {
+        "task": "acceptance",
+        "alpha": float(pooled.mean()),
+        "alpha_definition": "mean over positions of sum_v min(p, q); p, q = warp(logits, workload sampling)",
+        "continuations": "sampled from the target at the workload's sampling settings (greedy if T=0), "
+                         "then teacher-forced through both models; stops at EOS or max_new_tokens",
+        "alpha_spread_over_positions": spread(pooled),
+        "alpha_spread_over_prompts": spread(torch.tensor(per_prompt)),
+        "alpha_by_position_index": by_index,
+        "alpha_by_language": {lang: float(torch.cat(v).mean()) for lang, v in sorted(by_language.items())},
+        "c": d_ms / t_ms,
+        "timing": {"target_ms_per_token": t_ms, "draft_ms_per_token": d_ms,
+                   "target_ms_p90": float(torch.tensor(target_times).quantile(0.9)) * 1e3,
+                   "draft_ms_p90": float(torch.tensor(draft_times).quantile(0.9)) * 1e3,
+                   "steps_timed": {"target": len(target_times), "draft": len(draft_times)},
+                   "method": "median of KV-cached single-token forwards, after a warm-up, same tokens",
+                   "torch_threads": torch.get_num_threads()},
+        "models": pair.metadata,
+        "workload": wl.describe(),
+        "hardware": OmegaConf.to_container(cfg.hardware, resolve=True),
+        "metadata": base_metadata(),
+    }
+    path = write_json(run_dir / "acceptance.json", result)
+    sp = result["alpha_spread_over_positions"]
+    print(f"workload {wl.name} ({len(wl.prompts)} prompts, {len(pooled)} positions, T={params.temperature}, "
+          f"top_p={params.top_p}, top_k={params.top_k})")
+    print(f"alpha = {result['alpha']:.4f}  (positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, "
+          f"p90 {sp['p90']:.3f})")
+    if len(by_language) > 1:
+        print("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
+    print(f"target {t_ms:.2f} ms/token, draft {d_ms:.2f} ms/token, c = {result['c']:.3f}")
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,93 @@
+"""Loading the embedded pair through from_pretrained, and the pair check refusing real mismatches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from harness.errors import SpectuneError
+from harness.models.loading import REPO_ROOT, load_pair
+
+TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target", "revision": None},
+        "draft": {"name_or_path": "harness/models/tiny/draft", "revision": None}}
+CPU = {"name": "cpu", "device": "cpu", "dtype": "float32", "attn_implementation": "sdpa", "compile": False,
+       "threads": None}
+
+
+def with_draft(path) -> dict:
+    return {**TINY, "draft": {"name_or_path": str(path), "revision": None}}
+
+
+def save_llama(path, tokenizer, vocab: int) -> None:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def test_pair_loads_offline_from_any_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the repo root, not the cwd
+    pair = load_pair(TINY, CPU)
+    assert type(pair.target).__name__ == type(pair.draft).__name__ == "LlamaForCausalLM"
+    assert not pair.target.training and not pair.draft.training
+    assert pair.target.dtype == pair.draft.dtype == torch.float32
+    meta = pair.metadata
+    assert meta["target"]["parameters"] > 4 * meta["draft"]["parameters"]
+    assert meta["target"]["vocab_size"] == meta["draft"]["vocab_size"] == len(pair.tokenizer)
+    assert len(meta["target"]["weights_sha256"]["model.safetensors"]) == 64
+    assert meta["vocabulary_check"] == "passed"
+
+
+def test_rejects_a_different_tokenizer(tmp_path):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator(["a different little vocabulary for a different model"] * 20,
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    other = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    save_llama(tmp_path / "other", other, len(other))
+    with pytest.raises(SpectuneError, match="model pair mismatch"):
+        load_pair(with_draft(tmp_path / "other"), CPU)
+
+
+def test_rejects_two_swapped_ids(tmp_path):
+    """Same size, same tokens, but two ids swapped: every id must be the same event in both."""
+    draft = tmp_path / "swapped"
+    shutil.copytree(REPO_ROOT / "harness/models/tiny/draft", draft)
+    spec = json.loads((draft / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    a, b = "the", "Ġthe"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (draft / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(SpectuneError, match="different ids"):
+        load_pair(with_draft(draft), CPU)
+
+
+def test_rejects_a_different_embedding_size(tmp_path):
+    pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "harness/models/tiny/draft"))
+    save_llama(tmp_path / "padded", pair_tok, len(pair_tok) + 64)
+    with pytest.raises(SpectuneError, match="embedding/LM-head rows"):
+        load_pair(with_draft(tmp_path / "padded"), CPU)
+
+
+@pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}])
+def test_hub_name_offline_is_one_line(monkeypatch, env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    cfg = {"target": {"name_or_path": "double7/vicuna-68m-not-cached", "revision": None}, "draft": TINY["draft"]}
+    with pytest.raises(SpectuneError, match="not in the local cache and the hub is unreachable") as err:
+        load_pair(cfg, CPU)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_local_directory_and_bad_dtype():
+    with pytest.raises(SpectuneError, match="no such directory"):
+        load_pair(with_draft("harness/models/tiny/nope"), CPU)
+    with pytest.raises(SpectuneError, match=r"hardware\.dtype"):
+        load_pair(TINY, {**CPU, "dtype": "float8"})
