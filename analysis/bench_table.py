@@ -23,11 +23,14 @@ def bench_table(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(summaries)
     if frame.empty:
         return frame
+    for key in ("output_throughput", "peak_rss_bytes"):
+        if key not in frame:
+            frame[key] = float("nan")
     base = frame.loc[frame["method"] == "ar", "output_throughput"]
     base_tps = float(base.iloc[0]) if len(base) and pd.notna(base.iloc[0]) else None
     frame["speedup"] = frame["output_throughput"] / base_tps if base_tps else float("nan")
-    memory = frame["peak_allocated_bytes"] if "peak_allocated_bytes" in frame else frame.get("peak_rss_bytes")
-    frame["peak_mb"] = memory / 2**20 if memory is not None else float("nan")
+    memory = frame["peak_allocated_bytes"] if "peak_allocated_bytes" in frame else frame["peak_rss_bytes"]
+    frame["peak_mb"] = memory / 2**20
     for key in COLUMNS:
         if key not in frame:
             frame[key] = float("nan")

@@ -61,7 +61,7 @@ class Engine:
             policy.reset()
         memory = MemoryTracker(self.device)
 
-        waiting = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
+        waiting = deque(sorted(requests, key=lambda r: (r.arrival_s or 0.0, r.request_id)))
         records = {r.request_id: RequestRecord(r.request_id, r.prompt_id, r.language, len(r.input_ids),
                                                r.arrival_s) for r in requests}
         slots: list[Request | None] = [None] * batch
@@ -97,9 +97,12 @@ class Engine:
             now = self.clock.now() - start
             admitted: list[int] = []
             for row in range(batch):  # admit every arrived request a free slot can take
-                if slots[row] is None and waiting and waiting[0].arrival_s <= now:
+                if slots[row] is None and waiting and (waiting[0].arrival_s or 0.0) <= now:
                     slots[row] = waiting.popleft()
-                    records[slots[row].request_id].admitted_s = now
+                    record = records[slots[row].request_id]
+                    record.admitted_s = now
+                    if record.arrival_s is None:  # closed loop: sent the moment a slot is free
+                        record.arrival_s = now
                     admitted.append(row)
             if admitted:  # one batched prefill; its time counts in these requests' TTFT
                 prompts = [slots[row].input_ids for row in admitted]
@@ -114,7 +117,7 @@ class Engine:
                     emit(row, [token], when)
             active_rows = [row for row in range(batch) if slots[row] is not None]
             if not active_rows:  # open loop, nothing in flight: wait for the next arrival
-                time.sleep(max(0.0, waiting[0].arrival_s - (self.clock.now() - start)))
+                time.sleep(max(0.0, (waiting[0].arrival_s or 0.0) - (self.clock.now() - start)))
                 continue
             active = torch.zeros(batch, dtype=torch.bool, device=self.device)
             active[active_rows] = True

@@ -18,14 +18,18 @@ PERCENTILE_METHOD = "numpy.percentile, method='linear'"
 
 @dataclass
 class Request:
-    """One generation request. ``arrival_s`` is its send time, in seconds after the run starts."""
+    """One generation request.
+
+    ``arrival_s`` is its send time in seconds after the run starts (open loop). ``None`` means a
+    closed-loop client that sends the request when a slot frees, so its latency excludes queueing.
+    """
 
     request_id: int
     prompt_id: str
     language: str
     input_ids: list[int]
     max_new_tokens: int
-    arrival_s: float = 0.0
+    arrival_s: float | None = None
 
 
 @dataclass
@@ -34,7 +38,7 @@ class RequestRecord:
     prompt_id: str
     language: str
     prompt_tokens: int
-    arrival_s: float
+    arrival_s: float | None
     admitted_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None

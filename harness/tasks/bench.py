@@ -7,6 +7,7 @@ that raises (e.g. out of memory) is recorded as failed with its error and the sw
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,14 @@ class BenchSettings:
         return points + [(f"{self.policy}:gamma={g}", g) for g in self.gammas]
 
 
-def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> np.ndarray:
-    """Send times (s): all at 0 in a closed loop; else Gamma(shape=burstiness) gaps with mean 1/rate."""
+def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> list[float | None]:
+    """Send times (s): None in a closed loop (sent when a slot frees); else Gamma(shape=burstiness)
+    gaps with mean 1/rate, first request at 0."""
     if rate is None:
-        return np.zeros(count)
+        return [None] * count
     rng = np.random.default_rng(seed)
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=count)
-    return np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    return [0.0, *np.cumsum(gaps[1:]).tolist()]
 
 
 def build_requests(workload: Any, settings: BenchSettings, max_context: int | None) -> list[Request]:
@@ -84,7 +86,7 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
                                 f"max_new_tokens {workload.max_new_tokens} + γ+1 {longest_block}); the target's "
                                 f"context is {max_context}: shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                float(arrival)))
+                                arrival))
     return requests
 
 
@@ -93,7 +95,7 @@ def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings,
     policy = make_policy(settings.policy, gamma) if gamma else None
     engine.seed = seed
     if settings.warmup:
-        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens, 0.0)
+        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
                 for i, r in enumerate(requests[: settings.warmup])]
         engine.run(warm, policy, min(settings.concurrency, len(warm)))
     with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
@@ -101,9 +103,9 @@ def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings,
     req, cyc = requests_frame(result.requests), cycles_frame(result.cycles)
     summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
                "policy": policy.describe() if policy else None}
-    for frame in (req, cyc):
-        frame.insert(0, "method", label)
-        frame.insert(1, "gamma", gamma)
+    req.insert(0, "method", label)
+    req.insert(1, "gamma", gamma)
+    cyc.insert(0, "method", label)  # cycles carry their own per-cycle `gamma` (the policy's choice)
     return req, cyc, summary
 
 
@@ -138,6 +140,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             cyc_frames.append(cyc)
         except (RuntimeError, MemoryError, ValueError) as err:  # record the failed grid point, go on
             summary = {"method": label, "gamma": gamma, "status": "failed", "error": f"{type(err).__name__}: {err}"}
+            print(f"grid point {label} failed: {summary['error']}", file=sys.stderr)
         summaries.append(summary)
         if req_frames:
             write_parquet(run_dir / "requests.parquet", pd.concat(req_frames, ignore_index=True))
