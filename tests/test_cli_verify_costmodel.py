@@ -15,14 +15,12 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# The `models` default group belongs to another issue; until conf/models/tiny.yaml exists, drop it.
-_EXTRA = [] if (REPO / "conf" / "models" / "tiny.yaml").exists() else ["~models"]
 
 pytestmark = pytest.mark.slow
 
 
 def harness(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "harness", *overrides, *_EXTRA, f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
