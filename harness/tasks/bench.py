@@ -57,6 +57,7 @@ class BenchSettings:
         warmup = cfg.task.warmup
         if not (isinstance(warmup, int) and warmup >= 0):
             raise SpectuneError(f"task.warmup={warmup!r} is invalid: must be an integer >= 0")
+        make_policy(str(cfg.policy), 1)  # an unknown policy fails here, before any model loads
         return cls(gammas, bool(cfg.task.baseline), str(cfg.policy), c, rate, float(cfg.burstiness), warmup)
 
     def methods(self) -> list[tuple[str, int]]:
@@ -138,6 +139,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             req, cyc, summary = _run_point(engine, requests, settings, label, gamma, int(cfg.seed))
             req_frames.append(req)
             cyc_frames.append(cyc)
+        except SpectuneError:
+            raise  # bad input is the user's to fix, not a failed measurement
         except (RuntimeError, MemoryError, ValueError) as err:  # record the failed grid point, go on
             summary = {"method": label, "gamma": gamma, "status": "failed", "error": f"{type(err).__name__}: {err}"}
             print(f"grid point {label} failed: {summary['error']}", file=sys.stderr)

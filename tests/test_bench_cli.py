@@ -1,0 +1,103 @@
+"""`python -m harness` bench end to end on the embedded tiny pair: files, fields, sweeps, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1"]
+
+
+def harness(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_bench_writes_records_summary_and_metadata(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = harness(*SMALL, "gamma=[1,3]", "concurrency=2", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "fixed:gamma=3" in proc.stdout and "speedup" in proc.stdout
+
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert set(requests["method"]) == {"ar", "fixed:gamma=1", "fixed:gamma=3"}
+    assert (requests["output_tokens"] >= 1).all() and (requests["output_tokens"] <= 8).all()
+    assert {"ttft_ms", "tpot_ms", "e2el_ms", "itls_ms", "output_ids", "token_times_s"} <= set(requests.columns)
+    cycles = pd.read_parquet(run_dir / "cycles.parquet")
+    spec = cycles[cycles["method"] == "fixed:gamma=3"]
+    assert (spec["num_drafts"] == 3).all() and spec["accepted"].between(0, 3).all()
+    assert (spec["emitted"] <= spec["accepted"] + 1).all()
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    methods = {m["method"]: m for m in summary["methods"]}
+    g3 = methods["fixed:gamma=3"]
+    assert g3["status"] == "ok" and g3["completed"] == 3 and g3["failed"] == 0
+    for key in ("output_throughput", "request_throughput", "p99_ttft_ms", "median_tpot_ms", "p90_itl_ms",
+                "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates", "peak_rss_bytes"):
+        assert g3[key] is not None, key
+    assert len(g3["spec_decode_per_position_acceptance_rates"]) == 3
+    assert sum(g3["accepted_length_histogram"]) == g3["spec_decode_num_drafts"]
+    assert g3["spec_decode_acceptance_length"] == pytest.approx(
+        1 + g3["spec_decode_accepted_tokens"] / g3["spec_decode_num_drafts"])
+
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    assert meta["hardware"]["execution_path"] == "eager"
+    assert meta["models"]["target"]["parameters"] > meta["models"]["draft"]["parameters"]
+    assert meta["git"]["commit"] and meta["packages"]["torch"]
+    assert meta["workload"]["language"] == "en"
+
+
+@pytest.mark.slow
+def test_open_loop_poisson_arrivals(tmp_path):
+    proc = harness(*SMALL, "gamma=2", "request_rate=50", "concurrency=2", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    arrivals = requests[requests["method"] == "ar"]["arrival_s"].sort_values().to_numpy()
+    assert arrivals[0] == 0 and (arrivals[1:] > 0).all()
+    assert (requests["admitted_s"] >= requests["arrival_s"]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
+def test_multirun_sweep_over_workloads_and_gamma(tmp_path, launcher):
+    # In a sweep the workload group is chosen per job, so its fields take `++` (add or override).
+    proc = harness("-m", "+workload=en,zh", "++workload.num_prompts=2", "++workload.max_new_tokens=6", "task.warmup=0",
+                   "task.baseline=false", "gamma=1,2", f"hydra/launcher={launcher}",
+                   f"hydra.sweep.dir={tmp_path}", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    assert len(summaries) == 4
+    seen = {(json.loads(p.read_text())["workload"], json.loads(p.read_text())["methods"][0]["method"])
+            for p in summaries}
+    assert seen == {(w, f"fixed:gamma={g}") for w in ("en", "zh") for g in (1, 2)}
+
+
+@pytest.mark.parametrize(("override", "names"), [
+    ("gamma=0", "gamma=0"),
+    ("gamma=[1,-2]", "gamma=-2"),
+    ("concurrency=0", "concurrency=0"),
+    ("request_rate=0", "request_rate=0"),
+    ("workload.max_new_tokens=0", "max_new_tokens"),
+    ("policy=greedy-guess", "policy='greedy-guess'"),
+    ("hardware=cuda", "CUDA"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, override, names):
+    proc = harness(*SMALL, override, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and names in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_workload_and_long_prompt_errors(tmp_path):
+    proc = harness(f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2 and "+workload=" in proc.stderr
+    proc = harness(*SMALL, "workload.max_new_tokens=100000", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2 and "context" in proc.stderr and "Traceback" not in proc.stderr
