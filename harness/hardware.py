@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from harness.engine.engine import ExecutionPath
 from harness.errors import SpectuneError
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -24,10 +25,27 @@ def setup(hardware: DictConfig) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SpectuneError(f"hardware={hardware.name} needs a CUDA device, but torch sees none "
                             f"(torch {torch.__version__}); use hardware=cpu")
-    if hardware.get("compile"):
-        raise SpectuneError(f"hardware={hardware.name}: the compiled path (static cache + CUDA graphs) is not built "
-                            "yet; use hardware=cuda (eager) or hardware=cpu")
+    execution_path(hardware)  # validates kv_cache / max_cache_len / compile
     return device
+
+
+def execution_path(hardware: DictConfig) -> ExecutionPath:
+    """The engine's execution path from a hardware setup (eager dynamic cache unless it says otherwise)."""
+    kv = hardware.get("kv_cache", "dynamic")
+    if kv not in ("dynamic", "static"):
+        raise SpectuneError(f"hardware.kv_cache={kv!r} is unknown: choose dynamic or static")
+    max_len = hardware.get("max_cache_len")
+    if kv == "static" and not (isinstance(max_len, int) and max_len >= 8):
+        raise SpectuneError(f"hardware.max_cache_len={max_len!r} is invalid: a static cache needs an integer >= 8")
+    mode = hardware.get("compile")
+    modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    if mode is not None and mode not in modes:
+        raise SpectuneError(f"hardware.compile={mode!r} is unknown: choose null or one of {', '.join(modes)}")
+    if mode is not None and kv != "static":
+        raise SpectuneError(f"hardware.compile={mode!r} needs hardware.kv_cache=static (growing caches recompile "
+                            "every step)")
+    return ExecutionPath(static=kv == "static", max_cache_len=max_len or 0, compile_mode=mode,
+                         compile_backend=hardware.get("compile_backend", "inductor"))
 
 
 def describe(hardware: DictConfig, device: torch.device) -> dict[str, Any]:
@@ -38,6 +56,7 @@ def describe(hardware: DictConfig, device: torch.device) -> dict[str, Any]:
         "dtype": hardware.dtype,
         "attn_implementation": hardware.attn_implementation,
         "execution_path": "compiled" if hardware.get("compile") else "eager",
+        **execution_path(hardware).describe(),
         "torch_threads": torch.get_num_threads(),
         "clock": "perf_counter after torch.cuda.synchronize()" if device.type == "cuda" else "perf_counter",
     }

@@ -16,11 +16,30 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.engine.clock import DeviceClock, MemoryTracker
+from harness.engine.kv import SlotKV
 from harness.engine.models import DraftProposer, TargetScorer
 from harness.engine.records import CycleRecord, Request, RequestRecord
+from harness.engine.static_kv import StaticSlotKV
 from harness.rejection import RejectionSampler
 from harness.sampling import SamplingParams, sample
 from policies.base import CycleFeedback, DraftLengthPolicy
+
+
+@dataclass(frozen=True)
+class ExecutionPath:
+    """How forwards run. Eager: HF DynamicCache, shapes grow. Static: preallocated per-slot buffers of
+    ``max_cache_len`` columns and fixed shapes, optionally under ``torch.compile(mode=compile_mode)``
+    (``"reduce-overhead"`` = CUDA graphs on a GPU). Recorded with every result."""
+
+    static: bool = False
+    max_cache_len: int = 0
+    compile_mode: str | None = None
+    compile_backend: str = "inductor"
+
+    def describe(self) -> dict:
+        return {"kv_cache": "static" if self.static else "dynamic", "max_cache_len": self.max_cache_len or None,
+                "compile_mode": self.compile_mode,
+                "compile_backend": self.compile_backend if self.compile_mode else None}
 
 
 @dataclass
@@ -40,14 +59,36 @@ class Engine:
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, *, sampling: SamplingParams,
                  sampler: RejectionSampler, device: torch.device | str, eos_token_ids: list[int] | None = None,
-                 seed: int = 0, compact_waste: float = 0.5) -> None:
+                 seed: int = 0, compact_waste: float = 0.5, path: ExecutionPath | None = None) -> None:
         self.target, self.draft = target, draft
         self.sampling, self.sampler = sampling, sampler
         self.device = torch.device(device)
         self.eos = set(eos_token_ids or [])
         self.seed = seed
         self.compact_waste = compact_waste
+        self.path = path or ExecutionPath()
         self.clock = DeviceClock(self.device)
+        self._static: dict[tuple[int, int], StaticSlotKV] = {}  # reused across runs: graphs keep addresses
+        self._forward = {}
+        if self.path.compile_mode is not None:
+            # One graph per (model, batch, n) shape; both models share forward's code object, so the default
+            # limit (8) would silently fall back to eager mid-benchmark.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+            for model in (target, draft):
+                if model is not None:
+                    self._forward[id(model)] = torch.compile(model.forward, mode=self.path.compile_mode,
+                                                             backend=self.path.compile_backend, dynamic=False)
+
+    def _kv(self, model: torch.nn.Module, batch: int) -> SlotKV:
+        if not self.path.static:
+            return SlotKV(batch, self.device)
+        key = (id(model), batch)
+        if key not in self._static:
+            self._static[key] = StaticSlotKV(batch, self.device, model, self.path.max_cache_len,
+                                             forward_fn=self._forward.get(id(model)))
+        kv = self._static[key]
+        kv.reset()
+        return kv
 
     @torch.inference_mode()
     def run(self, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
@@ -55,8 +96,8 @@ class Engine:
         speculative = policy is not None and self.draft is not None
         batch = concurrency
         generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        scorer = TargetScorer(self.target, batch, self.sampling, self.device)
-        proposer = DraftProposer(self.draft, batch, self.sampling, self.device) if speculative else None
+        scorer = TargetScorer(self.target, self._kv(self.target, batch), self.sampling)
+        proposer = DraftProposer(self.draft, self._kv(self.draft, batch), self.sampling) if speculative else None
         if policy is not None:
             policy.reset()
         memory = MemoryTracker(self.device)

@@ -21,7 +21,7 @@ def _layers(cache: DynamicCache) -> list:
 
 
 @_memo
-def _cache_arguments(model_class: type) -> tuple[str, bool]:
+def cache_arguments(model_class: type) -> tuple[str, bool]:
     """Name of the KV-cache argument and whether ``cache_position`` is taken, for this model class.
 
     transformers 5.24 renamed ``past_key_values`` to ``cache`` and derives cache positions itself;
@@ -37,10 +37,17 @@ class SlotKV:
 
     def __init__(self, batch: int, device: torch.device | str) -> None:
         self.device = torch.device(device)
+        self.batch = batch
         self.cache = DynamicCache()
-        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
-        self.col_pos = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
-        self.next_pos = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty every slot (the static subclass keeps its buffers: only bookkeeping is cleared)."""
+        if isinstance(self.cache, DynamicCache):
+            self.cache = DynamicCache()
+        self.valid = torch.zeros(self.batch, 0, dtype=torch.bool, device=self.device)
+        self.col_pos = torch.zeros(self.batch, 0, dtype=torch.long, device=self.device)
+        self.next_pos = torch.zeros(self.batch, dtype=torch.long, device=self.device)
 
     @property
     def columns(self) -> int:
@@ -57,7 +64,7 @@ class SlotKV:
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.col_pos = torch.cat([self.col_pos, positions], dim=1)
         start = self.columns - n
-        cache_arg, takes_position = _cache_arguments(type(model))
+        cache_arg, takes_position = cache_arguments(type(model))
         extra = {"cache_position": torch.arange(start, start + n, device=self.device)} if takes_position else {}
         out = model(input_ids=tokens, attention_mask=self.valid.long(), position_ids=positions,
                     use_cache=True, **{cache_arg: self.cache}, **extra)

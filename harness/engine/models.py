@@ -48,9 +48,8 @@ class Proposal:
 class TargetScorer:
     """The target model: prefill, one autoregressive step, or scoring γ drafts in one forward."""
 
-    def __init__(self, model: torch.nn.Module, batch: int, sampling: SamplingParams, device: torch.device):
-        self.model, self.sampling, self.device = model, sampling, device
-        self.kv = SlotKV(batch, device)
+    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams):
+        self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Load prompts into slots ``rows``; returns the laws of their first new tokens, [k, V]."""
@@ -69,11 +68,12 @@ class TargetScorer:
 class DraftProposer:
     """The draft model: proposes up to γ tokens per cycle, asking the policy after every step."""
 
-    def __init__(self, model: torch.nn.Module, batch: int, sampling: SamplingParams, device: torch.device):
-        self.model, self.sampling, self.device = model, sampling, device
-        self.kv = SlotKV(batch, device)
-        self.extra = torch.zeros(batch, dtype=torch.long, device=device)
-        self.has_extra = torch.zeros(batch, dtype=torch.bool, device=device)
+    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams):
+        self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
+        self.extra = torch.zeros(kv.batch, dtype=torch.long, device=self.device)
+        self.has_extra = torch.zeros(kv.batch, dtype=torch.bool, device=self.device)
+        # Static (compiled) caches want one first-step shape: always feed [extra or dummy, last].
+        self.fixed_shapes = getattr(kv, "fixed_shapes", False)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
         _prefill(self.model, self.kv, rows, prompts, self.device)
@@ -82,7 +82,7 @@ class DraftProposer:
     def propose(self, last: torch.Tensor, gamma: int, policy: DraftLengthPolicy, context_length: torch.Tensor,
                 generator: torch.Generator | None) -> Proposal:
         batch = last.shape[0]
-        if bool(self.has_extra.any()):
+        if self.fixed_shapes or bool(self.has_extra.any()):
             tokens = torch.stack([self.extra, last], dim=1)
             valid = torch.stack([self.has_extra, torch.ones_like(self.has_extra)], dim=1)
         else:

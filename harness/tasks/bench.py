@@ -98,7 +98,7 @@ def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings,
     if settings.warmup:
         warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
                 for i, r in enumerate(requests[: settings.warmup])]
-        engine.run(warm, policy, min(settings.concurrency, len(warm)))
+        engine.run(warm, policy, settings.concurrency)  # same batch shape as the timed run (compiled graphs)
     with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
         result = engine.run(requests, policy, settings.concurrency, on_finish=lambda _: bar.update())
     req, cyc = requests_frame(result.requests), cycles_frame(result.cycles)
@@ -121,10 +121,14 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     pair = load_pair(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, pair.tokenizer)
     max_context = getattr(pair.target.config, "max_position_embeddings", None)
+    path = hw.execution_path(cfg.hardware)
+    if path.static:  # a static cache holds prompt + output + one block per slot
+        max_context = min(max_context or path.max_cache_len, path.max_cache_len)
     requests = build_requests(workload, settings, max_context)
     eos = pair.tokenizer.eos_token_id
     engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler(cfg.sampler),
-                    device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed))
+                    device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed),
+                    path=path)
 
     metadata = {**base_metadata(), "task": "bench", "models": pair.metadata,
                 "hardware": hw.describe(cfg.hardware, device), "workload": workload.describe(),
