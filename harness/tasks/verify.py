@@ -5,19 +5,24 @@
    judged by a stated rule (:class:`harness.audit.FitRule`).
 3. Optionally the same for the first two emitted tokens of γ = 2 blocks (the prefix is part of the state).
 
+``task.source=models`` audits the real (target, draft) pair of ``models`` on a workload instead
+(:mod:`harness.audit_models`): the sampler on the pair's next-token laws, then the Engine itself.
+
 The exit code follows the *configured* sampler (top-level ``sampler``): 0 when it passes, 1 when it fails
 — so `sampler=naive` exits non-zero. Everything lands in ``verify.json`` in the run directory.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.audit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
+from harness.errors import SpectuneError
 from harness.exact_laws import PositionLaws, total_variation, validate_pair
 from harness.io import write_json
 from harness.metadata import base_metadata
@@ -25,6 +30,35 @@ from harness.tasks._options import as_list, integer, number
 
 # The pair check has V² categories: keep it where the chi-square still has ≥ ~5 expected per cell.
 MAX_PAIR_VOCAB = 16
+
+
+SOURCES = ("lists", "models")
+
+
+def _rule(task: DictConfig) -> FitRule:
+    return FitRule(z_max=number(task.get("z_max", 4.5), "task.z_max", lo=0, lo_open=True),
+                   min_pvalue=number(task.get("chi2_min_pvalue", 1e-3), "task.chi2_min_pvalue", lo=0, hi=1))
+
+
+def _model_settings(cfg: DictConfig) -> dict[str, Any]:
+    """``task.source=models``: validate ``task.real.*`` and the workload's presence before torch loads."""
+    if not cfg.get("workload"):
+        raise SpectuneError("task=verify task.source=models needs a workload: add +workload=it|en|zh|es|mix")
+    real = cfg.task.get("real") or {}
+    return {
+        "configured": str(cfg.get("sampler", "exact")), "seed": integer(cfg.get("seed", 20260923), "seed", lo=0),
+        "rule": _rule(cfg.task),
+        "prompts": integer(real.get("prompts", 3), "task.real.prompts", lo=1),
+        "trials": integer(real.get("trials", 5_000), "task.real.trials", lo=100),
+        "min_expected": number(real.get("min_expected", 5), "task.real.min_expected", lo=0, lo_open=True),
+        "engine": {
+            "requests": integer(real.get("engine_requests", 512), "task.real.engine_requests", lo=0),
+            "concurrency": integer(real.get("engine_concurrency", 512), "task.real.engine_concurrency", lo=1),
+            "gamma": integer(real.get("engine_gamma", 3), "task.real.engine_gamma", lo=1),
+            "conditions": integer(real.get("engine_conditions", 3), "task.real.engine_conditions", lo=0),
+            "min_expected": number(real.get("min_expected", 5), "task.real.min_expected", lo=0, lo_open=True),
+        },
+    }
 
 
 def _settings(cfg: DictConfig) -> dict[str, Any]:
@@ -36,9 +70,7 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
         "p": p, "q": q, "configured": str(cfg.get("sampler", "exact")),
         "trials": integer(task.get("trials", 200_000), "task.trials", lo=100),
         "seed": integer(cfg.get("seed", 20260923), "seed", lo=0),
-        "rule": FitRule(z_max=number(task.get("z_max", 4.5), "task.z_max", lo=0, lo_open=True),
-                        min_pvalue=number(task.get("chi2_min_pvalue", 1e-3), "task.chi2_min_pvalue",
-                                          lo=0, hi=1)),
+        "rule": _rule(task),
         "block_check": bool(task.get("block_check", True)),
     }
 
@@ -71,6 +103,11 @@ def _print_fit(title: str, results: dict[str, FitResult], labels: list[str], con
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
+    source = str(cfg.task.get("source", "lists"))
+    if source not in SOURCES:
+        raise SpectuneError(f"task.source={source!r} is unknown: choose one of {', '.join(SOURCES)}")
+    if source == "models":
+        return run_models(cfg, run_dir, _model_settings(cfg))
     s = _settings(cfg)
     from harness.audit_mc import first_pair_counts, first_token_counts  # loads torch
     from harness.rejection import SAMPLERS, get_sampler
@@ -126,3 +163,53 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 
 
+
+
+def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
+    """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
+    from harness import audit_models as am  # loads torch and transformers
+    from harness.models.loading import load_pair
+    from harness.rejection import SAMPLERS, get_sampler
+    from workloads.loader import load_workload
+
+    get_sampler(s["configured"])
+    pair = load_pair(cfg.models, cfg.hardware)
+    wl = load_workload(cfg.workload, pair.tokenizer)
+    prompts = wl.prompts[: s["prompts"]]
+    samplers = {name: get_sampler(name) for name in SAMPLERS}
+    rule, seed = s["rule"], s["seed"]
+    print(f"pair {pair.metadata.get('name')} (vocabulary {pair.metadata['target']['vocab_size']}), workload "
+          f"{wl.name}: T={wl.sampling.temperature}, top_p={wl.sampling.top_p}, top_k={wl.sampling.top_k}\n")
+    start = time.perf_counter()
+    rows = am.sampler_level(pair, prompts, wl.sampling, samplers, s["trials"], seed, rule, s["min_expected"])
+    sampler_s = time.perf_counter() - start
+    am.print_sampler_level(rows, s["trials"], s["min_expected"], s["configured"], sampler_s)
+    verdicts = {name: all(r["fits"][name].passed for r in rows) for name in samplers}
+
+    engine: dict[str, Any] = {"skipped": "task.real.engine_requests=0"}
+    if s["engine"]["requests"] > 0:
+        shortest = min(prompts, key=lambda p: len(p.input_ids))  # cheapest prefill
+        engine = am.engine_level(pair, shortest, wl.sampling, samplers, s["engine"], seed, rule)
+        am.print_engine_level(engine, s["configured"])
+        verdicts = {k: v and engine["variants"][k]["passed"] for k, v in verdicts.items()}
+
+    words = {k: "PASS" if v else "FAIL" for k, v in verdicts.items()}
+    print(f"\nRule: {rule.describe()}; sampler level on the cells of each prompt; engine level with the "
+          "chi-square and event p-value thresholds divided by the Bonferroni family size")
+    print("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
+                                 for k, v in words.items()))
+    code = 0 if verdicts[s["configured"]] else 1
+    out = write_json(run_dir / "verify.json", {
+        "task": "verify", "source": "models", "rule": rule.describe(), "z_max": rule.z_max,
+        "chi2_min_pvalue": rule.min_pvalue, "seed": seed, "configured_sampler": s["configured"],
+        "exit_code": code, "min_expected": s["min_expected"],
+        "binning": "tokens with n*p >= min_expected are their own cells; other p>0 tokens share 'rest', "
+                   "p=0 tokens share 'p=0'; cells depend on (p, n) only",
+        "models_audit": {"sampler_level": {**am.sampler_level_json(rows, s["trials"], s["min_expected"]),
+                                           "wall_s": sampler_s},
+                         "engine_level": engine},
+        "verdict": words, "models": pair.metadata, "workload": wl.describe(),
+        "hardware": OmegaConf.to_container(cfg.hardware, resolve=True), "metadata": base_metadata(),
+    })
+    print(f"wrote {out}")
+    return code

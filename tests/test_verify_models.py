@@ -1,0 +1,118 @@
+"""The exactness audit on the real (embedded tiny) model pair: `task=verify task.source=models`.
+
+Seeded throughout (seed 20260923). Rule: the audit's own (every cell |freq−p| < 4.5 SE, chi-square
+p-value > 1e-3, no p=0 hit), on the cells of :func:`harness.audit_bins.make_bins` (n·p ≥ 5 own cell).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from harness.audit import FitRule
+from harness.audit_bins import REST, ZERO, binned_fit, chi2_power, event_test, make_bins
+
+REPO = Path(__file__).resolve().parent.parent
+RULE = FitRule()
+SEED = 20260923
+
+
+def test_bins_follow_expected_counts_and_keep_zero_tokens_apart() -> None:
+    p = np.array([0.5, 0.3, 0.1, 0.06, 0.04, 0.0])
+    bins = make_bins(p, n=100, min_expected=5)  # expected 50, 30, 10, 6, 4, 0
+    assert bins.labels == ["0", "1", "2", "3", REST, ZERO]
+    assert bins.law(p) == pytest.approx([0.5, 0.3, 0.1, 0.06, 0.04, 0.0])
+    counts = np.array([50, 30, 10, 6, 3, 1])
+    res, _ = binned_fit(counts, p, 5, RULE)
+    assert not res.passed and res.zero_prob_hits == [5]  # one draw of a p=0 token fails the rule
+
+
+def test_one_cell_is_untestable_not_a_failure() -> None:
+    """n·p < 5 everywhere: a lone 'rest' cell with law exactly 1, no chi-square, no |Δ|/SE = inf."""
+    p = np.full(1000, 1e-3)
+    res, bins = binned_fit(np.bincount([3, 7, 7], minlength=1000), p, 5, RULE)
+    assert bins.labels == [REST] and res.law.tolist() == [1.0]
+    assert res.chi2_dof == 0 and res.max_z == 0.0 and res.passed
+
+
+def test_power_and_event_test_are_consistent() -> None:
+    p_cells, alt = np.array([0.5, 0.5]), np.array([0.45, 0.55])
+    assert chi2_power(p_cells, p_cells, 1000, 1e-3) == pytest.approx(1e-3, rel=1e-6)  # size at the null
+    assert chi2_power(p_cells, alt, 10_000, 1e-3) > 0.99  # λ = 10000·0.01 = 100
+    ev = event_test(np.array([True] * 40 + [False] * 60), np.full(100, 0.5), alt_prob=np.full(100, 0.4))
+    assert ev.z == pytest.approx(-2.0) and ev.alt_z == pytest.approx(-2.0)
+    assert 0.1 < ev.alt_power(0.05) < 0.6
+
+
+@pytest.fixture(scope="module")
+def real() -> tuple:
+    from harness.models.loading import load_pair
+    from workloads.loader import load_workload
+
+    pair = load_pair(OmegaConf.load(REPO / "conf/models/tiny.yaml"), OmegaConf.load(REPO / "conf/hardware/cpu.yaml"))
+    return pair, load_workload(OmegaConf.load(REPO / "conf/workload/en.yaml"), pair.tokenizer)
+
+
+@pytest.mark.slow
+def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
+    """Among the first 3 en prompts, the next position with the largest TV(naive, p) (analytic, float64).
+
+    n = 3000 trials; the binned chi-square's power against the naive law there is computed (noncentral
+    chi-square) and must be ≥ 0.95 for the test to be meaningful; then exact must PASS and naive FAIL.
+    """
+    from harness.audit_mc import first_token_counts
+    from harness.audit_models import next_law
+    from harness.exact_laws import PositionLaws
+    from harness.rejection import get_sampler
+
+    pair, wl = real
+    laws = [PositionLaws.of(next_law(pair.target, pr.input_ids, wl.sampling),
+                            next_law(pair.draft, pr.input_ids, wl.sampling)) for pr in wl.prompts[:3]]
+    worst = max(laws, key=lambda law: law.tv_naive)
+    assert worst.tv_naive > 0.05  # measured ≈ 0.068 on the embedded pair at T = 1
+    n = 3000
+    bins = make_bins(worst.p, n, 5)
+    power = chi2_power(bins.law(worst.p), bins.law(worst.naive), n, RULE.min_pvalue)
+    assert power is not None and power >= 0.95, power
+    samplers = {name: get_sampler(name) for name in ("exact", "naive")}
+    counts = first_token_counts(samplers, worst.p, worst.q, n, SEED)
+    exact, _ = binned_fit(counts["exact"], worst.p, 5, RULE)
+    naive, _ = binned_fit(counts["naive"], worst.p, 5, RULE)
+    assert exact.passed, exact.reasons
+    assert not naive.passed
+
+
+@pytest.mark.slow
+def test_models_mode_end_to_end(tmp_path: Path) -> None:
+    """The user command with small counts: 1 prompt × 2000 trials, 64 engine requests per sampler."""
+    cmd = [sys.executable, "-m", "harness", "task=verify", "task.source=models", "+workload=en",
+           "task.real.prompts=1", "task.real.trials=2000", "task.real.engine_requests=64",
+           "task.real.engine_concurrency=64", f"hydra.run.dir={tmp_path}"]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Verdict: exact PASS (configured)" in res.stdout
+    out = json.loads((tmp_path / "verify.json").read_text())
+    assert out["source"] == "models" and out["exit_code"] == 0 and out["verdict"]["exact"] == "PASS"
+    level = out["models_audit"]["sampler_level"]
+    (prompt,) = level["prompts"]
+    assert level["trials"] == 2000 and prompt["tv_naive_vs_p"] > 0 and prompt["tv_corrected_vs_p"] < 1e-9
+    assert sum(prompt["variants"]["exact"]["counts"]) == 2000 and prompt["variants"]["exact"]["verdict"] == "PASS"
+    assert 0 <= prompt["chi2_power_vs_naive"] <= 1 and prompt["cell_labels"][-1] == REST
+    engine = out["models_audit"]["engine_level"]
+    assert engine["gamma"] == 3 and engine["requests"] == 64
+    exact = engine["variants"]["exact"]
+    assert exact["passed"] and exact["n"] + exact["ended_at_eos"] == 64
+    assert exact["residual_event"]["expected"] > 0 and "power_vs_naive" in exact["residual_event"]
+    assert out["models"]["target"]["vocab_size"] == 8192 and out["workload"]["name"] == "en"
+
+
+def test_models_mode_without_workload_is_a_one_line_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "harness", "task=verify", "task.source=models", f"hydra.run.dir={tmp_path}"]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "needs a workload" in res.stderr
