@@ -3,9 +3,12 @@ compaction and slot refill (float64, tolerance 1e-10)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from harness.engine.kv import SlotKV
+from harness.engine.kv import SlotKV, attention_mask
+from harness.engine.models import _prefill
+from harness.engine.static_kv import StaticSlotKV
 from tests.tiny_models import tiny_llama
 
 TOL = 1e-10
@@ -25,8 +28,9 @@ def _prefilled(model, seqs: list[torch.Tensor]) -> SlotKV:
 
 
 @torch.inference_mode()
-def test_ragged_rollback_compaction_and_refill_match_full_forward():
-    model = tiny_llama(vocab=50, seed=1)
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_ragged_rollback_compaction_and_refill_match_full_forward(attn):
+    model = tiny_llama(vocab=50, seed=1, attn=attn)
     gen = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 50, (n,), generator=gen) for n in (5, 9, 7)]
     kv = _prefilled(model, seqs)
@@ -75,3 +79,42 @@ def test_padding_dummy_column_is_invisible():
     assert (logits[1, -1] - _full(model, torch.cat([seq[:-1], torch.tensor([7, 5])]))[-1]).abs().max() < TOL
     assert (logits[0, -1] - logits[1, -1]).abs().max() > 1e-6  # the dummy really was hidden from row 0
     assert kv.next_pos.tolist() == [5, 6]
+
+
+def _finite(kv: SlotKV) -> bool:
+    return all(bool(torch.isfinite(layer.keys).all() and torch.isfinite(layer.values).all())
+               for layer in kv.cache.layers)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_padding_and_empty_slots_never_put_nan_in_the_cache(static):
+    """Left-padded prefill and an empty slot both feed dummies with nothing valid before them; each
+    sees its own column, so no query is fully masked and the cache stays finite (0 · NaN would poison
+    later products). The loaded rows still match a plain forward."""
+    model = tiny_llama(vocab=50, seed=4)
+    kv = StaticSlotKV(3, "cpu", model, max_len=32) if static else SlotKV(3, "cpu")
+    short, long = [5, 6, 7], [1, 2, 3, 4, 8, 9, 10]
+    logits = _prefill(model, kv, [0, 2], [short, long], torch.device("cpu"))
+    assert (logits[0] - _full(model, torch.tensor(short))[-1]).abs().max() < TOL
+    assert (logits[1] - _full(model, torch.tensor(long))[-1]).abs().max() < TOL
+    step = kv.forward(model, torch.tensor([[11], [12], [13]]), torch.ones(3, 1, dtype=torch.bool))
+    assert _finite(kv) and torch.isfinite(step).all()
+    assert (step[0, -1] - _full(model, torch.tensor([*short, 11]))[-1]).abs().max() < TOL
+    assert (step[2, -1] - _full(model, torch.tensor([*long, 13]))[-1]).abs().max() < TOL
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_no_query_row_is_fully_masked(attn):
+    """Dummies with nothing valid at or before them still see their own column. (PyTorch's CPU SDPA
+    returns zeros for a fully masked row, but other kernels return NaN: the rule must not rely on it.)"""
+    model = tiny_llama(vocab=50, seed=4, attn=attn)
+    valid = torch.tensor([[False, False, True, True], [False, False, False, False]])
+    mask = attention_mask(valid, start=1, n=3, width=4, model=model)
+    visible = mask if mask.dtype == torch.bool else mask == 0
+    assert visible.any(-1).all()
+    # queries sit at columns 1, 2, 3
+    assert visible[0, 0, 0].tolist() == [False, True, False, False]  # nothing valid before it: only itself
+    assert visible[0, 0, 1].tolist() == [False, False, True, False]  # column 3 is its future
+    assert visible[0, 0, 2].tolist() == [False, False, True, True]
+    assert visible[1, 0, 0].tolist() == [False, True, False, False]  # an empty slot's dummy

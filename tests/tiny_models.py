@@ -7,7 +7,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 
 def tiny_llama(vocab: int = 64, hidden: int = 32, layers: int = 2, seed: int = 0, init: float = 0.02,
-               dtype: torch.dtype = torch.float64) -> LlamaForCausalLM:
+               dtype: torch.dtype = torch.float64, attn: str = "sdpa") -> LlamaForCausalLM:
     """A real LlamaForCausalLM small enough to run thousands of steps in a test.
 
     ``init`` is the weight scale: large values give peaked next-token laws (more signal in law tests).
@@ -16,6 +16,7 @@ def tiny_llama(vocab: int = 64, hidden: int = 32, layers: int = 2, seed: int = 0
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          initializer_range=init, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = attn
     return LlamaForCausalLM(config).eval().to(dtype)
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psutil
 import torch
+
+try:  # psutil is a dependency, but the GPU machine's image may lack it: fall back to the stdlib peak
+    import psutil
+except ImportError:  # pragma: no cover
+    psutil = None
 
 
 class DeviceClock:
@@ -34,7 +38,7 @@ class MemoryTracker:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.process = psutil.Process()
+        self.process = psutil.Process() if psutil is not None else None
         self.peak_rss = 0
         self.peak_nvml = 0
         self._nvml: Any = None
@@ -51,7 +55,12 @@ class MemoryTracker:
         self.sample()
 
     def sample(self) -> None:
-        self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
+        if self.process is not None:
+            self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
+        else:
+            import resource
+
+            self.peak_rss = max(self.peak_rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         if self._nvml is not None:
             nvml, handle = self._nvml
             self.peak_nvml = max(self.peak_nvml, int(nvml.nvmlDeviceGetMemoryInfo(handle).used))

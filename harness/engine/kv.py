@@ -21,15 +21,49 @@ def _layers(cache: DynamicCache) -> list:
 
 
 @_memo
-def cache_arguments(model_class: type) -> tuple[str, bool]:
-    """Name of the KV-cache argument and whether ``cache_position`` is taken, for this model class.
+def _forward_arguments(model_class: type) -> tuple[str, bool, bool]:
+    """(name of the KV-cache argument, takes ``cache_position``, takes ``logits_to_keep``) for this class.
 
     transformers 5.24 renamed ``past_key_values`` to ``cache`` and derives cache positions itself;
     older 5.x releases (the GPU machine has 5.17) still want ``past_key_values`` + ``cache_position``.
     """
     params = inspect.signature(model_class.forward).parameters
     name = "cache" if "cache" in params else "past_key_values"
-    return name, "cache_position" in params
+    return name, "cache_position" in params, "logits_to_keep" in params
+
+
+def model_kwargs(model: torch.nn.Module, cache: object, start: int, n: int, last_only: bool,
+                 device: torch.device) -> dict:
+    """Keyword arguments shared by every cached forward: the cache under its version's name, the
+    columns written (where the version wants them), and logits for the last position only when that
+    is all the caller reads (prefill and draft steps: no [n, V] projection wasted)."""
+    cache_arg, takes_position, takes_keep = _forward_arguments(type(model))
+    kwargs: dict = {cache_arg: cache, "use_cache": True}
+    if takes_position:
+        kwargs["cache_position"] = torch.arange(start, start + n, device=device)
+    if last_only and takes_keep:
+        kwargs["logits_to_keep"] = 1
+    return kwargs
+
+
+def attention_mask(valid: torch.Tensor, start: int, n: int, width: int, model: torch.nn.Module) -> torch.Tensor:
+    """The 4D mask [B, 1, n, width] for queries at columns start..start+n-1, built here (transformers
+    passes a 4D mask through untouched), so eager and static paths share one rule:
+
+    a query sees the valid columns at or before its own, and always its own column. The last part
+    keeps padding dummies (left padding, empty slots) from attending to nothing: a fully masked row
+    makes NaN, which would sit in the cache and poison any product with it (0 · NaN = NaN).
+    """
+    cols = torch.arange(width, device=valid.device)
+    query_cols = torch.arange(start, start + n, device=valid.device)
+    padded = torch.nn.functional.pad(valid, (0, width - valid.shape[1]))
+    causal = cols.unsqueeze(0) <= query_cols.unsqueeze(1)
+    own = cols.unsqueeze(0) == query_cols.unsqueeze(1)
+    mask = (padded[:, None, None, :] & causal) | own
+    if getattr(model.config, "_attn_implementation", "sdpa") == "eager":  # eager adds the mask to scores
+        dtype = next(model.parameters()).dtype
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return mask
 
 
 class SlotKV:
@@ -53,23 +87,38 @@ class SlotKV:
     def columns(self) -> int:
         return self.valid.shape[1]
 
-    def forward(self, model: torch.nn.Module, tokens: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+    def forward(self, model: torch.nn.Module, tokens: torch.Tensor, new_valid: torch.Tensor,
+                last_only: bool = False) -> torch.Tensor:
         """Feed ``tokens [B, n]``; ``new_valid [B, n]`` says which are real (False = padding dummy).
 
-        Real tokens of a row get consecutive positions from the row's ``next_pos``. Returns logits [B, n, V].
+        Real tokens of a row get consecutive positions from the row's ``next_pos``. Returns logits
+        [B, n, V], or [B, 1, V] for the last column when ``last_only``.
         """
         n = tokens.shape[1]
+        start = self._reserve(n)
         offsets = new_valid.long().cumsum(1) - 1
-        positions = (self.next_pos.unsqueeze(1) + offsets.clamp(min=0))
+        positions = self.next_pos.unsqueeze(1) + offsets.clamp(min=0)
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.col_pos = torch.cat([self.col_pos, positions], dim=1)
-        start = self.columns - n
-        cache_arg, takes_position = cache_arguments(type(model))
-        extra = {"cache_position": torch.arange(start, start + n, device=self.device)} if takes_position else {}
-        out = model(input_ids=tokens, attention_mask=self.valid.long(), position_ids=positions,
-                    use_cache=True, **{cache_arg: self.cache}, **extra)
+        mask = attention_mask(self.valid, start, n, self._mask_width(), model)
+        self._prepare_write(start, n)
+        forward = self.forward_fn or model
+        out = forward(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                      **model_kwargs(model, self.cache, start, n, last_only, self.device))
         self.next_pos = self.next_pos + new_valid.long().sum(1)
         return out.logits
+
+    # Hooks the static subclass overrides: where columns go and how wide the mask is.
+    forward_fn = None
+
+    def _reserve(self, n: int) -> int:
+        return self.columns
+
+    def _mask_width(self) -> int:
+        return self.columns
+
+    def _prepare_write(self, start: int, n: int) -> None:
+        pass
 
     def rollback(self, next_pos: torch.Tensor) -> None:
         """Keep, per row, only the columns whose position is below ``next_pos``; crop the common tail."""

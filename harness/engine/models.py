@@ -21,21 +21,20 @@ def _prefill(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[
              device: torch.device) -> torch.Tensor:
     """Run newly admitted prompts through ``model`` as one batch and load them into slots ``rows``.
 
-    Shorter prompts are right-padded with masked dummy columns (never attended, dropped on load).
-    Returns the logits after each prompt's last token, [k, V].
+    Shorter prompts are left-padded with masked dummy columns (never attended), so every row's last
+    token is in the last column and only that column's logits are computed. Returns them, [k, V].
     """
     longest = max(len(p) for p in prompts)
     tokens = torch.zeros(len(prompts), longest, dtype=torch.long)
     valid = torch.zeros(len(prompts), longest, dtype=torch.bool)
     for i, prompt in enumerate(prompts):
-        tokens[i, : len(prompt)] = torch.tensor(prompt)
-        valid[i, : len(prompt)] = True
+        tokens[i, longest - len(prompt):] = torch.tensor(prompt)
+        valid[i, longest - len(prompt):] = True
     fresh = SlotKV(len(prompts), device)
-    logits = fresh.forward(model, tokens.to(device), valid.to(device))
+    logits = fresh.forward(model, tokens.to(device), valid.to(device), last_only=True)
     for i, row in enumerate(rows):
         kv.load_row(row, fresh, other_row=i)
-    last = torch.tensor([len(p) - 1 for p in prompts], device=device)
-    return logits[torch.arange(len(prompts), device=device), last]
+    return logits[:, -1]
 
 
 @dataclass
@@ -92,7 +91,7 @@ class DraftProposer:
         num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
         early_stop = False
         for step in range(gamma):
-            q = warp(self.kv.forward(self.model, tokens, valid)[:, -1], self.sampling)
+            q = warp(self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1], self.sampling)
             x = sample(q, generator)
             drafted.append(x)
             laws.append(q)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.kv import SlotKV, cache_arguments
+from harness.engine.kv import SlotKV
 
 
 class _Layer:
@@ -71,35 +71,23 @@ class StaticSlotKV(SlotKV):
             layers.append(_Layer(keys, values))
         self._write_index: dict[int, torch.Tensor] = {}
         self.cache = ColumnCache(layers, torch.zeros(1, dtype=torch.long, device=self.device))
-        self.forward_fn = forward_fn or model.forward
-        self._columns_arange = torch.arange(max_len, device=self.device)
+        self.forward_fn = forward_fn
 
-    def forward(self, model: torch.nn.Module, tokens: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
-        n = tokens.shape[1]
-        start = self.columns
-        if start + n > self.max_len:
+    def _reserve(self, n: int) -> int:
+        if self.columns + n > self.max_len:
             self.compact()
-            start = self.columns
-            if start + n > self.max_len:
-                raise RuntimeError(f"static KV cache full: {start} + {n} columns > max_len {self.max_len}; "
+            if self.columns + n > self.max_len:
+                raise RuntimeError(f"static KV cache full: {self.columns} + {n} columns > max_len {self.max_len}; "
                                    "raise the hardware setup's max_cache_len")
-        offsets = new_valid.long().cumsum(1) - 1
-        positions = self.next_pos.unsqueeze(1) + offsets.clamp(min=0)
-        self.valid = torch.cat([self.valid, new_valid], dim=1)
-        self.col_pos = torch.cat([self.col_pos, positions], dim=1)
+        return self.columns
+
+    def _mask_width(self) -> int:
+        return self.max_len
+
+    def _prepare_write(self, start: int, n: int) -> None:
         index = self._write_index.setdefault(n, torch.zeros(n, dtype=torch.long, device=self.device))
-        index.copy_(torch.arange(start, start + n, device=self.device))
+        index.copy_(torch.arange(start, start + n, device=self.device))  # in place: a stable address
         self.cache.write_index = index
-        padded = torch.nn.functional.pad(self.valid, (0, self.max_len - self.columns))
-        query_cols = torch.arange(start, start + n, device=self.device)
-        causal = self._columns_arange.unsqueeze(0) <= query_cols.unsqueeze(1)  # [n, L] by column
-        mask = padded[:, None, None, :] & causal[None, None]
-        cache_arg, takes_position = cache_arguments(type(model))
-        extra = {"cache_position": query_cols} if takes_position else {}
-        out = self.forward_fn(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
-                              **{cache_arg: self.cache}, **extra)
-        self.next_pos = self.next_pos + new_valid.long().sum(1)
-        return out.logits
 
     def _select_columns(self, index: slice | torch.Tensor) -> None:
         if isinstance(index, slice):  # a crop: buffers stay, the mask hides what is past the cursor
