@@ -76,3 +76,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     """
     noise = torch.empty_like(probs, dtype=torch.float32).exponential_(generator=generator)
     return (probs.float() / noise).argmax(-1)
+
+
+def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
+    """:func:`sample` from a law made by :func:`warp` with ``params``; greedy laws are one-hot, so their
+    draw is the argmax and needs no random numbers (a measurable saving per step on small models)."""
+    return probs.argmax(-1) if params.greedy else sample(probs, generator)

@@ -21,7 +21,7 @@ from harness.engine.models import DraftProposer, TargetScorer
 from harness.engine.records import CycleRecord, Request, RequestRecord
 from harness.engine.static_kv import StaticSlotKV
 from harness.rejection import RejectionSampler
-from harness.sampling import SamplingParams, sample
+from harness.sampling import SamplingParams, draw
 from policies.base import CycleFeedback, DraftLengthPolicy
 
 
@@ -150,7 +150,7 @@ class Engine:
                 first_laws = scorer.prefill(admitted, prompts)
                 if proposer is not None:
                     proposer.prefill(admitted, prompts)
-                first = sample(first_laws, generator)
+                first = draw(first_laws, self.sampling, generator)
                 last[admitted] = first
                 when = self.clock.now() - start
                 for row, token in zip(admitted, first.tolist(), strict=True):
@@ -180,7 +180,7 @@ class Engine:
             else:
                 gamma = 0
                 t1 = t0
-                next_tok = sample(scorer.score(last, None)[:, 0], generator)
+                next_tok = draw(scorer.score(last, None)[:, 0], self.sampling, generator)
                 accepted = torch.zeros(batch, dtype=torch.long, device=self.device)
                 next_tokens, accepted_list = next_tok.tolist(), [0] * batch
                 drafts_list, num_drafts = [[] for _ in range(batch)], [0] * batch

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.engine.kv import SlotKV
-from harness.sampling import SamplingParams, sample, warp
+from harness.sampling import SamplingParams, draw, warp
 from policies.base import DraftLengthPolicy, DraftStep
 
 
@@ -92,7 +92,7 @@ class DraftProposer:
         early_stop = False
         for step in range(gamma):
             q = warp(self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1], self.sampling)
-            x = sample(q, generator)
+            x = draw(q, self.sampling, generator)
             drafted.append(x)
             laws.append(q)
             num_drafts += running.long()
