@@ -101,3 +101,16 @@ def test_missing_workload_and_long_prompt_errors(tmp_path):
     assert proc.returncode == 2 and "+workload=" in proc.stderr
     proc = harness(*SMALL, "workload.max_new_tokens=100000", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "context" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(tmp_path):
+    """A static cache sized for short blocks: γ = 1 fits, γ = 40 cannot — that point fails, the rest run."""
+    proc = harness(*SMALL, "gamma=[1,40]", "hardware=cpu-static", "hardware.max_cache_len=72",
+                   "workload.prompt_tokens=[24,48]", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    methods = {m["method"]: m for m in json.loads((tmp_path / "summary.json").read_text())["methods"]}
+    assert methods["ar"]["status"] == "ok" and methods["fixed:gamma=1"]["status"] == "ok"
+    assert methods["fixed:gamma=40"]["status"] == "failed" and "γ=40" in methods["fixed:gamma=40"]["error"]
+    assert set(pd.read_parquet(tmp_path / "requests.parquet")["method"]) == {"ar", "fixed:gamma=1"}
+    assert "grid point fixed:gamma=40 failed" in proc.stderr

@@ -77,22 +77,34 @@ def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) 
 
 
 def build_requests(workload: Any, settings: BenchSettings, max_context: int | None) -> list[Request]:
+    """Requests in workload order. A prompt that cannot even be decoded autoregressively within the
+    target's context is the user's error; one that only overflows with a large γ fails that grid point."""
     arrivals = arrival_times(len(workload.prompts), settings.request_rate, settings.burstiness, workload.seed)
-    longest_block = max(settings.gammas, default=0) + 1
     requests = []
     for i, (prompt, arrival) in enumerate(zip(workload.prompts, arrivals, strict=True)):
-        need = len(prompt.input_ids) + workload.max_new_tokens + longest_block
+        need = len(prompt.input_ids) + workload.max_new_tokens + 1
         if max_context is not None and need > max_context:
             raise SpectuneError(f"prompt {prompt.id!r} needs {need} positions (prompt {len(prompt.input_ids)} + "
-                                f"max_new_tokens {workload.max_new_tokens} + γ+1 {longest_block}); the target's "
-                                f"context is {max_context}: shorten the prompt or lower max_new_tokens")
+                                f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
+                                "shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
                                 arrival))
     return requests
 
 
+def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> None:
+    """A cycle at γ writes γ+1 positions past the sequence (the draft's first step 2): all must fit."""
+    if max_context is None or not requests:
+        return
+    need = max(len(r.input_ids) + r.max_new_tokens for r in requests) + gamma + 2
+    if need > max_context:
+        raise RuntimeError(f"γ={gamma} needs {need} positions per slot (longest prompt + max_new_tokens + γ+2) "
+                           f"but the context is {max_context}")
+
+
 def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings, label: str, gamma: int,
-               seed: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+               seed: int, max_context: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    check_fits(requests, gamma, max_context)
     policy = make_policy(settings.policy, gamma) if gamma else None
     engine.seed = seed
     if settings.warmup:
@@ -140,7 +152,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     req_frames, cyc_frames, summaries = [], [], []
     for label, gamma in settings.methods():
         try:
-            req, cyc, summary = _run_point(engine, requests, settings, label, gamma, int(cfg.seed))
+            req, cyc, summary = _run_point(engine, requests, settings, label, gamma, int(cfg.seed), max_context)
             req_frames.append(req)
             cyc_frames.append(cyc)
         except SpectuneError:
