@@ -101,6 +101,20 @@ def test_eos_and_max_new_tokens_end_requests(pair):
             assert rec.output_ids == ref.output_ids[:cut]
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_requests_that_end_at_their_first_token(pair, concurrency):
+    """max_new_tokens = 1 (or EOS first) ends a request at prefill: no cycle runs for it, the loop goes on."""
+    target, draft = pair
+    requests = _requests(2, max_new=5, seed=9) + _requests(3, max_new=1)  # the last one ends at prefill
+    for i, req in enumerate(requests):
+        req.request_id = i
+    engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    result = engine.run(requests, FixedGamma(2), concurrency)
+    assert [len(r.output_ids) for r in sorted(result.requests, key=lambda r: r.request_id)] == [5, 5, 1, 1, 1]
+    frame = requests_frame(result.requests)
+    assert frame["tpot_ms"].isna().sum() == 3  # TPOT is undefined for one-token outputs
+
+
 def test_continuous_batching_and_open_loop_timing(pair):
     target, draft = pair
     requests = _requests(6, max_new=8)

@@ -157,8 +157,9 @@ class Engine:
                     records[slots[row].request_id].first_token_s = when
                     emit(row, [token], when)
             active_rows = [row for row in range(batch) if slots[row] is not None]
-            if not active_rows:  # open loop, nothing in flight: wait for the next arrival
-                time.sleep(max(0.0, (waiting[0].arrival_s or 0.0) - (self.clock.now() - start)))
+            if not active_rows:  # nothing in flight (open loop, or requests done at their first token)
+                if waiting:
+                    time.sleep(max(0.0, (waiting[0].arrival_s or 0.0) - (self.clock.now() - start)))
                 continue
             active = torch.zeros(batch, dtype=torch.bool, device=self.device)
             active[active_rows] = True
