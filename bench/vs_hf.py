@@ -1,7 +1,10 @@
 """spectune's engine vs transformers' assisted generation vs plain `generate`, side by side in one run.
 
 Same models, same prompts, greedy decoding, batch 1, same γ (HF: num_assistant_tokens=γ, schedule
-"constant", assistant_confidence_threshold=0 so HF drafts exactly γ like we do). Each method is warmed
+"constant", assistant_confidence_threshold=0 so HF drafts exactly γ like we do). transformers 5.x reads
+these from the *assistant's* generation_config and silently ignores them as generate() arguments (it then
+drafts with its defaults: γ = 20 cut by a 0.4 confidence stop), so they are set there; forward hooks count
+both models' calls to prove the γ really used. Each method is warmed
 up, then every prompt is timed on its own (wall clock; on CUDA after synchronize). Throughput is
 generated tokens (target tokenizer ids) / summed time. Greedy outputs are compared token for token.
 
@@ -54,6 +57,24 @@ def time_hf(model, prompts: list[list[int]], max_new: int, device: torch.device,
     return total, outputs
 
 
+class CallCounter:
+    """Counts forward calls of a model (HF assisted generation: drafts per target call)."""
+
+    def __init__(self, model) -> None:
+        self.calls = 0
+        model.register_forward_hook(self._hook)
+
+    def _hook(self, *_) -> None:
+        self.calls += 1
+
+
+def set_assistant(draft, gamma: int) -> None:
+    config = draft.generation_config
+    config.num_assistant_tokens = gamma
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
+
+
 def time_spectune(engine: Engine, prompts: list[list[int]], max_new: int, gamma: int) -> tuple[float, list]:
     total, outputs = 0.0, []
     for i, ids in enumerate(prompts):
@@ -90,6 +111,7 @@ def main() -> None:
     engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
                     device=device, eos_token_ids=[], seed=0)
     hf_common = {"pad_token_id": pair.tokenizer.pad_token_id or 0, "eos_token_id": None}
+    target_calls, draft_calls = CallCounter(pair.target), CallCounter(pair.draft)
 
     rows = []
     time_hf(pair.target, warm, args.max_new_tokens, device, **hf_common)
@@ -100,18 +122,22 @@ def main() -> None:
     rows.append({"gamma": 0, "hf_generate_tok_s": tokens / hf_plain_s, "spectune_tok_s": tokens / ar_s,
                  "spectune_over_hf": hf_plain_s / ar_s, "outputs_match": ar_out == reference})
     for gamma in args.gammas:
-        assisted = dict(hf_common, assistant_model=pair.draft, num_assistant_tokens=gamma,
-                        num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        set_assistant(pair.draft, gamma)
+        assisted = dict(hf_common, assistant_model=pair.draft)
         time_hf(pair.target, warm, args.max_new_tokens, device, **assisted)
+        target_calls.calls = draft_calls.calls = 0
         hf_s, hf_out = time_hf(pair.target, prompts, args.max_new_tokens, device, **assisted)
+        hf_drafts_per_cycle = draft_calls.calls / max(1, target_calls.calls - len(prompts))  # minus prefills
         time_spectune(engine, warm, args.max_new_tokens, gamma)
         sp_s, sp_out = time_spectune(engine, prompts, args.max_new_tokens, gamma)
         rows.append({"gamma": gamma, "hf_assisted_tok_s": tokens / hf_s, "spectune_tok_s": tokens / sp_s,
                      "spectune_over_hf": hf_s / sp_s, "speedup_vs_hf_generate": hf_plain_s / sp_s,
-                     "outputs_match": sp_out == reference and hf_out == reference})
+                     "outputs_match": sp_out == reference and hf_out == reference,
+                     "hf_draft_forwards_per_target_forward": hf_drafts_per_cycle})
         print(f"γ={gamma}: spectune {tokens / sp_s:8.1f} tok/s   HF assisted {tokens / hf_s:8.1f} tok/s   "
               f"ratio {hf_s / sp_s:5.2f}x   vs plain generate {hf_plain_s / sp_s:5.2f}x   "
-              f"greedy outputs equal: {rows[-1]['outputs_match']}", flush=True)
+              f"greedy outputs equal: {rows[-1]['outputs_match']}   HF drafts/cycle {hf_drafts_per_cycle:.2f}",
+              flush=True)
     ar = rows[0]
     print(f"AR:  spectune {ar['spectune_tok_s']:8.1f} tok/s   HF generate {ar['hf_generate_tok_s']:8.1f} tok/s"
           f"   ratio {rows[0]['spectune_over_hf']:5.2f}x   equal: {rows[0]['outputs_match']}")
