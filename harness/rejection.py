@@ -98,19 +98,27 @@ def _recovery_law(target_probs: torch.Tensor, n: torch.Tensor, residual_from: to
     return torch.where((n < limit).unsqueeze(1), residual, p_n)
 
 
-class ExactRejectionSampler:
-    """The exact rule: the law of every emitted token is the target's."""
+class _BlockSampler:
+    """Shared acceptance step; subclasses differ only in the law drawn from after a rejection."""
 
-    name = "exact"
+    name: str
+    resample_from_residual: bool
 
     def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None,
                  num_drafts=None) -> Verdict:
         n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms, num_drafts)
-        law = _recovery_law(target_probs, n, draft_probs, num_drafts)
+        law = _recovery_law(target_probs, n, draft_probs if self.resample_from_residual else None, num_drafts)
         return Verdict(num_accepted=n, next_token=sample(law, generator))
 
 
-class NaiveResampleFromTarget:
+class ExactRejectionSampler(_BlockSampler):
+    """The exact rule: the law of every emitted token is the target's."""
+
+    name = "exact"
+    resample_from_residual = True
+
+
+class NaiveResampleFromTarget(_BlockSampler):
     """WRONG on purpose: at a rejection it samples from p instead of the residual.
 
     The accepted branch already supplied min(p, q); adding Z·p over-weights tokens the draft likes.
@@ -118,12 +126,7 @@ class NaiveResampleFromTarget:
     """
 
     name = "naive"
-
-    def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None,
-                 num_drafts=None) -> Verdict:
-        n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms, num_drafts)
-        law = _recovery_law(target_probs, n, None, num_drafts)
-        return Verdict(num_accepted=n, next_token=sample(law, generator))
+    resample_from_residual = False
 
 
 SAMPLERS: dict[str, type] = {"exact": ExactRejectionSampler, "naive": NaiveResampleFromTarget}
