@@ -109,6 +109,7 @@ def main() -> None:
     warm = prompts[: args.warmup]
     # No EOS stop on either side: every method generates exactly max_new_tokens, so times compare.
     engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    vocab_size=pair.vocab_size,
                     device=device, eos_token_ids=[], seed=0)
     hf_common = {"pad_token_id": pair.tokenizer.pad_token_id or 0, "eos_token_id": None}
     target_calls, draft_calls = CallCounter(pair.target), CallCounter(pair.draft)

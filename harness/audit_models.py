@@ -42,15 +42,17 @@ def _as_law(probs: torch.Tensor) -> np.ndarray:
 
 
 @torch.inference_mode()
-def next_law(model: torch.nn.Module, prompt: list[int], sampling: SamplingParams) -> np.ndarray:
-    """The law actually sampled for the token after ``prompt`` (one forward, last position only)."""
+def next_law(model: torch.nn.Module, prompt: list[int], sampling: SamplingParams,
+             vocab: int | None = None) -> np.ndarray:
+    """The law actually sampled for the token after ``prompt`` (one forward, last position only), over
+    the first ``vocab`` ids (the tokenizer's; see check_pair)."""
     ids = torch.tensor([prompt], device=model.device)
-    return _as_law(warp(model(input_ids=ids, logits_to_keep=1).logits[0, -1], sampling))
+    return _as_law(warp(model(input_ids=ids, logits_to_keep=1).logits[0, -1, :vocab], sampling))
 
 
 @torch.inference_mode()
 def continuation_laws(model: torch.nn.Module, prompt: list[int], firsts: list[int],
-                      sampling: SamplingParams) -> np.ndarray:
+                      sampling: SamplingParams, vocab: int | None = None) -> np.ndarray:
     """p(· | prompt, t) for every t in ``firsts``, [len(firsts), V]: the prompt's KV cache is computed
     once per chunk and repeated, so each continuation costs one single-token step."""
     ids = torch.tensor([prompt], device=model.device)
@@ -62,8 +64,8 @@ def continuation_laws(model: torch.nn.Module, prompt: list[int], firsts: list[in
         cache.batch_repeat_interleave(len(chunk))
         kwarg = "cache" if "cache" in out else "past_key_values"
         logits = model(input_ids=chunk[:, None], use_cache=True, **{kwarg: cache}).logits[:, -1]
-        rows.append(_as_law(warp(logits, sampling)))
-    return np.concatenate(rows) if rows else np.zeros((0, model.config.vocab_size))
+        rows.append(_as_law(warp(logits[..., :vocab], sampling)))
+    return np.concatenate(rows) if rows else np.zeros((0, vocab or model.config.vocab_size))
 
 
 def sampler_level(pair: Any, prompts: list[Any], sampling: SamplingParams, samplers: dict[str, RejectionSampler],
@@ -71,8 +73,8 @@ def sampler_level(pair: Any, prompts: list[Any], sampling: SamplingParams, sampl
     """Monte Carlo of one position per prompt on the pair's real laws, judged on cells."""
     out = []
     for k, prompt in enumerate(prompts):
-        p = next_law(pair.target, prompt.input_ids, sampling)
-        q = next_law(pair.draft, prompt.input_ids, sampling)
+        p = next_law(pair.target, prompt.input_ids, sampling, pair.vocab_size)
+        q = next_law(pair.draft, prompt.input_ids, sampling, pair.vocab_size)
         laws = PositionLaws.of(p, q)
         counts = first_token_counts(samplers, p, q, trials, seed + 10 * k)
         fits: dict[str, FitResult] = {}
@@ -137,14 +139,14 @@ def engine_level(pair: Any, prompt: Any, sampling: SamplingParams, samplers: dic
     runs: dict[str, tuple[list[int], list[int], int, float]] = {}
     for name, sampler in samplers.items():
         engine = Engine(pair.target, pair.draft, sampling=sampling, sampler=sampler, device=pair.target.device,
-                        eos_token_ids=[eos] if eos is not None else [], seed=seed)
+                        eos_token_ids=[eos] if eos is not None else [], seed=seed, vocab_size=pair.vocab_size)
         requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2) for i in range(opts["requests"])]
         start = time.perf_counter()
         records = engine.run(requests, FixedGamma(opts["gamma"]), opts["concurrency"])
         runs[name] = (*_pairs(records, eos), time.perf_counter() - start)
     firsts = sorted({a for t1, *_ in runs.values() for a in t1})
-    p_rows = continuation_laws(pair.target, prompt.input_ids, firsts, sampling)
-    q_rows = continuation_laws(pair.draft, prompt.input_ids, firsts, sampling)
+    p_rows = continuation_laws(pair.target, prompt.input_ids, firsts, sampling, pair.vocab_size)
+    q_rows = continuation_laws(pair.draft, prompt.input_ids, firsts, sampling, pair.vocab_size)
     laws = {t: (p_rows[i], q_rows[i]) for i, t in enumerate(firsts)}
     variants = {}
     for name, (t1, t2, ended, wall) in runs.items():

@@ -69,11 +69,31 @@ def test_rejects_two_swapped_ids(tmp_path):
         load_pair(with_draft(draft), CPU)
 
 
-def test_rejects_a_different_embedding_size(tmp_path):
+def test_padded_lm_head_samples_over_the_tokenizer_ids(tmp_path):
+    """Qwen-style padding: a draft with 64 extra LM-head rows is the same vocabulary (those rows are no
+    token); the pair samples over the tokenizer's ids, and greedy speculative output equals AR's."""
+    from harness.engine import Engine, Request
+    from harness.rejection import get_sampler
+    from harness.sampling import SamplingParams
+    from policies import FixedGamma
+
     pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "harness/models/tiny/draft"))
     save_llama(tmp_path / "padded", pair_tok, len(pair_tok) + 64)
-    with pytest.raises(SpectuneError, match="embedding/LM-head rows"):
-        load_pair(with_draft(tmp_path / "padded"), CPU)
+    pair = load_pair(with_draft(tmp_path / "padded"), CPU)
+    assert pair.vocab_size == len(pair_tok) == pair.metadata["sampling_vocab_size"]
+    engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    device="cpu", vocab_size=pair.vocab_size)
+    requests = [Request(0, "p", "en", pair.tokenizer("Hello there, how are you?")["input_ids"], 12)]
+    reference = engine.run(requests, None, 1).requests[0].output_ids
+    assert engine.run(requests, FixedGamma(3), 1).requests[0].output_ids == reference
+    assert max(reference) < len(pair_tok)
+
+
+def test_rejects_a_tokenizer_larger_than_the_lm_head(tmp_path):
+    pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "harness/models/tiny/draft"))
+    save_llama(tmp_path / "short", pair_tok, len(pair_tok) - 8)
+    with pytest.raises(SpectuneError, match="LM-head rows"):
+        load_pair(with_draft(tmp_path / "short"), CPU)
 
 
 @pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}])

@@ -59,7 +59,8 @@ class Engine:
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, *, sampling: SamplingParams,
                  sampler: RejectionSampler, device: torch.device | str, eos_token_ids: list[int] | None = None,
-                 seed: int = 0, compact_waste: float = 0.5, path: ExecutionPath | None = None) -> None:
+                 seed: int = 0, compact_waste: float = 0.5, path: ExecutionPath | None = None,
+                 vocab_size: int | None = None) -> None:
         self.target, self.draft = target, draft
         self.sampling, self.sampler = sampling, sampler
         self.device = torch.device(device)
@@ -67,6 +68,7 @@ class Engine:
         self.seed = seed
         self.compact_waste = compact_waste
         self.path = path or ExecutionPath()
+        self.vocab_size = vocab_size  # sample over the first ids only (the tokenizer's; see check_pair)
         self.clock = DeviceClock(self.device)
         self._static: dict[tuple[int, int], StaticSlotKV] = {}  # reused across runs: graphs keep addresses
         self._forward = {}
@@ -96,8 +98,9 @@ class Engine:
         speculative = policy is not None and self.draft is not None
         batch = concurrency
         generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        scorer = TargetScorer(self.target, self._kv(self.target, batch), self.sampling)
-        proposer = DraftProposer(self.draft, self._kv(self.draft, batch), self.sampling) if speculative else None
+        scorer = TargetScorer(self.target, self._kv(self.target, batch), self.sampling, self.vocab_size)
+        proposer = (DraftProposer(self.draft, self._kv(self.draft, batch), self.sampling, self.vocab_size)
+                    if speculative else None)
         if policy is not None:
             policy.reset()
         memory = MemoryTracker(self.device)

@@ -45,20 +45,25 @@ class Proposal:
 
 
 class TargetScorer:
-    """The target model: prefill, one autoregressive step, or scoring γ drafts in one forward."""
+    """The target model: prefill, one autoregressive step, or scoring γ drafts in one forward.
 
-    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams):
+    ``vocab_size`` keeps the first ids only (the tokenizer's): padding rows of the LM head are no token.
+    """
+
+    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
+        self.vocab_size = vocab_size
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Load prompts into slots ``rows``; returns the laws of their first new tokens, [k, V]."""
-        return warp(_prefill(self.model, self.kv, rows, prompts, self.device), self.sampling)
+        return warp(_prefill(self.model, self.kv, rows, prompts, self.device)[..., : self.vocab_size],
+                    self.sampling)
 
     def score(self, last: torch.Tensor, drafts: torch.Tensor | None) -> torch.Tensor:
         """Laws p[b, 0..γ] after ``last`` and after each draft: one causal forward of γ+1 tokens."""
         tokens = last.unsqueeze(1) if drafts is None else torch.cat([last.unsqueeze(1), drafts], dim=1)
         logits = self.kv.forward(self.model, tokens, torch.ones_like(tokens, dtype=torch.bool))
-        return warp(logits, self.sampling)
+        return warp(logits[..., : self.vocab_size], self.sampling)
 
     def keep(self, next_pos: torch.Tensor) -> None:
         self.kv.rollback(next_pos)
@@ -67,8 +72,9 @@ class TargetScorer:
 class DraftProposer:
     """The draft model: proposes up to γ tokens per cycle, asking the policy after every step."""
 
-    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams):
+    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
+        self.vocab_size = vocab_size
         self.extra = torch.zeros(kv.batch, dtype=torch.long, device=self.device)
         self.has_extra = torch.zeros(kv.batch, dtype=torch.bool, device=self.device)
         # Static (compiled) caches want one first-step shape: always feed [extra or dummy, last].
@@ -91,7 +97,8 @@ class DraftProposer:
         num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
         early_stop = False
         for step in range(gamma):
-            q = warp(self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1], self.sampling)
+            logits = self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1, : self.vocab_size]
+            q = warp(logits, self.sampling)
             x = draw(q, self.sampling, generator)
             drafted.append(x)
             laws.append(q)

@@ -37,6 +37,7 @@ class ModelPair:
     draft: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     metadata: dict[str, Any] = field(default_factory=dict)
+    vocab_size: int | None = None  # ids sampled: the tokenizer's; padding rows beyond it are masked out
 
 
 def resolve(name_or_path: str) -> tuple[str, bool]:
@@ -113,9 +114,11 @@ def _describe(model: PreTrainedModel, spec: dict, name: str, local: bool, tokeni
 
 
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_tok: PreTrainedTokenizerBase,
-               draft_tok: PreTrainedTokenizerBase) -> None:
+               draft_tok: PreTrainedTokenizerBase) -> int:
     """Refuse a pair whose token ids are not the same events (speculative decoding compares p and q
-    id by id, so one differing id silently corrupts the output law). Runs before any generation."""
+    id by id, so one differing id silently corrupts the output law). Runs before any generation.
+
+    Returns the number of ids to sample over: the shared tokenizer's size."""
     if len(target_tok) != len(draft_tok):
         raise SpectuneError(f"model pair mismatch: target tokenizer has {len(target_tok)} tokens, "
                             f"draft tokenizer {len(draft_tok)}; speculative decoding needs one vocabulary")
@@ -128,17 +131,17 @@ def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_tok: PreT
         a, b = getattr(target_tok, attr, None), getattr(draft_tok, attr, None)
         if a != b:
             raise SpectuneError(f"model pair mismatch: {attr} is {a} in the target tokenizer, {b} in the draft's")
-    sizes = {}
+    tokens = len(target_tok)
     for role, model in (("target", target), ("draft", draft)):
         out = model.get_output_embeddings()
-        sizes[role] = (model.get_input_embeddings().num_embeddings,
-                       out.weight.shape[0] if out is not None else None)
-    if sizes["target"] != sizes["draft"]:
-        raise SpectuneError(f"model pair mismatch: embedding/LM-head rows target {sizes['target']}, draft "
-                            f"{sizes['draft']}; padding the smaller vocabulary is not supported")
-    if len(target_tok) > sizes["target"][0]:
-        raise SpectuneError(f"model pair mismatch: the tokenizer has {len(target_tok)} tokens but the "
-                            f"models only {sizes['target'][0]} embedding rows")
+        rows = out.weight.shape[0] if out is not None else model.get_input_embeddings().num_embeddings
+        if tokens > rows:
+            raise SpectuneError(f"model pair mismatch: the tokenizer has {tokens} tokens but the {role} only "
+                                f"{rows} LM-head rows")
+    # Rows past the tokenizer (e.g. Qwen2.5: 152,064 rows in 7B, 151,936 in 0.5B, 151,665 tokens) are
+    # padding, no token's event: both laws are taken over the tokenizer's ids only (a mask applied to
+    # p and q alike, before the ratio), so differently padded heads still form an exact pair.
+    return tokens
 
 
 def _spec(models_cfg: DictConfig | dict, role: str) -> dict:
@@ -168,8 +171,9 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
         model.to(device).eval()
         loaded[role] = (model, tokenizer, _describe(model, spec, name, local, tokenizer))
     (target, tok_t, meta_t), (draft, tok_d, meta_d) = loaded["target"], loaded["draft"]
-    check_pair(target, draft, tok_t, tok_d)
+    vocab_size = check_pair(target, draft, tok_t, tok_d)
     metadata = {"name": (models_cfg.get("name") if hasattr(models_cfg, "get") else None),
                 "target": meta_t, "draft": meta_d, "device": str(device),
-                "attn_implementation": kwargs["attn_implementation"], "vocabulary_check": "passed"}
-    return ModelPair(target=target, draft=draft, tokenizer=tok_t, metadata=metadata)
+                "attn_implementation": kwargs["attn_implementation"], "vocabulary_check": "passed",
+                "sampling_vocab_size": vocab_size}
+    return ModelPair(target=target, draft=draft, tokenizer=tok_t, metadata=metadata, vocab_size=vocab_size)

@@ -32,7 +32,8 @@ PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
 
 @torch.no_grad()
 def decode(model, prompt: list[int], steps: int, params: SamplingParams, gen: torch.Generator | None,
-           forced: list[int] | None = None, eos: int | None = None) -> tuple[list[int], list[float]]:
+           forced: list[int] | None = None, eos: int | None = None,
+           vocab: int | None = None) -> tuple[list[int], list[float]]:
     """KV-cached decoding, one token per forward. Samples from ``warp(logits)`` unless ``forced`` gives
     the tokens to feed. Returns (new tokens, seconds per single-token forward; the prefill excluded)."""
     device = model.device
@@ -43,7 +44,7 @@ def decode(model, prompt: list[int], steps: int, params: SamplingParams, gen: to
     tokens: list[int] = []
     times: list[float] = []
     for i in range(steps if forced is None else len(forced)):
-        token = int(sample(warp(logits, params), gen)) if forced is None else forced[i]
+        token = int(sample(warp(logits[..., :vocab], params), gen)) if forced is None else forced[i]
         tokens.append(token)
         if (eos is not None and token == eos) or len(tokens) == steps:
             break
@@ -60,12 +61,13 @@ def decode(model, prompt: list[int], steps: int, params: SamplingParams, gen: to
 
 
 @torch.no_grad()
-def overlap(target, draft, prompt: list[int], continuation: list[int], params: SamplingParams) -> torch.Tensor:
+def overlap(target, draft, prompt: list[int], continuation: list[int], params: SamplingParams,
+            vocab: int | None = None) -> torch.Tensor:
     """Σ_v min(p, q) at each position that predicts a continuation token (teacher-forced, one pass each)."""
     ids = torch.tensor([prompt + continuation[:-1]], device=target.device)
     span = slice(len(prompt) - 1, None)
-    p = warp(target(input_ids=ids).logits[0, span], params)
-    q = warp(draft(input_ids=ids).logits[0, span], params)
+    p = warp(target(input_ids=ids).logits[0, span, :vocab], params)  # the tokenizer's ids (see check_pair)
+    q = warp(draft(input_ids=ids).logits[0, span, :vocab], params)
     return torch.minimum(p, q).sum(-1).cpu()
 
 
@@ -93,18 +95,19 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
     # Warm-up both models (allocator, kernels) on the first prompt, untimed.
     first = wl.prompts[0].input_ids
-    warm, _ = decode(pair.target, first, min(8, wl.max_new_tokens), params, gen)
+    warm, _ = decode(pair.target, first, min(8, wl.max_new_tokens), params, gen, vocab=pair.vocab_size)
     decode(pair.draft, first, len(warm), params, None, forced=warm)
 
     per_prompt, per_position, by_language = [], [], {}
     target_times: list[float] = []
     draft_times: list[float] = []
     for prompt in wl.prompts:
-        cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos)
+        cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos,
+                               vocab=pair.vocab_size)
         _, d_times = decode(pair.draft, prompt.input_ids, len(cont), params, None, forced=cont)
         target_times += t_times
         draft_times += d_times
-        a = overlap(pair.target, pair.draft, prompt.input_ids, cont, params)
+        a = overlap(pair.target, pair.draft, prompt.input_ids, cont, params, vocab=pair.vocab_size)
         per_position.append(a)
         per_prompt.append(float(a.mean()))
         by_language.setdefault(prompt.language, []).append(a)

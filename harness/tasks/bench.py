@@ -140,7 +140,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     eos = pair.tokenizer.eos_token_id
     engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler(cfg.sampler),
                     device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed),
-                    path=path)
+                    path=path, vocab_size=pair.vocab_size)
 
     metadata = {**base_metadata(), "task": "bench", "models": pair.metadata,
                 "hardware": hw.describe(cfg.hardware, device), "workload": workload.describe(),
