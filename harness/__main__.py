@@ -11,6 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness.errors import SpectuneError
+from harness.io import write_json
 from harness.tasks import run_task
 
 
@@ -21,9 +22,10 @@ def main(cfg: DictConfig) -> int:
     try:
         code = run_task(cfg, run_dir)
     except SpectuneError as err:
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            raise  # the launcher records this job as failed; the other jobs of the sweep still run
         print(f"error: {err}", file=sys.stderr)
+        if hydra_cfg.mode == RunMode.MULTIRUN:  # the sweep goes on; harness.sweeps exits 2 at its end
+            write_json(run_dir / "error.json", {"error": str(err), "overrides": list(hydra_cfg.overrides.task)})
+            return 2
         sys.exit(2)
     if code and hydra_cfg.mode != RunMode.MULTIRUN:
         sys.exit(code)

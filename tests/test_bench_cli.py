@@ -114,3 +114,14 @@ def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert methods["fixed:gamma=40"]["status"] == "failed" and "γ=40" in methods["fixed:gamma=40"]["error"]
     assert set(pd.read_parquet(tmp_path / "requests.parquet")["method"]) == {"ar", "fixed:gamma=1"}
     assert "grid point fixed:gamma=40 failed" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(tmp_path):
+    proc = harness("-m", "+workload=en", "gamma=0,1", "++workload.num_prompts=2", "++workload.max_new_tokens=4",
+                   "task.warmup=0", "task.baseline=false", f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert json.loads((tmp_path / "0" / "error.json").read_text())["error"].startswith("gamma=0 is invalid")
+    assert (tmp_path / "1" / "summary.json").exists()
+    assert "1 job(s) of the sweep failed" in proc.stderr

@@ -1,0 +1,30 @@
+"""Multirun behaviour: a job with bad input fails in one line, the sweep goes on, the exit code says so.
+
+Each failing job writes ``error.json`` in its own run directory; at the end of the sweep this callback
+(registered in conf/config.yaml) lists them and exits 2. Scanning the sweep directory works for every
+launcher, including submitit's, whose jobs run in other processes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+
+class FailedJobsExit(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        errors = sorted(sweep_dir.rglob("error.json"))
+        if not errors:
+            return
+        for path in errors:
+            info = json.loads(path.read_text())
+            print(f"error: job {path.parent.name} ({' '.join(info['overrides'])}): {info['error']}", file=sys.stderr)
+        print(f"error: {len(errors)} job(s) of the sweep failed; the others' results are in {sweep_dir}",
+              file=sys.stderr)
+        sys.exit(2)
