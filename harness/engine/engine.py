@@ -168,16 +168,16 @@ class Engine:
             active[active_rows] = True
             context = scorer.kv.next_pos.clone()
 
-            t0 = self.clock.now()
+            t0 = self.clock.mark()
             if speculative:
                 gamma = policy.begin_cycle(len(active_rows))
                 proposal = proposer.propose(last, gamma, policy, context, generator)
-                t1 = self.clock.now()
+                t1 = self.clock.mark()
                 target_laws = scorer.score(last, proposal.tokens)
                 verdict = self.sampler(target_laws, proposal.probs, proposal.tokens, generator,
                                        num_drafts=proposal.num_drafts)
                 accepted = verdict.num_accepted
-                next_tokens, accepted_list = verdict.next_token.tolist(), accepted.tolist()
+                next_tokens, accepted_list = verdict.next_token.tolist(), accepted.tolist()  # the host sync
                 drafts_list = proposal.tokens.tolist()
                 num_drafts = (proposal.num_drafts.tolist() if proposal.num_drafts is not None
                               else [proposal.tokens.shape[1]] * batch)
@@ -186,15 +186,16 @@ class Engine:
                 t1 = t0
                 next_tok = draw(scorer.score(last, None)[:, 0], self.sampling, generator)
                 accepted = torch.zeros(batch, dtype=torch.long, device=self.device)
-                next_tokens, accepted_list = next_tok.tolist(), [0] * batch
+                next_tokens, accepted_list = next_tok.tolist(), [0] * batch  # the host sync
                 drafts_list, num_drafts = [[] for _ in range(batch)], [0] * batch
-            t2 = self.clock.now()
+            t2 = self.clock.mark()
+            when = time.perf_counter() - start  # the tokens are on the host now: their emission time
+            draft_s, verify_s = self.clock.seconds(t0, t1), self.clock.seconds(t1, t2)
 
             scorer.keep(torch.where(active, context + accepted + 1, 0))
             if proposer is not None:
                 proposer.keep(context, accepted, proposal, active)
             last = torch.tensor(next_tokens, device=self.device)
-            when = t2 - start
             row_ids = {row: slots[row].request_id for row in active_rows}  # emit() may free slots
             emitted = {row: emit(row, [*drafts_list[row][: accepted_list[row]], next_tokens[row]], when)
                        for row in active_rows}
@@ -203,15 +204,16 @@ class Engine:
                 if proposer is not None:
                     proposer.kv.compact()
             memory.sample()
-            t3 = self.clock.now()
+            rest_s = self.clock.seconds(t2, self.clock.mark())
             if speculative:
                 policy.observe(CycleFeedback([num_drafts[r] for r in active_rows],
-                                             [accepted_list[r] for r in active_rows], t1 - t0, t2 - t1, t3 - t0))
+                                             [accepted_list[r] for r in active_rows], draft_s, verify_s,
+                                             draft_s + verify_s + rest_s))
             cycles.extend(
                 CycleRecord(cycle=cycle_index, request_id=row_ids[row], slot=row, batch_size=len(active_rows),
                             gamma=gamma, num_drafts=num_drafts[row], accepted=accepted_list[row],
-                            emitted=emitted[row], draft_s=t1 - t0, verify_s=t2 - t1, rest_s=t3 - t2,
-                            start_s=t0 - start)
+                            emitted=emitted[row], draft_s=draft_s, verify_s=verify_s, rest_s=rest_s,
+                            start_s=when - draft_s - verify_s)
                 for row in active_rows
             )
             cycle_index += 1
