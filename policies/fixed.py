@@ -50,9 +50,13 @@ class HFHeuristic(DraftLengthPolicy):
 
 
 def make_policy(name: str, gamma: int) -> DraftLengthPolicy:
-    """Build a policy by config name; ``gamma`` is the fixed γ or the heuristic's start."""
+    """Build a policy by config name; ``gamma`` is the fixed γ, the heuristic's start or the ceiling."""
+    from policies.confidence import ConfidenceStop
+
     if name == "fixed":
         return FixedGamma(gamma)
     if name == "hf-heuristic":
         return HFHeuristic(start=gamma)
-    raise SpectuneError(f"policy={name!r} is unknown: choose one of fixed, hf-heuristic")
+    if name == "confidence":
+        return ConfidenceStop(max_gamma=gamma)
+    raise SpectuneError(f"policy={name!r} is unknown: choose one of fixed, hf-heuristic, confidence")

@@ -15,7 +15,7 @@ from harness.engine.engine import ExecutionPath
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.rejection import get_sampler
 from harness.sampling import SamplingParams, warp
-from policies import FixedGamma, HFHeuristic
+from policies import ConfidenceStop, FixedGamma, HFHeuristic
 from tests.tiny_models import perturbed, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)
@@ -88,6 +88,28 @@ def test_adaptive_policy_keeps_greedy_output(pair):
     assert len({c.gamma for c in result.cycles}) > 1  # the schedule really moved
 
 
+class RaggedStop(FixedGamma):
+    """Row b stops drafting after step b mod 3: every batch holds rows with 1, 2 and 3+ drafts."""
+
+    def continue_drafting(self, step):
+        rows = torch.arange(step.active.shape[0])
+        return rows % 3 > step.step
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_rows_that_stop_drafting_early_keep_greedy_output(pair, concurrency):
+    """Per-row early stop (ragged draft counts in one batch) through the same verify path."""
+    target, draft = pair
+    requests = _requests(5, max_new=16)
+    engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
+    result = engine.run(requests, RaggedStop(5), concurrency)
+    assert {r.request_id: r.output_ids for r in result.requests} == reference
+    counts = {c.num_drafts for c in result.cycles}
+    assert counts == {1} if concurrency == 1 else counts >= {1, 2, 3}  # slot 0 stops first, slot 2 last
+    assert all(c.accepted <= c.num_drafts for c in result.cycles)
+
+
 def test_eos_and_max_new_tokens_end_requests(pair):
     target, draft = pair
     requests = _requests(3, max_new=12)
@@ -149,12 +171,13 @@ def _exact_prefix_law(target, prompt: list[int], length: int, sampling: Sampling
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize(("sampler", "should_pass", "path"), [
-    ("exact", True, ExecutionPath()),
-    ("naive", False, ExecutionPath()),
-    ("exact", True, ExecutionPath(static=True, max_cache_len=16)),
-], ids=["exact", "naive", "exact-static"])
-def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, path):
+@pytest.mark.parametrize(("sampler", "should_pass", "path", "policy"), [
+    ("exact", True, ExecutionPath(), FixedGamma(2)),
+    ("naive", False, ExecutionPath(), FixedGamma(2)),
+    ("exact", True, ExecutionPath(static=True, max_cache_len=16), FixedGamma(2)),
+    ("exact", True, ExecutionPath(), ConfidenceStop(max_gamma=3, threshold=0.5)),
+], ids=["exact", "naive", "exact-static", "exact-early-stop"])
+def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, path, policy):
     """Joint law of the first 3 generated tokens (V = 4: 64 cells), n = 3000 requests, seeded.
 
     Rule: chi-square goodness of fit against the enumerated target law, p-value > 1e-3 passes.
@@ -169,7 +192,9 @@ def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, pa
     requests = [Request(i, "p", "en", prompt, 3) for i in range(n)]
     engine = Engine(target, draft, sampling=sampling, sampler=get_sampler(sampler), device="cpu", seed=20260923,
                     path=path)
-    result = engine.run(requests, FixedGamma(2), 250)
+    result = engine.run(requests, policy, 250)
+    if isinstance(policy, ConfidenceStop):  # the test must really exercise ragged per-row draft counts
+        assert len({c.num_drafts for c in result.cycles}) > 1
     counts = {cell: 0 for cell in exact}
     for rec in result.requests:
         counts[tuple(rec.output_ids)] += 1
