@@ -6,7 +6,7 @@ pair we train ourselves gives realistic acceptance rates (α ≈ 0.6–0.8) with
 Steps, all seeded, with progress bars (run ``python -m workloads.build_corpus`` first):
 
 1. a byte-level BPE tokenizer (``tokenizers``) on all four languages, shared by both models;
-2. a target ``LlamaForCausalLM`` (h256 × 6 layers, ~6M params) on a language-balanced mix;
+2. a target ``LlamaForCausalLM`` (h256 × 12 layers, ~10M params) on a language-balanced mix;
 3. a draft (h96 × 1 layer) distilled from the target (soft cross-entropy on the target's
    distribution) for fewer steps on an English-heavy mix, so acceptance differs by language the way
    real drafts, trained mostly on English, do.
