@@ -27,6 +27,7 @@ from harness.audit import FitResult, FitRule, fit, fmt
 from harness.audit_bins import Bins, EventTest, binned_fit, chi2_power, event_test
 from harness.audit_mc import first_token_counts
 from harness.engine import Engine, Request
+from harness.engine.kv import cache_argument
 from harness.exact_laws import PositionLaws
 from harness.rejection import RejectionSampler
 from harness.sampling import SamplingParams, warp
@@ -60,9 +61,9 @@ def continuation_laws(model: torch.nn.Module, prompt: list[int], firsts: list[in
     for start in range(0, len(firsts), _CHUNK):
         chunk = torch.tensor(firsts[start:start + _CHUNK], device=model.device)
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        cache = out["cache"] if "cache" in out else out["past_key_values"]
+        kwarg = cache_argument(model)
+        cache = out[kwarg]
         cache.batch_repeat_interleave(len(chunk))
-        kwarg = "cache" if "cache" in out else "past_key_values"
         logits = model(input_ids=chunk[:, None], use_cache=True, **{kwarg: cache}).logits[:, -1]
         rows.append(_as_law(warp(logits[..., :vocab], sampling)))
     return np.concatenate(rows) if rows else np.zeros((0, vocab or model.config.vocab_size))

@@ -32,6 +32,12 @@ def _forward_arguments(model_class: type) -> tuple[str, bool, bool]:
     return name, "cache_position" in params, "logits_to_keep" in params
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name this transformers version gives the KV-cache argument and output (``cache`` or
+    ``past_key_values``): one answer for every caller that drives a model by hand."""
+    return _forward_arguments(type(model))[0]
+
+
 def model_kwargs(model: torch.nn.Module, cache: object, start: int, n: int, last_only: bool,
                  device: torch.device) -> dict:
     """Keyword arguments shared by every cached forward: the cache under its version's name, the

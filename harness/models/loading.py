@@ -24,9 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from harness.errors import SpectuneError
+from harness.hardware import DTYPES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass

@@ -14,7 +14,6 @@ warm-up, same tokens for both models) on this machine: the other input of the γ
 
 from __future__ import annotations
 
-import inspect
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.metadata import base_metadata
@@ -37,8 +37,7 @@ def decode(model, prompt: list[int], steps: int, params: SamplingParams, gen: to
     """KV-cached decoding, one token per forward. Samples from ``warp(logits)`` unless ``forced`` gives
     the tokens to feed. Returns (new tokens, seconds per single-token forward; the prefill excluded)."""
     device = model.device
-    # transformers 5.24 renamed past_key_values to cache (older 5.x still take past_key_values).
-    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_arg = cache_argument(model)  # transformers 5.24 says cache, older 5.x past_key_values
     out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
     past, logits = out[cache_arg], out.logits[:, -1]
     tokens: list[int] = []
