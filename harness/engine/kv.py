@@ -148,9 +148,8 @@ class SlotKV:
         """
         length = other.columns
         if not _layers(self.cache):  # first admission: shape the empty cache after the prefill's layers
-            batch = self.valid.shape[0]
             for idx, theirs in enumerate(_layers(other.cache)):
-                empty = theirs.keys.new_zeros(batch, theirs.keys.shape[1], self.columns, theirs.keys.shape[3])
+                empty = theirs.keys.new_zeros(self.batch, theirs.keys.shape[1], self.columns, theirs.keys.shape[3])
                 self.cache.update(empty, empty.clone(), idx)
         if length > self.columns:
             self._grow(length - self.columns)
@@ -177,23 +176,31 @@ class SlotKV:
         return 1.0 - float(self.valid.float().mean()) if self.valid.numel() else 0.0
 
     def _select_columns(self, index: slice | torch.Tensor) -> None:
+        """Keep the columns ``index`` names: a slice (crop) or a per-row gather [B, width] (compaction)."""
         if isinstance(index, slice):
             self.valid, self.col_pos = self.valid[:, index], self.col_pos[:, index]
-            for layer in _layers(self.cache):
-                if layer.is_initialized:
-                    layer.keys, layer.values = layer.keys[:, :, index], layer.values[:, :, index]
-            return
-        self.valid = self.valid.gather(1, index)
-        self.col_pos = self.col_pos.gather(1, index)
+        else:
+            self.valid, self.col_pos = self.valid.gather(1, index), self.col_pos.gather(1, index)
+        self._select_kv(index)
+
+    def _grow(self, extra: int) -> None:
+        """Append ``extra`` hole columns to every row."""
+        self._grow_kv(extra)
+        self.valid = torch.cat([self.valid, self.valid.new_zeros(self.batch, extra)], dim=1)
+        self.col_pos = torch.cat([self.col_pos, self.col_pos.new_zeros(self.batch, extra)], dim=1)
+
+    # Storage hooks: a growing HF cache here; fixed buffers in the static subclass.
+    def _select_kv(self, index: slice | torch.Tensor) -> None:
         for layer in _layers(self.cache):
-            if layer.is_initialized:
+            if not layer.is_initialized:
+                continue
+            if isinstance(index, slice):
+                layer.keys, layer.values = layer.keys[:, :, index], layer.values[:, :, index]
+            else:
                 idx = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
                 layer.keys, layer.values = layer.keys.gather(2, idx), layer.values.gather(2, idx)
 
-    def _grow(self, extra: int) -> None:
-        batch = self.valid.shape[0]
-        self.valid = torch.cat([self.valid, self.valid.new_zeros(batch, extra)], dim=1)
-        self.col_pos = torch.cat([self.col_pos, self.col_pos.new_zeros(batch, extra)], dim=1)
+    def _grow_kv(self, extra: int) -> None:
         for layer in _layers(self.cache):
             if layer.is_initialized:
                 pad = layer.keys.new_zeros(*layer.keys.shape[:2], extra, layer.keys.shape[3])

@@ -89,21 +89,15 @@ class StaticSlotKV(SlotKV):
         index.copy_(torch.arange(start, start + n, device=self.device))  # in place: a stable address
         self.cache.write_index = index
 
-    def _select_columns(self, index: slice | torch.Tensor) -> None:
+    def _select_kv(self, index: slice | torch.Tensor) -> None:
         if isinstance(index, slice):  # a crop: buffers stay, the mask hides what is past the cursor
-            self.valid, self.col_pos = self.valid[:, index], self.col_pos[:, index]
             return
         width = index.shape[1]
-        self.valid = self.valid.gather(1, index)
-        self.col_pos = self.col_pos.gather(1, index)
         for layer in self.cache.layers:  # in place, so compiled graphs keep their buffer addresses
             idx = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys[:, :, :width].copy_(layer.keys.gather(2, idx))
             layer.values[:, :, :width].copy_(layer.values.gather(2, idx))
 
-    def _grow(self, extra: int) -> None:
+    def _grow_kv(self, extra: int) -> None:  # the buffers are preallocated: only check they suffice
         if self.columns + extra > self.max_len:
             raise RuntimeError(f"static KV cache full: a {self.columns + extra}-token prompt > max_len {self.max_len}")
-        batch = self.valid.shape[0]
-        self.valid = torch.cat([self.valid, self.valid.new_zeros(batch, extra)], dim=1)
-        self.col_pos = torch.cat([self.col_pos, self.col_pos.new_zeros(batch, extra)], dim=1)
