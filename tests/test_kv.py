@@ -95,7 +95,7 @@ def test_padding_and_empty_slots_never_put_nan_in_the_cache(static):
     model = tiny_llama(vocab=50, seed=4)
     kv = StaticSlotKV(3, "cpu", model, max_len=32) if static else SlotKV(3, "cpu")
     short, long = [5, 6, 7], [1, 2, 3, 4, 8, 9, 10]
-    logits = _prefill(model, kv, [0, 2], [short, long], torch.device("cpu"))
+    logits = _prefill(model, kv, [0, 2], [short, long])
     assert (logits[0] - _full(model, torch.tensor(short))[-1]).abs().max() < TOL
     assert (logits[1] - _full(model, torch.tensor(long))[-1]).abs().max() < TOL
     step = kv.forward(model, torch.tensor([[11], [12], [13]]), torch.ones(3, 1, dtype=torch.bool))

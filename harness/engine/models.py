@@ -17,8 +17,7 @@ from harness.sampling import SamplingParams, draw, warp
 from policies.base import DraftLengthPolicy, DraftStep
 
 
-def _prefill(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[list[int]],
-             device: torch.device) -> torch.Tensor:
+def _prefill(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
     """Run newly admitted prompts through ``model`` as one batch and load them into slots ``rows``.
 
     Shorter prompts are left-padded with masked dummy columns (never attended), so every row's last
@@ -30,8 +29,8 @@ def _prefill(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[
     for i, prompt in enumerate(prompts):
         tokens[i, longest - len(prompt):] = torch.tensor(prompt)
         valid[i, longest - len(prompt):] = True
-    fresh = SlotKV(len(prompts), device)
-    logits = fresh.forward(model, tokens.to(device), valid.to(device), last_only=True)
+    fresh = SlotKV(len(prompts), kv.device)
+    logits = fresh.forward(model, tokens.to(kv.device), valid.to(kv.device), last_only=True)
     for i, row in enumerate(rows):
         kv.load_row(row, fresh, other_row=i)
     return logits[:, -1]
@@ -56,7 +55,7 @@ class TargetScorer:
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Load prompts into slots ``rows``; returns the laws of their first new tokens, [k, V]."""
-        return warp(_prefill(self.model, self.kv, rows, prompts, self.device)[..., : self.vocab_size],
+        return warp(_prefill(self.model, self.kv, rows, prompts)[..., : self.vocab_size],
                     self.sampling)
 
     def score(self, last: torch.Tensor, drafts: torch.Tensor | None) -> torch.Tensor:
@@ -81,7 +80,7 @@ class DraftProposer:
         self.fixed_shapes = getattr(kv, "fixed_shapes", False)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
-        _prefill(self.model, self.kv, rows, prompts, self.device)
+        _prefill(self.model, self.kv, rows, prompts)
         self.has_extra[rows] = False
 
     def propose(self, last: torch.Tensor, gamma: int, policy: DraftLengthPolicy, context_length: torch.Tensor,
