@@ -103,10 +103,9 @@ def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> 
 
 
 def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings, label: str, gamma: int,
-               seed: int, max_context: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+               max_context: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     check_fits(requests, gamma, max_context)
     policy = make_policy(settings.policy, gamma) if gamma else None
-    engine.seed = seed
     if settings.warmup:
         warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
                 for i, r in enumerate(requests[: settings.warmup])]
@@ -152,7 +151,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     req_frames, cyc_frames, summaries = [], [], []
     for label, gamma in settings.methods():
         try:
-            req, cyc, summary = _run_point(engine, requests, settings, label, gamma, int(cfg.seed), max_context)
+            req, cyc, summary = _run_point(engine, requests, settings, label, gamma, max_context)
             req_frames.append(req)
             cyc_frames.append(cyc)
         except SpectuneError:
