@@ -27,12 +27,12 @@ from hydra import compose, initialize_config_dir
 
 from harness import hardware as hw
 from harness.engine import Engine, Request
+from harness.engine.policy import FixedGamma
 from harness.io import write_json
 from harness.metadata import base_metadata
 from harness.models.loading import load_pair
-from harness.rejection import get_sampler
 from harness.sampling import SamplingParams
-from policies import FixedGamma
+from harness.sampling.rejection import get_sampler
 from workloads.loader import load_workload
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

@@ -14,6 +14,23 @@ from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.tasks import run_task
 
+CONF = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = ("task", "models", "hardware", "policy", "workload")
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """An unknown option of a config group (``policy=greedy-guess``) fails in one line naming the choices,
+    before Hydra composes (whose own message is several lines)."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if not sep or key not in GROUPS or not value:
+            continue
+        values = value[len("choice("):-1] if value.startswith("choice(") else value
+        options = sorted(f.stem for f in (CONF / key).glob("*.yaml") if not f.stem.startswith("_"))
+        for choice in values.split(","):
+            if choice.strip() not in options:
+                raise SpectuneError(f"{key}={choice.strip()!r} is unknown: choose one of {', '.join(options)}")
+
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> int:
@@ -33,4 +50,9 @@ def main(cfg: DictConfig) -> int:
 
 
 if __name__ == "__main__":
+    try:
+        check_group_choices(sys.argv[1:])
+    except SpectuneError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     main()

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig
 
-from harness.engine.engine import ExecutionPath
 from harness.errors import SpectuneError
+
+if TYPE_CHECKING:  # the engine imports this module; it runs without Hydra (e.g. on the GPU image)
+    from omegaconf import DictConfig
+
+
+@dataclass(frozen=True)
+class ExecutionPath:
+    """How forwards run. Eager: HF DynamicCache, shapes grow. Static: preallocated per-slot buffers of
+    ``max_cache_len`` columns and fixed shapes, optionally under ``torch.compile(mode=compile_mode)``
+    (``"reduce-overhead"`` = CUDA graphs on a GPU). Recorded with every result."""
+
+    static: bool = False
+    max_cache_len: int = 0
+    compile_mode: str | None = None
+    compile_backend: str = "inductor"
+
+    def describe(self) -> dict:
+        return {"kv_cache": "static" if self.static else "dynamic", "max_cache_len": self.max_cache_len or None,
+                "compile_mode": self.compile_mode,
+                "compile_backend": self.compile_backend if self.compile_mode else None}
+
+
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -1,8 +1,9 @@
 """Draft-length (γ) policies. They see per-step draft signals and per-cycle outcomes, never model internals."""
 
-from policies.base import CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, FixedGamma
 from policies.confidence import ConfidenceStop
-from policies.fixed import FixedGamma, HFHeuristic, make_policy
+from policies.heuristic import HFHeuristic
+from policies.registry import POLICIES, make_policy
 
-__all__ = ["ConfidenceStop", "CycleFeedback", "DraftLengthPolicy", "DraftStep", "FixedGamma", "HFHeuristic",
-           "make_policy"]
+__all__ = ["POLICIES", "ConfidenceStop", "CycleFeedback", "DraftLengthPolicy", "DraftStep", "FixedGamma",
+           "HFHeuristic", "make_policy"]

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-
-from harness.models.loading import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
 
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
-def test_acceptance_writes_alpha_and_c(tmp_path):
+def test_acceptance_writes_alpha_and_c(cli, tmp_path):
     out = cli("task=acceptance", "+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8",
               f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stderr
@@ -32,7 +24,7 @@ def test_acceptance_writes_alpha_and_c(tmp_path):
     assert "alpha =" in out.stdout and "c =" in out.stdout
 
 
-def test_hub_pair_offline_fails_in_one_line(tmp_path):
+def test_hub_pair_offline_fails_in_one_line(cli, tmp_path):
     out = cli("task=acceptance", "+workload=en", "models=vicuna-7b-68m", f"hydra.run.dir={tmp_path}",
               env={"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 2
@@ -41,6 +33,6 @@ def test_hub_pair_offline_fails_in_one_line(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_missing_workload_is_one_line(tmp_path):
+def test_missing_workload_is_one_line(cli, tmp_path):
     out = cli("task=acceptance", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 2 and "error: task=acceptance needs a workload" in out.stderr

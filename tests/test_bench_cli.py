@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SMALL = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1"]
-
-
-def harness(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+from tests.conftest import SMALL_BENCH as SMALL
 
 
 @pytest.mark.slow
-def test_bench_writes_records_summary_and_metadata(tmp_path):
+def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     run_dir = tmp_path / "run"
-    proc = harness(*SMALL, "gamma=[1,3]", "concurrency=2", f"hydra.run.dir={run_dir}")
+    proc = cli(*SMALL, "gamma=[1,3]", "concurrency=2", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "fixed:gamma=3" in proc.stdout and "speedup" in proc.stdout
 
@@ -55,8 +46,8 @@ def test_bench_writes_records_summary_and_metadata(tmp_path):
 
 
 @pytest.mark.slow
-def test_open_loop_poisson_arrivals(tmp_path):
-    proc = harness(*SMALL, "gamma=2", "request_rate=50", "concurrency=2", f"hydra.run.dir={tmp_path}")
+def test_open_loop_poisson_arrivals(cli, tmp_path):
+    proc = cli(*SMALL, "gamma=2", "request_rate=50", "concurrency=2", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     arrivals = requests[requests["method"] == "ar"]["arrival_s"].sort_values().to_numpy()
@@ -66,9 +57,9 @@ def test_open_loop_poisson_arrivals(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
-def test_multirun_sweep_over_workloads_and_gamma(tmp_path, launcher):
+def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     # In a sweep the workload group is chosen per job, so its fields take `++` (add or override).
-    proc = harness("-m", "+workload=en,zh", "++workload.num_prompts=2", "++workload.max_new_tokens=6", "task.warmup=0",
+    proc = cli("-m", "+workload=en,zh", "++workload.num_prompts=2", "++workload.max_new_tokens=6", "task.warmup=0",
                    "task.baseline=false", "gamma=1,2", f"hydra/launcher={launcher}",
                    f"hydra.sweep.dir={tmp_path}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -88,25 +79,25 @@ def test_multirun_sweep_over_workloads_and_gamma(tmp_path, launcher):
     ("policy=greedy-guess", "policy='greedy-guess'"),
     ("hardware=cuda", "CUDA"),
 ])
-def test_bad_input_is_one_line_exit_2(tmp_path, override, names):
-    proc = harness(*SMALL, override, f"hydra.run.dir={tmp_path}")
+def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
+    proc = cli(*SMALL, override, f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and names in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 
-def test_missing_workload_and_long_prompt_errors(tmp_path):
-    proc = harness(f"hydra.run.dir={tmp_path}")
+def test_missing_workload_and_long_prompt_errors(cli, tmp_path):
+    proc = cli(f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "+workload=" in proc.stderr
-    proc = harness(*SMALL, "workload.max_new_tokens=100000", f"hydra.run.dir={tmp_path}")
+    proc = cli(*SMALL, "workload.max_new_tokens=100000", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "context" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
-def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(tmp_path):
+def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
     """A static cache sized for short blocks: γ = 1 fits, γ = 40 cannot — that point fails, the rest run."""
-    proc = harness(*SMALL, "gamma=[1,40]", "hardware=cpu-static", "hardware.max_cache_len=72",
+    proc = cli(*SMALL, "gamma=[1,40]", "hardware=cpu-static", "hardware.max_cache_len=72",
                    "workload.prompt_tokens=[24,48]", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     methods = {m["method"]: m for m in json.loads((tmp_path / "summary.json").read_text())["methods"]}
@@ -117,8 +108,8 @@ def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(tmp_path):
-    proc = harness("-m", "+workload=en", "gamma=0,1", "++workload.num_prompts=2", "++workload.max_new_tokens=4",
+def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(cli, tmp_path):
+    proc = cli("-m", "+workload=en", "gamma=0,1", "++workload.num_prompts=2", "++workload.max_new_tokens=4",
                    "task.warmup=0", "task.baseline=false", f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

@@ -7,24 +7,21 @@ per-token SE ≤ √(0.25/20000) ≈ 0.0035, and the audit's own rule (4.5 SE, c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
 pytestmark = pytest.mark.slow
 
 
-def harness(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def harness(cli):
+    """The CLI with the run directory first: ``harness(run_dir, *overrides)``."""
+    return lambda run_dir, *overrides: cli(*overrides, run_dir=run_dir, timeout=300)
 
 
-def test_verify_exact_passes_and_writes_json(tmp_path: Path) -> None:
+def test_verify_exact_passes_and_writes_json(harness, tmp_path: Path) -> None:
     res = harness(tmp_path, "task=verify", "task.trials=20000")
     assert res.returncode == 0, res.stderr
     assert "Verdict: exact PASS (configured), naive FAIL" in res.stdout
@@ -41,7 +38,7 @@ def test_verify_exact_passes_and_writes_json(tmp_path: Path) -> None:
     assert "packages" in out["metadata"] and out["rule"].startswith("PASS iff")
 
 
-def test_verify_naive_reports_fail_and_exits_nonzero(tmp_path: Path) -> None:
+def test_verify_naive_reports_fail_and_exits_nonzero(harness, tmp_path: Path) -> None:
     res = harness(tmp_path, "task=verify", "sampler=naive", "task.trials=20000", "task.block_check=false")
     assert res.returncode not in (0, 2), res.stderr
     assert "naive FAIL (configured)" in res.stdout
@@ -50,7 +47,7 @@ def test_verify_naive_reports_fail_and_exits_nonzero(tmp_path: Path) -> None:
     assert out["block_check"] == {"skipped": "task.block_check=false"}
 
 
-def test_verify_user_pair_with_zeros(tmp_path: Path) -> None:
+def test_verify_user_pair_with_zeros(harness, tmp_path: Path) -> None:
     """p has a zero (must never appear) and q has a zero (reachable only through the residual)."""
     res = harness(tmp_path, "task=verify", "task.p=[0.0,0.5,0.5]", "task.q=[0.5,0.5,0.0]",
                   "task.trials=20000", "task.block_check=false")
@@ -59,7 +56,7 @@ def test_verify_user_pair_with_zeros(tmp_path: Path) -> None:
     assert exact["counts"][0] == 0 and exact["counts"][2] > 9000
 
 
-def test_costmodel_default_sweep(tmp_path: Path) -> None:
+def test_costmodel_default_sweep(harness, tmp_path: Path) -> None:
     res = harness(tmp_path, "task=costmodel")
     assert res.returncode == 0, res.stderr
     grid = pd.read_csv(tmp_path / "costmodel.csv")
@@ -71,7 +68,7 @@ def test_costmodel_default_sweep(tmp_path: Path) -> None:
     assert (tmp_path / "costmodel.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_costmodel_overrides(tmp_path: Path) -> None:
+def test_costmodel_overrides(harness, tmp_path: Path) -> None:
     res = harness(tmp_path, "task=costmodel", "task.alphas=[0.7]", "task.cs=[0.05]", "task.g=3",
                   "task.gamma_min=6", "task.gamma_max=6", "task.plot=false")
     assert res.returncode == 0, res.stderr
@@ -88,7 +85,7 @@ def test_costmodel_overrides(tmp_path: Path) -> None:
     (["task=costmodel", "task.gamma_min=0"], "task.gamma_min=0"),
     (["task=costmodel", "task.cs=[-0.1]"], "task.cs[0]=-0.1"),
 ])
-def test_bad_input_is_one_line_exit_2(tmp_path: Path, overrides: list[str], fragment: str) -> None:
+def test_bad_input_is_one_line_exit_2(harness, tmp_path: Path, overrides: list[str], fragment: str) -> None:
     res = harness(tmp_path, *overrides)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()

@@ -11,10 +11,10 @@ import torch
 from scipy.stats import chisquare
 
 from harness.engine import Engine, Request
-from harness.engine.engine import ExecutionPath
 from harness.engine.records import cycles_frame, requests_frame, summarise
-from harness.rejection import get_sampler
+from harness.hardware import ExecutionPath
 from harness.sampling import SamplingParams, warp
+from harness.sampling.rejection import get_sampler
 from policies import ConfidenceStop, FixedGamma, HFHeuristic
 from tests.tiny_models import perturbed, tiny_llama
 
@@ -83,7 +83,7 @@ def test_adaptive_policy_keeps_greedy_output(pair):
     requests = _requests(5, max_new=16)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
-    result = engine.run(requests, HFHeuristic(start=3), 2)
+    result = engine.run(requests, HFHeuristic(gamma=3, max_gamma=32), 2)
     assert {r.request_id: r.output_ids for r in result.requests} == reference
     assert len({c.gamma for c in result.cycles}) > 1  # the schedule really moved
 
@@ -175,7 +175,7 @@ def _exact_prefix_law(target, prompt: list[int], length: int, sampling: Sampling
     ("exact", True, ExecutionPath(), FixedGamma(2)),
     ("naive", False, ExecutionPath(), FixedGamma(2)),
     ("exact", True, ExecutionPath(static=True, max_cache_len=16), FixedGamma(2)),
-    ("exact", True, ExecutionPath(), ConfidenceStop(max_gamma=3, threshold=0.5)),
+    ("exact", True, ExecutionPath(), ConfidenceStop(gamma=3, threshold=0.5)),
 ], ids=["exact", "naive", "exact-static", "exact-early-stop"])
 def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, path, policy):
     """Joint law of the first 3 generated tokens (V = 4: 64 cells), n = 3000 requests, seeded.

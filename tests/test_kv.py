@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.engine.kv import SlotKV, attention_mask
-from harness.engine.models import _prefill
+from harness.engine.kv import prefill_slots as _prefill
 from harness.engine.static_kv import StaticSlotKV
 from tests.tiny_models import tiny_llama
 

@@ -12,8 +12,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import SpectuneError
-from harness.exact_laws import (
+from harness.audit.laws import (
     PositionLaws,
     accepted_mass,
     corrected_law,
@@ -23,8 +22,9 @@ from harness.exact_laws import (
     total_variation,
     validate_pair,
 )
-from harness.rejection import Verdict, get_sampler
+from harness.errors import SpectuneError
 from harness.sampling import SamplingParams, sample, warp
+from harness.sampling.rejection import Verdict, get_sampler
 
 P_SEED = np.array([0.5, 0.3, 0.2])
 Q_SEED = np.array([0.2, 0.5, 0.3])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
 
 from harness.models.loading import REPO_ROOT
 
@@ -15,9 +14,6 @@ TEXTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(str(REPO_ROOT / "harness/models/tiny/target"))
 
 
 @pytest.mark.parametrize("lang", sorted(TEXTS))

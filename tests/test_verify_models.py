@@ -1,7 +1,7 @@
 """The exactness audit on the real (embedded tiny) model pair: `task=verify task.source=models`.
 
 Seeded throughout (seed 20260923). Rule: the audit's own (every cell |freq−p| < 4.5 SE, chi-square
-p-value > 1e-3, no p=0 hit), on the cells of :func:`harness.audit_bins.make_bins` (n·p ≥ 5 own cell).
+p-value > 1e-3, no p=0 hit), on the cells of :func:`harness.audit.bins.make_bins` (n·p ≥ 5 own cell).
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from harness.audit import FitRule
-from harness.audit_bins import REST, ZERO, binned_fit, chi2_power, event_test, make_bins
+from harness.audit.bins import REST, ZERO, binned_fit, chi2_power, event_test, make_bins
+from harness.audit.fit import FitRule
 
 REPO = Path(__file__).resolve().parent.parent
 RULE = FitRule()
@@ -52,11 +51,15 @@ def test_power_and_event_test_are_consistent() -> None:
 
 @pytest.fixture(scope="module")
 def real() -> tuple:
+    from hydra import compose, initialize_config_dir
+
     from harness.models.loading import load_pair
     from workloads.loader import load_workload
 
-    pair = load_pair(OmegaConf.load(REPO / "conf/models/tiny.yaml"), OmegaConf.load(REPO / "conf/hardware/cpu.yaml"))
-    return pair, load_workload(OmegaConf.load(REPO / "conf/workload/en.yaml"), pair.tokenizer)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["+workload=en"])
+    pair = load_pair(cfg.models, cfg.hardware)
+    return pair, load_workload(cfg.workload, pair.tokenizer)
 
 
 @pytest.mark.slow
@@ -66,10 +69,10 @@ def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
     n = 3000 trials; the binned chi-square's power against the naive law there is computed (noncentral
     chi-square) and must be ≥ 0.95 for the test to be meaningful; then exact must PASS and naive FAIL.
     """
-    from harness.audit_mc import first_token_counts
-    from harness.audit_models import next_law
-    from harness.exact_laws import PositionLaws
-    from harness.rejection import get_sampler
+    from harness.audit.laws import PositionLaws
+    from harness.audit.montecarlo import first_token_counts
+    from harness.audit.real_pair import next_law
+    from harness.sampling.rejection import get_sampler
 
     pair, wl = real
     laws = [PositionLaws.of(next_law(pair.target, pr.input_ids, wl.sampling),

@@ -7,7 +7,6 @@ import re
 
 import pytest
 from hydra import compose, initialize_config_dir
-from transformers import AutoTokenizer
 
 from harness.errors import SpectuneError
 from harness.models.loading import REPO_ROOT
@@ -16,9 +15,6 @@ from workloads.loader import load_workload
 LANGS = ("it", "en", "zh", "es")
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(str(REPO_ROOT / "harness/models/tiny/target"))
 
 
 def composed(*overrides: str):

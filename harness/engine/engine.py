@@ -17,29 +17,14 @@ import torch
 
 from harness.engine.clock import DeviceClock, MemoryTracker
 from harness.engine.kv import SlotKV
-from harness.engine.models import DraftProposer, TargetScorer
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy
+from harness.engine.proposer import DraftProposer
 from harness.engine.records import CycleRecord, Request, RequestRecord
+from harness.engine.scorer import TargetScorer
 from harness.engine.static_kv import StaticSlotKV
-from harness.rejection import RejectionSampler
+from harness.hardware import ExecutionPath
 from harness.sampling import SamplingParams, draw
-from policies.base import CycleFeedback, DraftLengthPolicy
-
-
-@dataclass(frozen=True)
-class ExecutionPath:
-    """How forwards run. Eager: HF DynamicCache, shapes grow. Static: preallocated per-slot buffers of
-    ``max_cache_len`` columns and fixed shapes, optionally under ``torch.compile(mode=compile_mode)``
-    (``"reduce-overhead"`` = CUDA graphs on a GPU). Recorded with every result."""
-
-    static: bool = False
-    max_cache_len: int = 0
-    compile_mode: str | None = None
-    compile_backend: str = "inductor"
-
-    def describe(self) -> dict:
-        return {"kv_cache": "static" if self.static else "dynamic", "max_cache_len": self.max_cache_len or None,
-                "compile_mode": self.compile_mode,
-                "compile_backend": self.compile_backend if self.compile_mode else None}
+from harness.sampling.rejection import RejectionSampler
 
 
 @dataclass
@@ -192,9 +177,9 @@ class Engine:
             when = time.perf_counter() - start  # the tokens are on the host now: their emission time
             draft_s, verify_s = self.clock.seconds(t0, t1), self.clock.seconds(t1, t2)
 
-            scorer.keep(torch.where(active, context + accepted + 1, 0))
+            scorer.rollback(torch.where(active, context + accepted + 1, 0))
             if proposer is not None:
-                proposer.keep(context, accepted, proposal, active)
+                proposer.rollback(context, accepted, proposal, active)
             last = torch.tensor(next_tokens, device=self.device)
             row_ids = {row: slots[row].request_id for row in active_rows}  # emit() may free slots
             emitted = {row: emit(row, [*drafts_list[row][: accepted_list[row]], next_tokens[row]], when)

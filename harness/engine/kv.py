@@ -206,3 +206,22 @@ class SlotKV:
                 pad = layer.keys.new_zeros(*layer.keys.shape[:2], extra, layer.keys.shape[3])
                 layer.keys = torch.cat([layer.keys, pad], dim=2)
                 layer.values = torch.cat([layer.values, pad.clone()], dim=2)
+
+
+def prefill_slots(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
+    """Run newly admitted prompts through ``model`` as one batch and load them into slots ``rows``.
+
+    Shorter prompts are left-padded with masked dummy columns (never attended), so every row's last
+    token is in the last column and only that column's logits are computed. Returns them, [k, V].
+    """
+    longest = max(len(p) for p in prompts)
+    tokens = torch.zeros(len(prompts), longest, dtype=torch.long)
+    valid = torch.zeros(len(prompts), longest, dtype=torch.bool)
+    for i, prompt in enumerate(prompts):
+        tokens[i, longest - len(prompt):] = torch.tensor(prompt)
+        valid[i, longest - len(prompt):] = True
+    fresh = SlotKV(len(prompts), kv.device)
+    logits = fresh.forward(model, tokens.to(kv.device), valid.to(kv.device), last_only=True)
+    for i, row in enumerate(rows):
+        kv.load_row(row, fresh, other_row=i)
+    return logits[:, -1]

@@ -3,7 +3,7 @@
 Why self-trained: no target/draft pair can be had offline (see shared/design/offline-models.md), and a
 pair we train ourselves gives realistic acceptance rates (α ≈ 0.6–0.8) with a known, reproducible recipe.
 
-Steps, all seeded, with progress bars (run ``python -m workloads.build_corpus`` first):
+Steps, all seeded, with progress bars (run ``python -m workloads.build.corpus`` first):
 
 1. a byte-level BPE tokenizer (``tokenizers``) on all four languages, shared by both models;
 2. a target ``LlamaForCausalLM`` (h256 × 12 layers, ~10M params) on a language-balanced mix;
@@ -67,7 +67,7 @@ class Recipe:
 def read_docs(lang: str, split: str) -> list[str]:
     path = CORPUS / f"{lang}.{split}.txt"
     if not path.exists():
-        raise SystemExit(f"error: {path} is missing: run `python -m workloads.build_corpus` first")
+        raise SystemExit(f"error: {path} is missing: run `python -m workloads.build.corpus` first")
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
@@ -268,7 +268,7 @@ def render_md(r: dict) -> str:
     for lang, row in r["held_out"].items():
         lines.append(f"| {lang} | {r['tokens_per_char'][lang]:.3f} | {row['target_ce']:.3f} | "
                      f"{row['draft_ce']:.3f} | {row['alpha_T1']:.3f} |")
-    lines += ["", "Training text: Debian packages listed in workloads/build_corpus.py (build time only, "
+    lines += ["", "Training text: Debian packages listed in workloads/build/corpus.py (build time only, "
               "never committed). Full numbers: TRAINING.json.", ""]
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """`python -m harness task=acceptance +workload=<lang>`: the acceptance rate α and the cost ratio c.
 
 α is the probability that one draft token is accepted, E_x[Σ_v min(p(v|x), q(v|x))], with p and q the
-laws actually sampled (both through :func:`harness.sampling.warp` with the workload's settings). It is
+laws actually sampled (both through :func:`harness.sampling.warp.warp` with the workload's settings). It is
 measured on the workload's held-out prompts, *teacher-forced along continuations sampled from the
 target* at those same settings (greedy when temperature is 0): the contexts a speculative decoder really
 visits, since every emitted token follows p. α is pooled over all positions; its spread over positions

@@ -24,7 +24,7 @@ from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
 from harness.metadata import base_metadata
-from harness.rejection import get_sampler
+from harness.sampling.rejection import get_sampler
 from policies import make_policy
 
 
@@ -32,7 +32,7 @@ from policies import make_policy
 class BenchSettings:
     gammas: tuple[int, ...]
     baseline: bool
-    policy: str
+    policy: dict[str, Any]
     concurrency: int
     request_rate: float | None
     burstiness: float
@@ -57,13 +57,15 @@ class BenchSettings:
         warmup = cfg.task.warmup
         if not (isinstance(warmup, int) and warmup >= 0):
             raise SpectuneError(f"task.warmup={warmup!r} is invalid: must be an integer >= 0")
-        make_policy(str(cfg.policy), 1)  # an unknown policy fails here, before any model loads
-        return cls(gammas, bool(cfg.task.baseline), str(cfg.policy), c, rate, float(cfg.burstiness), warmup)
+        policy = OmegaConf.to_container(cfg.policy, resolve=True)
+        for g in gammas:  # an unknown policy or a bad parameter fails here, before any model loads
+            make_policy(policy, g)
+        return cls(gammas, bool(cfg.task.baseline), policy, c, rate, float(cfg.burstiness), warmup)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
         points = [("ar", 0)] if self.baseline else []
-        return points + [(f"{self.policy}:gamma={g}", g) for g in self.gammas]
+        return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
 
 
 def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> list[float | None]:

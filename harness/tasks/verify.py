@@ -2,11 +2,11 @@
 
 1. Exact laws in float64: accepted mass, Z, residual, corrected law (= p), naive law, TV.
 2. Monte Carlo through the real sampler code, both variants on shared proposals and acceptance uniforms,
-   judged by a stated rule (:class:`harness.audit.FitRule`).
+   judged by a stated rule (:class:`harness.audit.fit.FitRule`).
 3. Optionally the same for the first two emitted tokens of γ = 2 blocks (the prefix is part of the state).
 
 ``task.source=models`` audits the real (target, draft) pair of ``models`` on a workload instead
-(:mod:`harness.audit_models`): the sampler on the pair's next-token laws, then the Engine itself.
+(:mod:`harness.audit.real_pair`): the sampler on the pair's next-token laws, then the Engine itself.
 
 The exit code follows the *configured* sampler (top-level ``sampler``): 0 when it passes, 1 when it fails
 — so `sampler=naive` exits non-zero. Everything lands in ``verify.json`` in the run directory.
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from harness.audit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
+from harness.audit.fit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
+from harness.audit.laws import PositionLaws, total_variation, validate_pair
 from harness.errors import SpectuneError
-from harness.exact_laws import PositionLaws, total_variation, validate_pair
 from harness.io import write_json
 from harness.metadata import base_metadata
 from harness.tasks._options import as_list, integer, number
@@ -109,8 +109,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if source == "models":
         return run_models(cfg, run_dir, _model_settings(cfg))
     s = _settings(cfg)
-    from harness.audit_mc import first_pair_counts, first_token_counts  # loads torch
-    from harness.rejection import SAMPLERS, get_sampler
+    from harness.audit.montecarlo import first_pair_counts, first_token_counts  # loads torch
+    from harness.sampling.rejection import SAMPLERS, get_sampler
 
     get_sampler(s["configured"])  # one-line error for an unknown name
     p, q, n, seed, rule = s["p"], s["q"], s["trials"], s["seed"], s["rule"]
@@ -167,9 +167,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
-    from harness import audit_models as am  # loads torch and transformers
+    from harness.audit import real_pair as am  # loads torch and transformers
     from harness.models.loading import load_pair
-    from harness.rejection import SAMPLERS, get_sampler
+    from harness.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload
 
     get_sampler(s["configured"])

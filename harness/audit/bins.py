@@ -6,7 +6,7 @@ token whose expected count n·p is at least ``min_expected`` is its own cell, th
 one "rest" cell, and the p = 0 tokens share one "p=0" cell (any hit there fails the rule, as for single
 tokens). The cells depend only on (p, n), never on the observed counts, so the test stays valid.
 
-Torch-free, like :mod:`harness.audit`.
+Torch-free, like :mod:`harness.audit.fit`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from harness.audit import FitResult, FitRule, fit
+from harness.audit.fit import FitResult, FitRule, fit
 
 REST, ZERO = "rest", "p=0"
 

@@ -1,7 +1,7 @@
 """Monte Carlo exactness audit: drive the real batched sampler and count what it emits.
 
 The proof says the corrected law is p; the audit exists to catch *coding* errors (seed §4), so it
-calls :func:`harness.rejection.get_sampler` and :func:`harness.sampling.sample` themselves, never a
+calls :func:`harness.sampling.rejection.get_sampler` and :func:`harness.sampling.warp.sample` themselves, never a
 re-implementation. Variants share the proposals and the acceptance uniforms (a controlled comparison:
 only the recovery distribution differs), and each has its own generator for what it draws on rejection.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.audit import conditional_tables
-from harness.rejection import RejectionSampler
+from harness.audit.fit import conditional_tables
 from harness.sampling import sample
+from harness.sampling.rejection import RejectionSampler
 
 # Rows × vocabulary per sampler call: bounds memory for large user-given vocabularies.
 _CHUNK_ELEMENTS = 2_000_000

@@ -3,9 +3,9 @@
 Two levels, both through the project's own code (no re-implementation of the rule):
 
 1. Sampler level. For the first K prompts of the workload, p and q are the warped next-token laws of the
-   target and the draft (:func:`harness.sampling.warp` at the workload's settings, renormalised in
-   float64); :func:`harness.audit_mc.first_token_counts` drives every sampler of ``get_sampler`` on shared
-   proposals and uniforms, and the counts are judged on cells (:mod:`harness.audit_bins`).
+   target and the draft (:func:`harness.sampling.warp.warp` at the workload's settings, renormalised in
+   float64); :func:`harness.audit.montecarlo.first_token_counts` drives every sampler of ``get_sampler`` on shared
+   proposals and uniforms, and the counts are judged on cells (:mod:`harness.audit.bins`).
 2. Engine level. The :class:`~harness.engine.Engine` generates 2 tokens for many identical requests of one
    prompt. Token 1 comes from the target's prefill, token 2 from the first speculative cycle, so the law
    of token 2 given token 1 must be p(· | prompt, t1). Tested: (a) for the most frequent t1, the binned
@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.audit import FitResult, FitRule, fit, fmt
-from harness.audit_bins import Bins, EventTest, binned_fit, chi2_power, event_test
-from harness.audit_mc import first_token_counts
+from harness.audit.bins import Bins, EventTest, binned_fit, chi2_power, event_test
+from harness.audit.fit import FitResult, FitRule, fit, fmt
+from harness.audit.laws import PositionLaws
+from harness.audit.montecarlo import first_token_counts
 from harness.engine import Engine, Request
 from harness.engine.kv import cache_argument
-from harness.exact_laws import PositionLaws
-from harness.rejection import RejectionSampler
+from harness.engine.policy import FixedGamma
 from harness.sampling import SamplingParams, warp
-from policies import FixedGamma
+from harness.sampling.rejection import RejectionSampler
 
 _CHUNK = 256  # continuations scored per forward at the engine level
 

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from harness.errors import SpectuneError
-from harness.sampling import sample
+from harness.sampling.warp import sample
 
 
 @dataclass(frozen=True)

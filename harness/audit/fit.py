@@ -1,6 +1,6 @@
 """Judging Monte Carlo counts against the law they should follow (the audit's stated rule).
 
-Torch-free on purpose: the simulation is in :mod:`harness.audit_mc`, so the verify task can validate
+Torch-free on purpose: the simulation is in :mod:`harness.audit.montecarlo`, so the verify task can validate
 its inputs and fail on bad ones before loading torch.
 """
 

@@ -1,4 +1,4 @@
-"""`python -m workloads.build_prompts --wheel chatterbot_corpus-1.3.3-py2.py3-none-any.whl`: rebuild the
+"""`python -m workloads.build.prompts --wheel chatterbot_corpus-1.3.3-py2.py3-none-any.whl`: rebuild the
 bundled prompt sets ``workloads/prompts/{it,en,zh,es}.jsonl``.
 
 Source: the chatterbot-corpus wheel (BSD-3-Clause, © Gunther Cox; get it with

@@ -1,4 +1,4 @@
-"""`python -m workloads.build_corpus`: rebuild the per-language training text from Debian packages.
+"""`python -m workloads.build.corpus`: rebuild the per-language training text from Debian packages.
 
 The embedded tiny model pair (harness/models/tiny) is trained on this text. It is GPL/other-licensed
 prose, so it is fetched and extracted at build time only and written under ``workloads/corpus/``

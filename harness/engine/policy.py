@@ -1,5 +1,8 @@
 """The small interface between the engine and a draft-length policy (vLLM-style separation).
 
+It lives with the engine so the engine never imports ``policies``: the adaptive policies there
+implement this protocol from above. :class:`FixedGamma`, the grid's own policy, lives here too.
+
 Per cycle the engine asks :meth:`DraftLengthPolicy.begin_cycle` for a ceiling γ, drafts step by step
 and, after each step, offers the policy the draft's signals so it may stop some rows early; after
 verification it reports what happened through :meth:`DraftLengthPolicy.observe`.
@@ -11,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
+
+from harness.errors import SpectuneError
 
 
 @dataclass(frozen=True)
@@ -56,3 +61,20 @@ class DraftLengthPolicy(ABC):
 
     def describe(self) -> dict:
         return {"name": self.name}
+
+
+class FixedGamma(DraftLengthPolicy):
+    """Draft exactly γ tokens every cycle: the grid-search baseline everything is compared to."""
+
+    name = "fixed"
+
+    def __init__(self, gamma: int) -> None:
+        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
+            raise SpectuneError(f"gamma={gamma!r} is invalid: must be an integer >= 1")
+        self.gamma = gamma
+
+    def begin_cycle(self, batch_size: int) -> int:
+        return self.gamma
+
+    def describe(self) -> dict:
+        return {"name": self.name, "gamma": self.gamma}

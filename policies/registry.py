@@ -1,0 +1,41 @@
+"""Policies by config name: ``conf/policy/<name>.yaml`` holds each policy's parameters (defaults live there only).
+
+The grid's γ reaches every policy as ``gamma`` (the fixed length, a start value or a ceiling); every other
+parameter comes from the policy's config node, so ``policy=confidence policy.threshold=0.3`` works.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from harness.engine.policy import DraftLengthPolicy, FixedGamma
+from harness.errors import SpectuneError
+from policies.confidence import ConfidenceStop
+from policies.heuristic import HFHeuristic
+
+POLICIES: dict[str, type[DraftLengthPolicy]] = {
+    FixedGamma.name: FixedGamma,
+    HFHeuristic.name: HFHeuristic,
+    ConfidenceStop.name: ConfidenceStop,
+}
+
+
+def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
+    """Build the policy a config node names, at the grid's ``gamma``. Unknown names or parameters fail in one line."""
+    params = dict(node)
+    name = params.pop("name", None)
+    if name not in POLICIES:
+        raise SpectuneError(f"policy={name!r} is unknown: choose one of {', '.join(sorted(POLICIES))}")
+    cls = POLICIES[name]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "gamma")]
+    for key in params:
+        if key not in accepted:
+            raise SpectuneError(f"policy.{key} is not a parameter of policy={name}: "
+                                f"its parameters are {', '.join(accepted) or 'none'}")
+    missing = [key for key in accepted if key not in params]
+    if missing:
+        raise SpectuneError(f"policy={name} needs policy.{missing[0]} (set it in conf/policy/{name}.yaml "
+                            "or on the command line)")
+    return cls(gamma=gamma, **params)

@@ -1,0 +1,50 @@
+"""Shared fixtures: the repository, the embedded tokenizer, Hydra composition, and the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# The smallest real bench: three English prompts, eight new tokens, one warm-up request.
+SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1"]
+
+CLI = Callable[..., subprocess.CompletedProcess]
+
+
+def run_cli(*args: str, run_dir: Path | None = None, module: str = "harness", cwd: Path = REPO, timeout: int = 600,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` in a subprocess, as a user types it (``hydra.run.dir`` when ``run_dir`` is given)."""
+    extra = [f"hydra.run.dir={run_dir}"] if run_dir is not None else []
+    return subprocess.run([sys.executable, "-m", module, *args, *extra], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def cli() -> CLI:
+    """The harness CLI runner (see :func:`run_cli`)."""
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(REPO / "harness/models/tiny/target"))
+
+
+@pytest.fixture
+def compose_config():
+    """Compose conf/config.yaml with overrides, as Hydra does for the CLI."""
+    from hydra import compose, initialize_config_dir
+
+    def compose_with(*overrides: str):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides))
+
+    return compose_with
