@@ -16,6 +16,7 @@ class ConfidenceStop(DraftLengthPolicy):
     """
 
     name = "confidence"
+    signals = frozenset({"token_prob"})
 
     def __init__(self, gamma: int, threshold: float) -> None:
         if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):

@@ -17,16 +17,51 @@ import torch
 
 from harness.errors import SpectuneError
 
+# Signals computed from the draft law q at each step. Each costs time on every draft step, so the engine
+# computes only those its policy declares (`DraftLengthPolicy.signals`); one name per signal, used alike in
+# DraftStep, in traces and in the gymnasium environments.
+DRAFT_SIGNALS: dict[str, str] = {
+    "token_prob": "q(x) of the token just drafted",
+    "entropy": "entropy of q at this step, nats",
+    "margin": "top-1 minus top-2 probability of q",
+    "cum_prob": "product of token_prob over this cycle's drafts so far",
+}
+
 
 @dataclass(frozen=True)
 class DraftStep:
-    """Signals after draft step ``step`` (0-based) for the rows of the batch."""
+    """What a policy may read after draft step ``step`` (0-based; the draft position is ``step + 1``).
+
+    The q-derived signals (:data:`DRAFT_SIGNALS`) are ``None`` unless the policy declared them.
+    """
 
     step: int
-    token_prob: torch.Tensor  # [B] q(x) of the token just drafted
-    entropy: torch.Tensor  # [B] entropy of q at this step, nats
     active: torch.Tensor  # [B] bool: rows still drafting before this step's decision
     context_length: torch.Tensor  # [B] tokens in each row's sequence before this cycle
+    batch_size: int  # slots of the batch this cycle (the padded shape the models run)
+    token_prob: torch.Tensor | None = None  # [B]
+    entropy: torch.Tensor | None = None  # [B]
+    margin: torch.Tensor | None = None  # [B]
+    cum_prob: torch.Tensor | None = None  # [B]
+
+
+def draft_signals(q: torch.Tensor, x: torch.Tensor, names: frozenset[str],
+                  cum_prob: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The requested q-derived signals of one draft step (q: [B, V] law, x: [B] drafted tokens)."""
+    out: dict[str, torch.Tensor] = {}
+    if not names:
+        return out
+    token_prob = q.gather(1, x.unsqueeze(1)).squeeze(1) if names & {"token_prob", "cum_prob"} else None
+    if "token_prob" in names:
+        out["token_prob"] = token_prob
+    if "entropy" in names:
+        out["entropy"] = -(q * q.clamp(min=1e-30).log()).sum(-1)
+    if "margin" in names:
+        top = q.topk(2, dim=-1).values if q.shape[-1] > 1 else torch.cat([q, torch.zeros_like(q)], -1)
+        out["margin"] = top[:, 0] - top[:, 1]
+    if "cum_prob" in names:
+        out["cum_prob"] = token_prob if cum_prob is None else cum_prob * token_prob
+    return out
 
 
 @dataclass(frozen=True)
@@ -44,6 +79,7 @@ class DraftLengthPolicy(ABC):
     """Chooses how many tokens to draft. Stateless policies ignore :meth:`observe`."""
 
     name: str = "policy"
+    signals: frozenset[str] = frozenset()  # names from DRAFT_SIGNALS that continue_drafting reads
 
     @abstractmethod
     def begin_cycle(self, batch_size: int) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.engine.kv import SlotKV, prefill_slots
-from harness.engine.policy import DraftLengthPolicy, DraftStep
+from harness.engine.policy import DraftLengthPolicy, DraftStep, draft_signals
 from harness.sampling import SamplingParams, draw, warp
 
 
@@ -50,6 +50,8 @@ class DraftProposer:
         drafted, laws = [], []
         running = torch.ones(batch, dtype=torch.bool, device=self.device)
         num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
+        wanted = frozenset(policy.signals)
+        cum_prob = None
         early_stop = False
         for step in range(gamma):
             logits = self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1, : self.vocab_size]
@@ -60,9 +62,10 @@ class DraftProposer:
             num_drafts += running.long()
             if step == gamma - 1:
                 break
-            keep = policy.continue_drafting(DraftStep(
-                step=step, token_prob=q.gather(1, x.unsqueeze(1)).squeeze(1),
-                entropy=-(q * q.clamp(min=1e-30).log()).sum(-1), active=running, context_length=context_length))
+            signals = draft_signals(q, x, wanted, cum_prob)
+            cum_prob = signals.get("cum_prob")
+            keep = policy.continue_drafting(DraftStep(step=step, active=running, context_length=context_length,
+                                                      batch_size=batch, **signals))
             if keep is not None:
                 early_stop = True
                 running = running & keep
