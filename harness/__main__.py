@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -12,7 +13,11 @@ from omegaconf import DictConfig
 
 from harness.errors import SpectuneError
 from harness.io import write_json
+from harness.logs import capture_warnings
+from harness.resume import Interrupted, stop_on_signals, under_submitit
 from harness.tasks import run_task
+
+log = logging.getLogger("harness")
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("task", "models", "hardware", "policy", "workload")
@@ -34,17 +39,27 @@ def check_group_choices(argv: list[str]) -> None:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> int:
+    capture_warnings()
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        code = run_task(cfg, run_dir)
+        # Outside submitit a SIGTERM / SIGINT stops the run between grid points' files; under submitit the
+        # signals stay submitit's (checkpoint + requeue; the rerun resumes, see harness.resume).
+        with stop_on_signals(enabled=not under_submitit()):
+            code = run_task(cfg, run_dir)
     except SpectuneError as err:
-        print(f"error: {err}", file=sys.stderr)
-        if hydra_cfg.mode == RunMode.MULTIRUN:  # the sweep goes on; harness.sweeps exits 2 at its end
+        log.error(f"error: {err}")
+        if multirun:  # the sweep goes on; harness.sweeps exits 2 at its end
             write_json(run_dir / "error.json", {"error": str(err), "overrides": list(hydra_cfg.overrides.task)})
             return 2
         sys.exit(2)
-    if code and hydra_cfg.mode != RunMode.MULTIRUN:
+    except Interrupted as stop:
+        where = f"hydra.sweep.dir={hydra_cfg.sweep.dir}" if multirun else f"hydra.run.dir={run_dir}"
+        log.error(f"error: {stop}: the grid point in flight was dropped, the completed ones are in {run_dir}; "
+                  f"rerun the same command with resume=true {where} to finish")
+        sys.exit(stop.exit_code)
+    if code and not multirun:
         sys.exit(code)
     return code
 

@@ -7,7 +7,7 @@ that raises (e.g. out of memory) is recorded as failed with its error and the sw
 
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from analysis.bench_table import bench_table, format_table
 from harness import hardware as hw
+from harness import resume
 from harness.engine import Engine, Request
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.errors import SpectuneError
@@ -26,6 +27,8 @@ from harness.io import write_json, write_parquet
 from harness.metadata import base_metadata
 from harness.sampling.rejection import get_sampler
 from policies import make_policy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,10 +129,19 @@ def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings,
 def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
+    settings = BenchSettings.from_cfg(cfg)
+    keys = [(label, 0) for label, _ in settings.methods()]  # (method, repeat): one measurement per point
+    done = resume.load_completed(run_dir, cfg, keys) if resume.wants_resume(cfg, run_dir) else resume.Completed()
+    if done.covers(keys):  # decided before any model loads
+        log.info("resume: all %d grid points are complete in %s; nothing to run", len(keys), run_dir)
+        summaries = [done.summaries[k] for k in keys]
+        log.info(format_table(bench_table(summaries)))
+        log.info(f"results: {run_dir}")
+        return _exit_code(summaries)
+
     from harness.models.loading import load_pair  # heavy imports only once the config is valid
     from workloads.loader import load_workload
 
-    settings = BenchSettings.from_cfg(cfg)
     device = hw.setup(cfg.hardware)
     pair = load_pair(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, pair.tokenizer)
@@ -147,31 +159,45 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "hardware": hw.describe(cfg.hardware, device), "workload": workload.describe(),
                 "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "settings": vars(settings), "load": "closed loop" if settings.request_rate is None else "open loop",
-                "config": OmegaConf.to_container(cfg, resolve=True)}
+                "config": OmegaConf.to_container(cfg, resolve=True), "job": resume.job_identity(),
+                "resumed_points": [label for (label, _) in keys if (label, 0) in done]}
     write_json(run_dir / "metadata.json", metadata)
 
     req_frames, cyc_frames, summaries = [], [], []
-    for label, gamma in settings.methods():
-        try:
-            req, cyc, summary = _run_point(engine, requests, settings, label, gamma, max_context)
-            req_frames.append(req)
-            cyc_frames.append(cyc)
-        except SpectuneError:
-            raise  # bad input is the user's to fix, not a failed measurement
-        except (RuntimeError, MemoryError, ValueError) as err:  # record the failed grid point, go on
-            summary = {"method": label, "gamma": gamma, "status": "failed", "error": f"{type(err).__name__}: {err}"}
-            print(f"grid point {label} failed: {summary['error']}", file=sys.stderr)
+    for (label, gamma), key in zip(settings.methods(), keys, strict=True):
+        if key in done:  # complete on disk (checked by resume.load_completed): kept, not rerun
+            log.info("resume: %s already complete, skipped", label)
+            summary = done.summaries[key]
+            req_frames.append(done.requests[key])
+            cyc_frames.append(done.cycles[key])
+        else:
+            try:
+                req, cyc, summary = _run_point(engine, requests, settings, label, gamma, max_context)
+                req_frames.append(req)
+                cyc_frames.append(cyc)
+            except SpectuneError:
+                raise  # bad input is the user's to fix, not a failed measurement
+            except (RuntimeError, MemoryError, ValueError) as err:  # record the failed grid point, go on
+                summary = {"method": label, "gamma": gamma, "status": "failed",
+                           "error": f"{type(err).__name__}: {err}"}
+                log.error(f"grid point {label} failed: {summary['error']}")
         summaries.append(summary)
-        if req_frames:
-            write_parquet(run_dir / "requests.parquet", pd.concat(req_frames, ignore_index=True))
-            write_parquet(run_dir / "cycles.parquet", pd.concat(cyc_frames, ignore_index=True))
-        write_json(run_dir / "summary.json", {"workload": workload.name, "methods": summaries})
+        with resume.deferred_signals():  # a SIGTERM now waits until the three files agree
+            if req_frames:
+                write_parquet(run_dir / "requests.parquet", pd.concat(req_frames, ignore_index=True))
+                write_parquet(run_dir / "cycles.parquet", pd.concat(cyc_frames, ignore_index=True))
+            write_json(run_dir / "summary.json", {"workload": workload.name, "methods": summaries})
 
     table = bench_table(summaries)
-    print(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
-          f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
-          f"max_new_tokens={workload.max_new_tokens}")
-    print(format_table(table))
-    print(f"results: {run_dir}")
+    log.info(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
+             f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
+             f"max_new_tokens={workload.max_new_tokens}")
+    log.info(format_table(table))
+    log.info(f"results: {run_dir}")
+    return _exit_code(summaries)
+
+
+def _exit_code(summaries: list[dict[str, Any]]) -> int:
+    """3 when every grid point failed (nothing was measured), else 0."""
     failed = [s["method"] for s in summaries if s["status"] != "ok"]
     return 3 if failed and len(failed) == len(summaries) else 0
