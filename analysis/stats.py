@@ -1,0 +1,205 @@
+"""Comparing methods measured with repeats: paired CIs, the best method and its indistinguishable set,
+the median − 1.4826·MAD rule, and the A/A noise floor.
+
+The unit of resampling is a (repeat, prompt) cluster: in repeat r every method ran the same prompts,
+so cluster (r, i) holds one request of every method. A method's throughput over a set of clusters is
+Σ output tokens / Σ time shares, where a request's time share is its E2EL scaled so that the shares of
+one (method, repeat) add up to that run's measured duration (first dispatch → last completion). Over
+all clusters that is exactly the pooled throughput Σ tokens / Σ durations; at concurrency 1 a share is
+≈ the request's own E2EL. Resampling clusters then gives a throughput CI, and resampling the *same*
+clusters for two methods gives a paired CI of their ratio (speedup) or difference.
+
+Two ways to pick γ, shown side by side: the best point estimate with the set of methods whose paired CI
+of the throughput difference to it contains 0 ("indistinguishable"), and the rule of vLLM pull request
+49163 (not merged): per method, median − 1.4826·MAD of the per-repeat throughputs; the highest score
+wins, and scores within 1% of it go to the smallest γ.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from analysis.intervals import (
+    CI_METHOD,
+    CONFIDENCE,
+    N_RESAMPLES,
+    RESAMPLING_UNIT,
+    Interval,
+    paired_difference_interval,
+    paired_ratio_interval,
+    quantile_interval,
+    ratio_interval,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+BASELINE = "ar"
+AA_LABEL = "ar#2"  # the second AR run of a repeat (task.noise_floor=true): the A/A comparison
+MAD_SCALE = 1.4826  # MAD → σ for normal data
+MAD_TIE = 0.01  # scores within 1% of the best go to the smallest γ
+MIN_P99_SAMPLES = 100  # a p99 (and its CI) is reported only with at least this many samples behind it
+LATENCIES = ("ttft_ms", "tpot_ms", "e2el_ms")
+
+
+def rotation(methods: Sequence[T], repeat: int) -> list[T]:
+    """The order of repeat ``repeat`` (0-based): ABC, BCA, CAB, ... so that slow drift on a shared
+    machine does not always favour the method that runs first (or last)."""
+    if not methods:
+        return []
+    k = repeat % len(methods)
+    return [*methods[k:], *methods[:k]]
+
+
+@dataclass
+class Clusters:
+    """Per method, one value per (repeat, request) cluster: ``num`` (tokens or good requests) and ``den``
+    (time shares in seconds), aligned on ``keys`` (only clusters every method has)."""
+
+    keys: list[tuple[int, int]]
+    num: dict[str, np.ndarray]
+    den: dict[str, np.ndarray]
+
+    @property
+    def n(self) -> int:
+        return len(self.keys)
+
+
+def clusters(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float], value: str = "output_tokens"
+             ) -> Clusters:
+    """Build the cluster table from ``requests`` (columns method, repeat, request_id, status, e2el_ms and
+    ``value``) and each (method, repeat) run's duration in seconds. Failed requests count 0 and take no time."""
+    frame = requests[["method", "repeat", "request_id", "status", "e2el_ms", value]].copy()
+    ok = frame["status"] == "ok"
+    frame["num"] = np.where(ok, frame[value].astype(float), 0.0)
+    frame["e2el"] = np.where(ok, frame["e2el_ms"].astype(float).fillna(0.0), 0.0)
+    total = frame.groupby(["method", "repeat"])["e2el"].transform("sum")
+    scale = np.array([durations.get((m, r), np.nan) for m, r in zip(frame["method"], frame["repeat"], strict=True)])
+    frame["den"] = np.where(total > 0, frame["e2el"] / total.where(total > 0, 1.0) * scale, 0.0)
+    wide_num = frame.pivot_table(index=["repeat", "request_id"], columns="method", values="num", aggfunc="sum")
+    wide_den = frame.pivot_table(index=["repeat", "request_id"], columns="method", values="den", aggfunc="sum")
+    keep = wide_num.notna().all(axis=1) & wide_den.notna().all(axis=1)
+    wide_num, wide_den = wide_num[keep], wide_den[keep]
+    keys = [(int(r), int(i)) for r, i in wide_num.index]
+    return Clusters(keys, {m: wide_num[m].to_numpy() for m in wide_num.columns},
+                    {m: wide_den[m].to_numpy() for m in wide_den.columns})
+
+
+def mad_score(values: Sequence[float]) -> float:
+    """median − 1.4826·MAD of per-repeat values (a robust 'reliably at least this fast')."""
+    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return float("nan")
+    med = float(np.median(arr))
+    return med - MAD_SCALE * float(np.median(np.abs(arr - med)))
+
+
+def mad_rule(per_repeat: Mapping[str, Sequence[float]], gammas: Mapping[str, int]
+             ) -> tuple[str | None, dict[str, float]]:
+    """The pick of vLLM PR 49163's rule: the highest median − 1.4826·MAD; any method within 1% of that score
+    with a smaller γ wins the tie (the smallest such γ). Returns (pick, scores)."""
+    scores = {m: mad_score(v) for m, v in per_repeat.items()}
+    finite = {m: s for m, s in scores.items() if np.isfinite(s)}
+    if not finite:
+        return None, scores
+    top = max(finite.values())
+    tied = [m for m, s in finite.items() if s >= top - abs(top) * MAD_TIE]
+    return min(tied, key=lambda m: (gammas.get(m, 0), -finite[m])), scores
+
+
+def indistinguishable(best: str, differences: Mapping[str, Interval]) -> list[str]:
+    """``best`` and every method whose paired CI of (its value − best's) contains 0."""
+    return [best, *[m for m, iv in differences.items() if m != best and iv.contains(0.0)]]
+
+
+def noise_floor_pct(aa: Interval) -> float:
+    """How far from 1 the A/A speedup's CI reaches, in percent: differences smaller than this are noise."""
+    return 100.0 * max(abs(aa.lo - 1.0), abs(aa.hi - 1.0))
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`compare`: flat summary fields per method and the ranking."""
+
+    fields: dict[str, dict[str, Any]]
+    best: str | None
+    indistinguishable: list[str]
+    mad_pick: str | None
+    mad_scores: dict[str, float]
+    noise_floor_pct: float | None
+    statistics: dict[str, Any] = field(default_factory=dict)
+
+
+def compare(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
+            per_repeat: Mapping[str, Sequence[float]], gammas: Mapping[str, int], *, seed: int,
+            value: str = "output_tokens", metric: str = "output_throughput", baseline: str = BASELINE,
+            n_resamples: int = N_RESAMPLES) -> Comparison:
+    """Paired comparison of every method in ``requests`` on ``metric`` = Σ value / Σ time.
+
+    ``per_repeat[method]`` is the metric per repeat (for the MAD rule); ``gammas[method]`` the γ
+    (0 for AR). With ``value='good'`` (a 0/1 column) the metric is the request goodput.
+    """
+    table = clusters(requests, durations, value)
+    methods = [m for m in table.num if m != AA_LABEL]
+    fields: dict[str, dict[str, Any]] = {m: {} for m in table.num}
+    kw = {"seed": seed, "n_resamples": n_resamples}
+    for m in table.num:
+        iv = ratio_interval(table.num[m], table.den[m], **kw)
+        fields[m][f"{metric}_pooled"] = iv.estimate
+        fields[m][f"{metric}_ci95_lo"], fields[m][f"{metric}_ci95_hi"] = iv.lo, iv.hi
+    prefix = "speedup" if metric == "output_throughput" else f"{metric}_ratio"
+    if baseline in table.num:
+        for m in table.num:
+            iv = paired_ratio_interval(table.num[m], table.den[m], table.num[baseline], table.den[baseline], **kw)
+            fields[m][prefix] = iv.estimate
+            fields[m][f"{prefix}_ci95_lo"], fields[m][f"{prefix}_ci95_hi"] = iv.lo, iv.hi
+    pooled = {m: fields[m][f"{metric}_pooled"] for m in methods if np.isfinite(fields[m][f"{metric}_pooled"])}
+    best = max(pooled, key=lambda m: (pooled[m], -gammas.get(m, 0))) if pooled else None
+    same: list[str] = []
+    if best is not None:
+        diffs = {m: paired_difference_interval(table.num[m], table.den[m], table.num[best], table.den[best], **kw)
+                 for m in methods if m != best}
+        for m, iv in diffs.items():
+            fields[m][f"{metric}_diff_vs_best"] = iv.estimate
+            fields[m][f"{metric}_diff_vs_best_ci95_lo"], fields[m][f"{metric}_diff_vs_best_ci95_hi"] = iv.lo, iv.hi
+        same = indistinguishable(best, diffs)
+    pick, scores = mad_rule({m: v for m, v in per_repeat.items() if m in methods}, gammas)
+    floor = None
+    if AA_LABEL in table.num and baseline in table.num:
+        aa = paired_ratio_interval(table.num[AA_LABEL], table.den[AA_LABEL], table.num[baseline],
+                                   table.den[baseline], **kw)
+        floor = noise_floor_pct(aa)
+    for m in table.num:
+        fields[m]["best"] = m == best
+        fields[m]["indistinguishable_from_best"] = m in same
+        fields[m]["mad_score"] = scores.get(m)
+    statistics = {"ci_method": CI_METHOD, "resampling_unit": RESAMPLING_UNIT, "n_clusters": table.n,
+                  "n_resamples": n_resamples, "confidence_level": CONFIDENCE, "seed": seed, "metric": metric,
+                  "indistinguishable_rule": "paired CI of the difference to the best contains 0",
+                  "mad_rule": f"max median - {MAD_SCALE}*MAD over repeats; within {MAD_TIE:.0%} to the smaller γ "
+                              "(vLLM PR 49163, not merged)"}
+    return Comparison(fields, best, same, pick, scores, floor, statistics)
+
+
+def latency_intervals(requests: pd.DataFrame, *, seed: int, n_resamples: int = N_RESAMPLES) -> dict[str, Any]:
+    """p50 TTFT/TPOT/E2EL over all repeats of one method with CIs (clusters = its requests), and p99 with
+    its CI only where at least 100 samples stand behind it."""
+    ok = requests[requests["status"] == "ok"]
+    out: dict[str, Any] = {}
+    for name in LATENCIES:
+        values = ok[name].dropna().astype(float).to_numpy()
+        out[f"{name.removesuffix('_ms')}_samples"] = int(values.size)
+        for q in (50, 99):
+            key = f"p{q}_{name}"
+            if values.size == 0 or (q == 99 and values.size < MIN_P99_SAMPLES):
+                out[f"{key}_ci95_lo"] = out[f"{key}_ci95_hi"] = None
+                continue
+            iv = quantile_interval(values, q, seed=seed, n_resamples=n_resamples)
+            out[f"{key}_ci95_lo"], out[f"{key}_ci95_hi"] = iv.lo, iv.hi
+    return out
