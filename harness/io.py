@@ -1,4 +1,11 @@
-"""Atomic result writers: a killed run never leaves a truncated JSON, CSV or Parquet file."""
+"""Atomic result writers: a killed run never leaves a truncated JSON, CSV or Parquet file.
+
+Each writer writes a temporary file beside the target, makes it durable (fsync), gives it the mode a plain
+``open(path, "w")`` would (0666 minus the umask: ``tempfile.mkstemp`` creates 0600, which a colleague or a
+notebook server under another user cannot read on a shared filesystem), renames it over the target
+(atomic on POSIX within one filesystem) and fsyncs the directory, so that after a crash the name points to
+the old file or the new one, never to an empty one.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,31 @@ from typing import Any
 import pandas as pd
 
 
+def _current_umask() -> int:
+    """The process umask. Reading it means setting it; the two calls are back to back."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    """Flush ``path``'s data (or a directory's entries) to the disk."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # some filesystems / platforms cannot open a directory: the rename stays atomic
+        if directory:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:  # a directory fsync is best effort (not supported everywhere)
+            raise
+    finally:
+        os.close(fd)
+
+
 def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
     """Write through ``write(tmp)`` into a temporary file beside ``path``, then rename over it."""
     path = Path(path)
@@ -21,10 +53,13 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        write(tmp)
+        write(tmp)  # the writers close their file: the data is in the OS, not in a Python buffer
+        _fsync(tmp)
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)  # atomic on POSIX within one filesystem
     finally:
         tmp.unlink(missing_ok=True)
+    _fsync(path.parent, directory=True)  # make the rename itself durable
     return path
 
 

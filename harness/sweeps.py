@@ -2,18 +2,22 @@
 
 Each failing job writes ``error.json`` in its own run directory; at the end of the sweep this callback
 (registered in conf/config.yaml) lists them and exits 2. Scanning the sweep directory works for every
-launcher, including submitit's, whose jobs run in other processes.
+launcher, including submitit's, whose jobs run in other processes. The lines are logged at ERROR, which the
+logging configs (conf/hydra/*_logging/spectune.yaml) send to stderr as plain one-liners.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
 
 
 class FailedJobsExit(Callback):
@@ -24,7 +28,6 @@ class FailedJobsExit(Callback):
             return
         for path in errors:
             info = json.loads(path.read_text())
-            print(f"error: job {path.parent.name} ({' '.join(info['overrides'])}): {info['error']}", file=sys.stderr)
-        print(f"error: {len(errors)} job(s) of the sweep failed; the others' results are in {sweep_dir}",
-              file=sys.stderr)
+            log.error(f"error: job {path.parent.name} ({' '.join(info['overrides'])}): {info['error']}")
+        log.error(f"error: {len(errors)} job(s) of the sweep failed; the others' results are in {sweep_dir}")
         sys.exit(2)
