@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.logs import capture_warnings
-from harness.resume import Interrupted, stop_on_signals, under_submitit
+from harness.resume import Interrupted, install_handlers, stop_on_signals, under_submitit
 from harness.tasks import run_task
 
 log = logging.getLogger("harness")
@@ -43,10 +43,11 @@ def main(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    where = f"hydra.sweep.dir={hydra_cfg.sweep.dir}" if multirun else f"hydra.run.dir={run_dir}"
     try:
-        # Outside submitit a SIGTERM / SIGINT stops the run between grid points' files; under submitit the
-        # signals stay submitit's (checkpoint + requeue; the rerun resumes, see harness.resume).
-        with stop_on_signals(enabled=not under_submitit()):
+        # Outside submitit a SIGTERM / SIGINT drops the grid point in flight (never a half-written set of
+        # files); under submitit the signals stay submitit's (checkpoint + requeue; the rerun resumes).
+        with stop_on_signals(enabled=not under_submitit(), hint=where):
             code = run_task(cfg, run_dir)
     except SpectuneError as err:
         log.error(f"error: {err}")
@@ -55,7 +56,6 @@ def main(cfg: DictConfig) -> int:
             return 2
         sys.exit(2)
     except Interrupted as stop:
-        where = f"hydra.sweep.dir={hydra_cfg.sweep.dir}" if multirun else f"hydra.run.dir={run_dir}"
         log.error(f"error: {stop}: the grid point in flight was dropped, the completed ones are in {run_dir}; "
                   f"rerun the same command with resume=true {where} to finish")
         sys.exit(stop.exit_code)
@@ -70,4 +70,6 @@ if __name__ == "__main__":
     except SpectuneError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if not under_submitit():
+        install_handlers()
     main()

@@ -224,30 +224,43 @@ class Interrupted(Exception):
         return 128 + self.signum  # the shell's convention: 143 for SIGTERM, 130 for SIGINT
 
 
-_state = {"installed": False, "critical": 0, "pending": None}
+_state: dict[str, Any] = {"active": False, "critical": 0, "pending": None, "hint": ""}
 
 
 def _on_signal(signum: int, frame: Any) -> None:
     if _state["critical"]:
         _state["pending"] = signum  # raised when the write in progress has finished
         return
-    raise Interrupted(signum)
+    if _state["active"]:
+        raise Interrupted(signum)  # inside a job: harness.__main__ reports it and exits
+    # Between the jobs of a sweep (or before the first): nothing is in flight, everything done is on disk.
+    log.error(f"error: interrupted by {signal.Signals(signum).name} between jobs: the completed jobs' results are "
+              f"on disk; rerun the same command with resume=true {_state['hint']}".rstrip())
+    raise SystemExit(128 + signum)
+
+
+def install_handlers() -> None:
+    """For the whole process (a basic-launcher sweep runs its jobs one after another in it): SIGTERM and
+    SIGINT stop it cleanly between jobs as well as inside one. Not under submitit (its signals are its own)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_signal)
 
 
 @contextmanager
-def stop_on_signals(enabled: bool = True) -> Iterator[None]:
-    """Within, SIGTERM and SIGINT raise :class:`Interrupted` (outside submitit; under it, pass False)."""
+def stop_on_signals(enabled: bool = True, hint: str = "") -> Iterator[None]:
+    """Within, SIGTERM and SIGINT raise :class:`Interrupted` (outside submitit; under it, pass False).
+    ``hint`` (e.g. ``hydra.sweep.dir=DIR``) completes the message of a signal that arrives between jobs."""
     if not enabled:
         yield
         return
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    _state.update(installed=True, critical=0, pending=None)
+    _state.update(active=True, critical=0, pending=None, hint=hint)
     try:
         yield
     finally:
+        _state.update(active=False, critical=0, pending=None)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _state.update(installed=False, critical=0, pending=None)
 
 
 @contextmanager
