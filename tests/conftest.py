@@ -48,3 +48,13 @@ def compose_config():
             return compose(config_name="config", overrides=list(overrides))
 
     return compose_with
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory) -> Path:
+    """One real tiny sweep per test session, made by the CLI as a user would (for the analysis tests):
+    two jobs (concurrency 1 and 2), each with the AR baseline and γ = 1, 2 on SMALL_BENCH."""
+    sweep = tmp_path_factory.mktemp("analysis") / "sweep"
+    done = run_cli("-m", *SMALL_BENCH, "gamma=[1,2]", "concurrency=1,2", f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return sweep

@@ -1,0 +1,269 @@
+"""Tidy pandas frames from run directories, Hydra multirun directories, or lists of them.
+
+Every recorded field keeps its recorded name (vLLM's names in ``summary.json``, the Parquet columns as
+written), so fields added later come along without a change here. Each row also carries its run's
+context: the run directory, the Hydra job number, the overrides (``overrides``), every config value
+flattened under ``cfg.<dotted key>`` (from ``.hydra/config.yaml``, read with OmegaConf), and the key
+metadata a comparison needs (models, dtype, hardware, execution path, git commit) under short names.
+
+Runs of different models or hardware are refused unless ``allow_mixed=True``: a frame that silently
+pools an H200 and a laptop, or two target models, gives numbers that mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from omegaconf import OmegaConf
+
+from harness.errors import SpectuneError
+
+log = logging.getLogger(__name__)
+
+Paths = Path | str | Sequence[Path | str]
+
+SUMMARY = "summary.json"
+METADATA = "metadata.json"
+TRACES = "traces.parquet"
+TRACES_METADATA = "traces.metadata.json"
+# The columns a file must have to be the table it claims to be (the rest load under their recorded names).
+REQUIRED = {
+    "requests.parquet": ("method", "request_id", "prompt_id", "status", "ttft_ms", "tpot_ms", "output_tokens"),
+    "cycles.parquet": ("method", "cycle", "request_id", "gamma", "num_drafts", "accepted", "emitted"),
+    TRACES: ("cycle", "row", "position", "accept_prob", "accepted"),
+}
+# What makes two runs comparable: same models (and weights) and same hardware and execution path.
+MODEL_KEYS = ("target", "target_revision", "target_sha256", "draft", "draft_revision", "draft_sha256", "dtype")
+HARDWARE_KEYS = ("hardware", "device", "device_name", "execution_path", "processor", "cpu_count")
+
+
+def _as_list(paths: Paths) -> list[Path]:
+    if isinstance(paths, str | Path):
+        return [Path(paths)]
+    return [Path(p) for p in paths]
+
+
+def _find(paths: Paths, marker: str) -> list[Path]:
+    """Directories at or below ``paths`` that hold ``marker``; a missing path is an error, not an empty result."""
+    found: list[Path] = []
+    for root in _as_list(paths):
+        if not root.exists():
+            raise SpectuneError(f"{root} does not exist: give a run directory, a multirun directory or a list")
+        if root.is_file():
+            root = root.parent
+        found.extend(p.parent for p in sorted(root.rglob(marker)))
+    return sorted(dict.fromkeys(found))
+
+
+def find_runs(paths: Paths) -> list[Path]:
+    """Every bench run (a directory with ``summary.json``) at or below ``paths``."""
+    return _find(paths, SUMMARY)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; a half-written or foreign file fails in one line naming it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SpectuneError(f"{path} is not valid JSON (half-written or not a spectune file): "
+                            f"{err.msg} at line {err.lineno}") from None
+    except OSError as err:
+        raise SpectuneError(f"{path} cannot be read: {err.strerror}") from None
+    if not isinstance(data, dict):
+        raise SpectuneError(f"{path} is not a spectune result: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def read_parquet(path: Path, required: Iterable[str] = ()) -> pd.DataFrame:
+    """A Parquet table through pyarrow; unreadable (half-written, not Parquet) or foreign (missing the columns
+    that define it) fails in one line naming the file."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SpectuneError(f"{path} is not a readable Parquet file (half-written or corrupt): {reason}") from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise SpectuneError(f"{path} is not a spectune {Path(path).stem} table: missing columns {', '.join(missing)}")
+    return table.to_pandas()
+
+
+def _hashable(value: Any) -> Any:
+    """Lists become tuples so config columns can be grouped on (``cfg.gamma`` may be a list)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _config_columns(run: Path) -> dict[str, Any]:
+    """``overrides`` and every config leaf as ``cfg.<key>`` (read with OmegaConf, flattened by pandas)."""
+    hydra = run / ".hydra"
+    out: dict[str, Any] = {}
+    if (hydra / "overrides.yaml").exists():
+        out["overrides"] = " ".join(str(o) for o in OmegaConf.to_container(OmegaConf.load(hydra / "overrides.yaml")))
+    if (hydra / "config.yaml").exists():
+        config = OmegaConf.to_container(OmegaConf.load(hydra / "config.yaml"), resolve=False)
+        flat = pd.json_normalize(config, sep=".").iloc[0].to_dict()
+        out.update({f"cfg.{k}": _hashable(v) for k, v in flat.items()})
+    return out
+
+
+def _metadata_columns(meta: dict[str, Any]) -> dict[str, Any]:
+    """Key metadata under short names (what tells runs apart and what a comparison must hold fixed)."""
+    models, hardware, host = meta.get("models") or {}, meta.get("hardware") or {}, meta.get("host") or {}
+    target, draft = models.get("target") or {}, models.get("draft") or {}
+    settings, workload, sampling = meta.get("settings") or {}, meta.get("workload") or {}, meta.get("sampling") or {}
+    out = {
+        "models": models.get("name"),
+        "target": target.get("name_or_path"), "target_revision": target.get("revision"),
+        "target_sha256": json.dumps(target.get("weights_sha256"), sort_keys=True) if target else None,
+        "draft": draft.get("name_or_path"), "draft_revision": draft.get("revision"),
+        "draft_sha256": json.dumps(draft.get("weights_sha256"), sort_keys=True) if draft else None,
+        "dtype": hardware.get("dtype", target.get("dtype")),
+        "hardware": hardware.get("setup"), "device": hardware.get("device"),
+        "device_name": hardware.get("device_name", host.get("cuda_device")),
+        "execution_path": hardware.get("execution_path"),
+        "processor": host.get("processor"), "cpu_count": host.get("cpu_count"),
+        "git_commit": (meta.get("git") or {}).get("commit"), "git_dirty": (meta.get("git") or {}).get("dirty"),
+        "created_utc": meta.get("created_utc"),
+        "workload": workload.get("name"), "language": workload.get("language"),
+        "concurrency": settings.get("concurrency"), "request_rate": settings.get("request_rate"),
+        "load": meta.get("load"), "sampler": meta.get("sampler"),
+        "temperature": sampling.get("temperature"), "top_p": sampling.get("top_p"), "top_k": sampling.get("top_k"),
+    }
+    return out
+
+
+def run_context(run: Path, metadata_file: str = METADATA) -> dict[str, Any]:
+    """The columns every row of ``run`` carries: where it is, its job, its config and its key metadata."""
+    run = Path(run)
+    meta_path = run / metadata_file
+    meta = read_json(meta_path) if meta_path.exists() else {}
+    sweep = run.parent if (run.parent / "multirun.yaml").exists() else None
+    context: dict[str, Any] = {"run": str(run), "sweep": str(sweep) if sweep else None,
+                               "job": int(run.name) if sweep is not None and run.name.isdigit() else None}
+    context.update(_metadata_columns(meta))
+    context.update(_config_columns(run))
+    return context
+
+
+def check_comparable(frame: pd.DataFrame, allow_mixed: bool = False) -> None:
+    """Refuse runs of different models or hardware unless ``allow_mixed`` (one line naming two runs that differ)."""
+    if allow_mixed or frame.empty or "run" not in frame:
+        return
+    for kind, keys in (("models", MODEL_KEYS), ("hardware", HARDWARE_KEYS)):
+        cols = [k for k in keys if k in frame]
+        if not cols:
+            continue
+        ids = frame[["run", *cols]].astype(str).drop_duplicates(subset=cols)
+        if len(ids) > 1:
+            a, b = ids.iloc[0], ids.iloc[1]
+            diff = next(c for c in cols if a[c] != b[c])
+            raise SpectuneError(f"{b['run']} has different {kind} from {a['run']} ({diff}: {b[diff]} vs {a[diff]}): "
+                                "pass allow_mixed=True (--allow-mixed) to load them together")
+
+
+def _no_results(paths: Paths, what: str) -> SpectuneError:
+    where = ", ".join(str(p) for p in _as_list(paths))
+    return SpectuneError(f"{where} holds no spectune results: no {what} at or below it")
+
+
+def _report_failed_jobs(paths: Paths) -> None:
+    for err in _find(paths, "error.json"):
+        if not (err / SUMMARY).exists():
+            log.warning(f"skipped {err}: the job failed ({read_json(err / 'error.json').get('error')})")
+
+
+def load_summaries(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
+    """One row per (run, method): every field of ``summary.json`` under its recorded name, plus the run context.
+
+    A recorded field wins over a context column of the same name. ``bench_table(frame.to_dict("records"))``
+    of one run's rows is the printed table.
+    """
+    runs = find_runs(paths)
+    if not runs:
+        raise _no_results(paths, SUMMARY)
+    _report_failed_jobs(paths)
+    rows = []
+    for run in runs:
+        summary = read_json(run / SUMMARY)
+        methods = summary.get("methods")
+        if not isinstance(methods, list) or not all(isinstance(m, dict) and "method" in m for m in methods):
+            raise SpectuneError(f"{run / SUMMARY} is not a bench summary: expected a 'methods' list of "
+                                "objects with a 'method' field")
+        context = run_context(run)
+        top = {k: v for k, v in summary.items() if k != "methods"}
+        rows.extend({**context, **top, **method} for method in methods)
+    frame = pd.DataFrame(rows)
+    check_comparable(frame, allow_mixed)
+    return frame
+
+
+def _load_table(paths: Paths, name: str, allow_mixed: bool) -> pd.DataFrame:
+    runs = [r for r in find_runs(paths) if (r / name).exists()]
+    if not runs:
+        raise _no_results(paths, name)
+    frames = []
+    for run in runs:
+        frame = read_parquet(run / name, REQUIRED[name])
+        context = pd.DataFrame([run_context(run)] * len(frame), index=frame.index)
+        frames.append(pd.concat([context.drop(columns=[c for c in context if c in frame]), frame], axis=1))
+    out = pd.concat(frames, ignore_index=True)
+    check_comparable(out, allow_mixed)
+    return out
+
+
+def load_requests(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
+    """One row per (run, method, request) from ``requests.parquet``, with the run context."""
+    return _load_table(paths, "requests.parquet", allow_mixed)
+
+
+def load_cycles(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
+    """One row per (run, method, cycle, request) from ``cycles.parquet``, with the run context."""
+    return _load_table(paths, "cycles.parquet", allow_mixed)
+
+
+def load_traces(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
+    """One row per (run, cycle, row, draft position) from ``traces.parquet`` (``task=trace``), with the run
+    context taken from ``traces.metadata.json``."""
+    dirs = _find(paths, TRACES)
+    if not dirs:
+        raise _no_results(paths, TRACES)
+    frames = []
+    for run in dirs:
+        frame = read_parquet(run / TRACES, REQUIRED[TRACES])
+        context = pd.DataFrame([run_context(run, TRACES_METADATA)] * len(frame), index=frame.index)
+        frames.append(pd.concat([context.drop(columns=[c for c in context if c in frame]), frame], axis=1))
+    out = pd.concat(frames, ignore_index=True)
+    check_comparable(out, allow_mixed)
+    return out
+
+
+def add_speedups(summaries: pd.DataFrame) -> pd.DataFrame:
+    """Add ``speedup`` (output throughput over the same run's AR baseline, as the printed table) and
+    ``tpot_speedup`` (the AR's mean TPOT over the method's: decode only, prefill left out). NaN without a
+    baseline in the run."""
+    out = summaries.copy()
+    for col in ("output_throughput", "mean_tpot_ms"):
+        if col not in out:
+            out[col] = float("nan")
+    ar = out[out["method"] == "ar"].drop_duplicates("run").set_index("run")
+    out["speedup"] = out["output_throughput"] / out["run"].map(ar["output_throughput"])
+    out["tpot_speedup"] = out["run"].map(ar["mean_tpot_ms"]) / out["mean_tpot_ms"]
+    return out
+
+
+def swept(frame: pd.DataFrame) -> list[str]:
+    """The ``cfg.*`` columns whose value differs between runs (what a sweep varied)."""
+    cols = [c for c in frame.columns if c.startswith("cfg.") and not c.startswith("cfg.hydra")]
+    per_run = frame.drop_duplicates("run")[cols] if "run" in frame else frame[cols]
+    return [c for c in cols if per_run[c].astype(str).nunique() > 1]
