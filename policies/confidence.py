@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from harness.engine.policy import DraftLengthPolicy, DraftStep
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from harness.errors import SpectuneError
+from policies.rows import RowTracker
 
 
 class ConfidenceStop(DraftLengthPolicy):
     """Draft up to γ tokens (the grid's value is the ceiling); a row stops after a token whose draft
     probability q(x) is below ``threshold``. Per row: in a batch, each sequence stops on its own evidence.
 
-    Static threshold; HF additionally re-fits it online from accept/reject labels — a later policy.
+    Static threshold; :class:`AdaptiveConfidence` re-fits it online from accept/reject labels, as HF does.
     """
 
     name = "confidence"
@@ -33,3 +35,105 @@ class ConfidenceStop(DraftLengthPolicy):
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "threshold": self.threshold}
+
+
+def roc_threshold(scores: np.ndarray, labels: np.ndarray, fn_weight: float = 3.0) -> float:
+    """The score threshold minimising FPR + ``fn_weight``·FNR over the ROC curve of ``scores`` against ``labels``
+    (1 = accepted). transformers does this with scikit-learn's ``roc_curve``; this is the same curve in numpy.
+
+    Thresholds are the distinct scores, highest first (predict "accepted" when score >= threshold), after
+    ``+inf`` (nothing predicted accepted); ties in cost go to the highest threshold, as ``np.argmin`` on
+    scikit-learn's descending thresholds does.
+    """
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], labels[order].astype(np.int64)
+    distinct = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]  # last index of each distinct score
+    tps, fps = np.cumsum(y)[distinct], np.cumsum(1 - y)[distinct]
+    tpr = np.r_[0.0, tps / max(int(y.sum()), 1)]
+    fpr = np.r_[0.0, fps / max(int((1 - y).sum()), 1)]
+    thresholds = np.r_[np.inf, s[distinct]]
+    return float(thresholds[int(np.argmin(fpr + fn_weight * (1.0 - tpr)))])
+
+
+class AdaptiveConfidence(DraftLengthPolicy):
+    """transformers' adaptive confidence threshold: the static stop of :class:`ConfidenceStop`, with the threshold
+    re-fitted after every cycle from accept/reject labels of the draft probabilities seen so far.
+
+    Labels, as transformers: each accepted draft's q(x) is a 1, the first rejected draft's a 0 (later drafts are
+    not labelled). Once more than ``min_samples`` (transformers: 5) labels of both kinds exist, threshold =
+    argmin over the ROC of FPR + ``fn_weight``·FNR (transformers: 3). ``scope="request"`` is transformers' own
+    behaviour (its candidate generator, and so the labels and threshold, live for one ``generate`` call: each
+    request starts again at ``threshold``); ``scope="run"`` pools the labels of every request of the run.
+
+    The draft at the ceiling is never offered to the policy (the proposer stops there), so its probability is
+    unknown: a rejection at the ceiling gives no label.
+    """
+
+    name = "confidence-adaptive"
+    signals = frozenset({"token_prob"})
+    SCOPES = ("request", "run")
+
+    def __init__(self, gamma: int, threshold: float, fn_weight: float, min_samples: int, scope: str) -> None:
+        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
+            raise SpectuneError(f"gamma={gamma!r} is invalid: the confidence-adaptive ceiling must be >= 1")
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+            raise SpectuneError(f"policy.threshold={threshold!r} is invalid: must be a number in [0, 1]")
+        if isinstance(fn_weight, bool) or not isinstance(fn_weight, int | float) or not fn_weight > 0:
+            raise SpectuneError(f"policy.fn_weight={fn_weight!r} is invalid: must be a number > 0")
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
+            raise SpectuneError(f"policy.min_samples={min_samples!r} is invalid: must be an integer >= 1")
+        if scope not in self.SCOPES:
+            raise SpectuneError(f"policy.scope={scope!r} is invalid: choose one of {', '.join(self.SCOPES)}")
+        self.max_gamma, self.start = gamma, float(threshold)
+        self.fn_weight, self.min_samples, self.scope = float(fn_weight), min_samples, scope
+        self.rows = RowTracker(["token_prob"])
+        self.reset()
+
+    def reset(self) -> None:
+        self.rows.reset()
+        self.labels: dict[int, tuple[list[float], list[int]]] = {}  # key (slot, or -1 for the run) -> (probs, labels)
+        self.thresholds: dict[int, float] = {}
+        self.refits = 0
+
+    def _key(self, row: int) -> int:
+        return row if self.scope == "request" else -1
+
+    def threshold_of(self, row: int) -> float:
+        return self.thresholds.get(self._key(row), self.start)
+
+    def begin_cycle(self, batch_size: int) -> int:
+        self.rows.begin_cycle()
+        return self.max_gamma
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        self.rows.on_step(step)
+        if step.step == 0 and self.scope == "request":
+            for row in self.rows.new_rows:  # a new request starts from the configured threshold
+                self.labels.pop(row, None)
+                self.thresholds.pop(row, None)
+        limits = torch.tensor([self.threshold_of(row) for row in range(step.token_prob.shape[0])],
+                              dtype=step.token_prob.dtype, device=step.token_prob.device)
+        return step.token_prob >= limits
+
+    def observe(self, feedback: CycleFeedback) -> None:
+        rows = self.rows.observe(feedback)
+        if rows is None:
+            return
+        touched = set()
+        for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
+            probs, labels = self.labels.setdefault(self._key(row), ([], []))
+            for position in range(1, min(accepted + 1, drafts) + 1):
+                prob = self.rows.signal("token_prob", row, position)
+                if prob is not None:
+                    probs.append(prob)
+                    labels.append(1 if position <= accepted else 0)
+            touched.add(self._key(row))
+        for key in touched:
+            probs, labels = self.labels[key]
+            if len(probs) > self.min_samples and 0 in labels and 1 in labels:
+                self.thresholds[key] = roc_threshold(np.asarray(probs), np.asarray(labels), self.fn_weight)
+                self.refits += 1
+
+    def describe(self) -> dict:
+        return {"name": self.name, "max_gamma": self.max_gamma, "threshold": self.start, "fn_weight": self.fn_weight,
+                "min_samples": self.min_samples, "scope": self.scope}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy
+import torch
+
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from harness.errors import SpectuneError
+from policies.rows import RowTracker
 
 
 class HFHeuristic(DraftLengthPolicy):
@@ -32,3 +35,53 @@ class HFHeuristic(DraftLengthPolicy):
 
     def describe(self) -> dict:
         return {"name": self.name, "start": self.start, "max_gamma": self.max_gamma}
+
+
+class HFHeuristicTransient(DraftLengthPolicy):
+    """transformers' ``"heuristic_transient"``: the same +2/−1 schedule, restarted at its start value for every
+    request (transformers keeps "heuristic" across ``generate`` calls and resets "heuristic_transient" after each).
+
+    With several requests in flight each row follows its own schedule: the cycle's ceiling is the largest row
+    value, and rows below it stop drafting at their own length. Requests are told apart by :class:`RowTracker`.
+    """
+
+    name = "hf-heuristic-transient"
+
+    def __init__(self, gamma: int, max_gamma: int) -> None:
+        if not (isinstance(gamma, int) and isinstance(max_gamma, int) and 1 <= gamma <= max_gamma):
+            raise SpectuneError(f"hf-heuristic-transient gamma={gamma!r}, policy.max_gamma={max_gamma!r} are invalid: "
+                                "need integers with 1 <= gamma <= max_gamma")
+        self.start, self.max_gamma = gamma, max_gamma
+        self.rows = RowTracker()
+        self.gammas: dict[int, int] = {}  # slot -> its request's current schedule value
+
+    def begin_cycle(self, batch_size: int) -> int:
+        self.rows.begin_cycle()
+        ceiling = max([self.start, *self.gammas.values()])
+        # At least 2 so that step 0 is shown to the policy (new requests are seen there); rows stop at their own γ.
+        return min(self.max_gamma, max(2, ceiling)) if self.max_gamma >= 2 else 1
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        if step.step == 0:
+            self.rows.on_step(step)
+            busy = self.rows.busy_rows()
+            self.gammas = {row: self.start if row in self.rows.new_rows else self.gammas.get(row, self.start)
+                           for row in busy}
+        limit = torch.tensor([self.gammas.get(row, 0) for row in range(step.active.shape[0])],
+                             device=step.active.device)
+        return limit > step.step + 1
+
+    def observe(self, feedback: CycleFeedback) -> None:
+        rows = self.rows.observe(feedback)
+        if rows is None:
+            return
+        for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
+            current = self.gammas.get(row, self.start)
+            self.gammas[row] = min(self.max_gamma, current + 2) if accepted == drafts else max(1, current - 1)
+
+    def reset(self) -> None:
+        self.rows.reset()
+        self.gammas = {}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "start": self.start, "max_gamma": self.max_gamma, "per": "request"}

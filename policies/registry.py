@@ -12,14 +12,17 @@ from typing import Any
 
 from harness.engine.policy import DraftLengthPolicy, FixedGamma
 from harness.errors import SpectuneError
-from policies.confidence import ConfidenceStop
-from policies.heuristic import HFHeuristic
+from policies.adaedl import AdaEDL
+from policies.bandit import UCBBandit
+from policies.classifier import AcceptanceClassifier
+from policies.confidence import AdaptiveConfidence, ConfidenceStop
+from policies.heuristic import HFHeuristic, HFHeuristicTransient
+from policies.svip import SVIP
 
-POLICIES: dict[str, type[DraftLengthPolicy]] = {
-    FixedGamma.name: FixedGamma,
-    HFHeuristic.name: HFHeuristic,
-    ConfidenceStop.name: ConfidenceStop,
-}
+POLICIES: dict[str, type[DraftLengthPolicy]] = {cls.name: cls for cls in (
+    FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, SVIP, AdaEDL,
+    AcceptanceClassifier, UCBBandit,
+)}
 
 
 def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:

@@ -1,0 +1,87 @@
+"""Per-slot bookkeeping for policies that learn per row (per request) from what the engine tells them.
+
+The protocol reports a cycle's outcome as lists over the *busy* rows (:class:`CycleFeedback`), without their
+slot numbers, and does not announce new requests. Both can be recovered from what a policy is shown: an empty
+slot has context length 0 (its cache was cleared), so the busy slots are the rows with a positive context at the
+first draft step, in slot order — the order the engine lists them in. A row whose context is not the one its
+previous cycle led to (context + accepted + 1) holds a new request. This needs the first :class:`DraftStep` of
+every cycle, so policies using this tracker ask for a ceiling of at least 2 and stop rows themselves: a row that
+stops at step 0 costs no extra draft forward (the proposer breaks when no row is left drafting).
+
+When the engine grows explicit ``CycleFeedback.rows`` (slot of each listed row), it is used instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import torch
+
+from harness.engine.policy import CycleFeedback, DraftStep
+
+log = logging.getLogger(__name__)
+
+
+class RowTracker:
+    """Remembers, per cycle, each slot's context and the draft signals seen at each step (host tensors).
+
+    After :meth:`observe` the caller gets, per busy slot: its number of drafts, accepted drafts, the signals of
+    the positions that were shown to the policy, and whether the slot started a new request this cycle.
+    """
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self.names = tuple(names)
+        self.reset()
+
+    def reset(self) -> None:
+        self.context: torch.Tensor | None = None  # [B] this cycle's context lengths, None before step 0
+        self.steps: list[dict[str, torch.Tensor]] = []  # per step: name -> [B] host tensor
+        self.expected: dict[int, int] = {}  # slot -> context its next cycle starts at if the request continues
+        self.new_rows: set[int] = set()  # slots whose request began before this cycle
+
+    def begin_cycle(self) -> None:
+        self.context, self.steps = None, []
+
+    def on_step(self, step: DraftStep) -> None:
+        """Record one draft step; at step 0 detect which busy slots hold a new request."""
+        if step.step == 0:
+            self.context = step.context_length.detach().to("cpu", torch.long)
+            self.new_rows = {row for row in self.busy_rows() if self.expected.get(row) != int(self.context[row])}
+        values = {}
+        for name in self.names:
+            value = getattr(step, name)
+            if value is not None:
+                values[name] = value.detach().to("cpu", torch.float64)
+        self.steps.append(values)
+
+    def busy_rows(self) -> list[int]:
+        return [] if self.context is None else torch.nonzero(self.context > 0).flatten().tolist()
+
+    def rows_of(self, feedback: CycleFeedback) -> list[int] | None:
+        """Slot of each row listed in ``feedback``; None when this cycle cannot be mapped (then learn nothing)."""
+        explicit = getattr(feedback, "rows", None)
+        if explicit is not None:
+            return list(explicit)
+        rows = self.busy_rows()
+        if len(rows) == len(feedback.num_drafts):
+            return rows
+        log.debug("cycle feedback lists %d rows, %d busy slots seen: not learning from it",
+                  len(feedback.num_drafts), len(rows))
+        return None
+
+    def observe(self, feedback: CycleFeedback) -> list[int] | None:
+        """Map the feedback to slots and remember where each slot's next cycle should start."""
+        rows = self.rows_of(feedback)
+        if rows is None or self.context is None:
+            self.expected = {}
+            return rows
+        self.expected = {row: int(self.context[row]) + accepted + 1
+                         for row, accepted in zip(rows, feedback.num_accepted, strict=True)}
+        return rows
+
+    def signal(self, name: str, row: int, position: int) -> float | None:
+        """The signal ``name`` of slot ``row`` at 1-based draft ``position``, if the policy was shown it."""
+        if position - 1 >= len(self.steps) or name not in self.steps[position - 1]:
+            return None
+        return float(self.steps[position - 1][name][row])

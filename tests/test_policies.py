@@ -1,0 +1,266 @@
+"""The published γ baselines as policies of the one protocol: each keeps greedy output identical to autoregressive
+decoding, stays under its ceiling, rejects bad parameters in one line, and stops where its rule says it must."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from harness.engine import Engine, Request
+from harness.engine.policy import CycleFeedback, DraftStep
+from harness.errors import SpectuneError
+from harness.io import write_json
+from harness.sampling import SamplingParams
+from harness.sampling.rejection import get_sampler
+from policies.adaedl import AdaEDL
+from policies.bandit import UCBBandit
+from policies.classifier import KIND, AcceptanceClassifier, fit_classifier, load_classifier, save_classifier
+from policies.confidence import AdaptiveConfidence, roc_threshold
+from policies.heuristic import HFHeuristic, HFHeuristicTransient
+from policies.registry import POLICIES, make_policy
+from policies.svip import SVIP
+from tests.tiny_models import perturbed, tiny_llama
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def _requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
+    gen = torch.Generator().manual_seed(seed)
+    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
+            for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
+    return target, perturbed(target, scale=0.3, seed=2)
+
+
+def _constant_classifier(path, p_accept: float) -> str:
+    """A logistic model predicting the same acceptance probability for every draft (known-answer stops)."""
+    write_json(path, {"kind": KIND, "version": 1, "features": ["token_prob"], "mean": [0.0], "std": [1.0],
+                      "layers": [{"weight": [[0.0]], "bias": [math.log(p_accept / (1 - p_accept))]}]})
+    return str(path)
+
+
+# (policy config node, grid γ, the largest number of drafts a cycle may have)
+def _cases(tmp_path) -> list[tuple[dict, int, int]]:
+    return [
+        ({"name": "hf-heuristic", "max_gamma": 6}, 2, 6),
+        ({"name": "hf-heuristic-transient", "max_gamma": 6}, 2, 6),
+        ({"name": "confidence", "threshold": 0.05}, 5, 5),
+        ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 5, "scope": "run"}, 5, 5),
+        ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 2,
+          "scope": "request"}, 4, 4),
+        ({"name": "svip", "h": 1.5}, 5, 5),
+        ({"name": "adaedl", "c_e": 0.1, "lam": 0.3, "epsilon": 0.05, "beta": 0.9, "lam_min": 0.0, "lam_max": 0.95},
+         5, 5),
+        ({"name": "acceptance-classifier", "weights_path": _constant_classifier(tmp_path / "c.json", 0.8),
+          "threshold": 0.5}, 6, 6),
+        ({"name": "bandit", "min_gamma": 1, "exploration": 1.0}, 4, 4),
+    ]
+
+
+def test_every_registered_policy_is_tested(tmp_path):
+    tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed"}  # fixed: tests/test_engine.py
+    assert tested == set(POLICIES)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_policies_keep_greedy_output_and_respect_their_ceiling(pair, tmp_path, concurrency):
+    """Greedy: whatever each policy decides, the output is the autoregressive output, token for token."""
+    target, draft = pair
+    requests = _requests(5, max_new=14)
+    engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
+    for node, gamma, ceiling in _cases(tmp_path):
+        policy = make_policy(node, gamma)
+        result = engine.run(requests, policy, concurrency)
+        assert {r.request_id: r.output_ids for r in result.requests} == reference, node["name"]
+        assert all(1 <= c.num_drafts <= c.gamma <= ceiling for c in result.cycles), node["name"]
+        assert policy.describe()["name"] == node["name"]
+
+
+def test_policy_files_compose_and_build(compose_config, tmp_path):
+    """Every conf/policy file composes through Hydra and builds (the classifier given a model file)."""
+    weights = _constant_classifier(tmp_path / "c.json", 0.7)
+    for name in POLICIES:
+        extra = [f"policy.weights_path={weights}"] if name == "acceptance-classifier" else []
+        cfg = compose_config(f"policy={name}", *extra)
+        policy = make_policy(OmegaConf.to_container(cfg.policy, resolve=True), 3)
+        assert policy.name == name
+
+
+@pytest.mark.parametrize(("node", "gamma", "key"), [
+    ({"name": "hf-heuristic-transient", "max_gamma": 2}, 3, "max_gamma"),
+    ({"name": "confidence-adaptive", "threshold": 1.5, "fn_weight": 3.0, "min_samples": 5, "scope": "run"}, 3,
+     "threshold"),
+    ({"name": "confidence-adaptive", "threshold": 0.4, "fn_weight": 0, "min_samples": 5, "scope": "run"}, 3,
+     "fn_weight"),
+    ({"name": "confidence-adaptive", "threshold": 0.4, "fn_weight": 3.0, "min_samples": 5, "scope": "batch"}, 3,
+     "scope"),
+    ({"name": "svip", "h": -1}, 3, "h"),
+    ({"name": "svip", "h": 0.3}, 0, "gamma"),
+    ({"name": "adaedl", "c_e": 0.5, "lam": 1.5, "epsilon": 0.01, "beta": 0.9, "lam_min": 0.0, "lam_max": 0.95}, 3,
+     "lam"),
+    ({"name": "adaedl", "c_e": 0.5, "lam": 0.3, "epsilon": 0.01, "beta": 2, "lam_min": 0.0, "lam_max": 0.95}, 3,
+     "beta"),
+    ({"name": "acceptance-classifier", "weights_path": None, "threshold": 0.3}, 3, "weights_path"),
+    ({"name": "acceptance-classifier", "weights_path": "/nonexistent.json", "threshold": 0.3}, 3, "weights_path"),
+    ({"name": "bandit", "min_gamma": 5, "exploration": 1.0}, 3, "min_gamma"),
+    ({"name": "bandit", "min_gamma": 1, "exploration": -1}, 3, "exploration"),
+    ({"name": "svip", "h": 0.3, "tau": 1}, 3, "tau"),
+])
+def test_bad_parameters_fail_in_one_line_naming_the_value(node, gamma, key):
+    with pytest.raises(SpectuneError) as err:
+        make_policy(node, gamma)
+    message = str(err.value)
+    assert "\n" not in message and key in message, message
+
+
+def test_a_malformed_classifier_file_fails_in_one_line(tmp_path):
+    path = tmp_path / "bad.json"
+    write_json(path, {"kind": KIND, "features": ["token_prob", "hidden_state"], "mean": [0, 0], "std": [1, 1],
+                      "layers": []})
+    with pytest.raises(SpectuneError, match="hidden_state"):
+        load_classifier(path)
+
+
+# ---- known answers of each stop rule on hand-built draft steps ----
+
+def _step(step: int, batch: int = 4, context: list[int] | None = None, **signals) -> DraftStep:
+    tensors = {k: torch.tensor(v, dtype=torch.float64) for k, v in signals.items()}
+    return DraftStep(step=step, active=torch.ones(batch, dtype=torch.bool),
+                     context_length=torch.tensor(context or [10] * batch), batch_size=batch, **tensors)
+
+
+def test_svip_stops_rows_whose_sqrt_entropy_exceeds_h():
+    keep = SVIP(gamma=5, h=0.3).continue_drafting(_step(0, entropy=[0.04, 0.0899, 0.0901, 1.0]))
+    assert keep.tolist() == [True, True, False, False]
+
+
+def test_adaedl_bound_and_its_threshold_adaptation():
+    policy = AdaEDL(gamma=5, c_e=0.5, lam=0.3, epsilon=0.01, beta=0.9, lam_min=0.0, lam_max=0.95)
+    # 1 - sqrt(0.5 H): H=0.5 -> 0.5 (keep), H=0.98 -> 0.3000 (keep, just), H=1.0 -> 0.293 (stop), H=2 -> 0 (stop)
+    keep = policy.continue_drafting(_step(0, entropy=[0.5, 0.979, 1.0, 2.0]))
+    assert keep.tolist() == [True, True, False, False]
+    policy.observe(CycleFeedback([4], [2], 0.1, 0.1, 0.2))  # rate 0.5: sets the average, λ unchanged
+    assert policy.lam == pytest.approx(0.3)
+    policy.observe(CycleFeedback([4], [0], 0.1, 0.1, 0.2))  # 0 < average 0.5: stop earlier
+    assert policy.lam == pytest.approx(0.31)
+    policy.observe(CycleFeedback([2, 2], [2, 2], 0.1, 0.1, 0.2))  # 1.0 > average 0.45: draft longer
+    assert policy.lam == pytest.approx(0.30)
+    policy.reset()
+    assert policy.lam == 0.3 and policy.rate_avg is None
+
+
+def test_roc_threshold_minimises_fpr_plus_three_fnr():
+    # thresholds inf, .9, .8, .35: tpr 0, .5, 1, 1; fpr 0, 0, 0, 1; cost 3, 1.5, 0, 1 -> 0.8
+    assert roc_threshold(np.array([0.9, 0.8, 0.35]), np.array([1, 1, 0])) == 0.8
+    # one positive below two negatives: cost at .7 is 0 + 3*.5=1.5, at .2 is 1 + 0 = 1.0, at .9: 0.5 + 1.5 = 2
+    scores, labels = np.array([0.9, 0.7, 0.5, 0.2]), np.array([0, 1, 0, 1])
+    assert roc_threshold(scores, labels) == 0.2
+    assert roc_threshold(scores, labels, fn_weight=0.5) == np.inf  # cheap misses: predict nothing accepted
+
+
+def test_adaptive_confidence_refits_from_labels_and_restarts_per_request():
+    policy = AdaptiveConfidence(gamma=4, threshold=0.3, fn_weight=3.0, min_samples=2, scope="request")
+    policy.reset()
+    assert policy.begin_cycle(1) == 4
+    for step, prob in enumerate([0.9, 0.8, 0.35]):  # all above 0.3: keep drafting
+        assert policy.continue_drafting(_step(step, batch=1, context=[10], token_prob=[prob])).tolist() == [True]
+    policy.observe(CycleFeedback([4], [2], 0.1, 0.1, 0.2))  # labels 1, 1, 0 -> threshold 0.8 (see above)
+    assert policy.threshold_of(0) == 0.8
+    policy.begin_cycle(1)  # the same request goes on at context 10 + 2 + 1
+    assert policy.continue_drafting(_step(0, batch=1, context=[13], token_prob=[0.5])).tolist() == [False]
+    policy.observe(CycleFeedback([1], [1], 0.1, 0.1, 0.2))
+    policy.begin_cycle(1)  # context 20 is not 13 + 1 + 1: a new request, back to the configured 0.3
+    assert policy.continue_drafting(_step(0, batch=1, context=[20], token_prob=[0.5])).tolist() == [True]
+
+
+def test_adaptive_confidence_maps_feedback_to_busy_slots():
+    """An empty slot (context 0) is not listed in the feedback: labels go to the right rows."""
+    policy = AdaptiveConfidence(gamma=3, threshold=0.1, fn_weight=3.0, min_samples=1, scope="request")
+    policy.begin_cycle(2)
+    policy.continue_drafting(_step(0, batch=3, context=[12, 0, 9], token_prob=[0.9, 0.5, 0.2]))
+    policy.continue_drafting(_step(1, batch=3, context=[12, 0, 9], token_prob=[0.3, 0.5, 0.7]))
+    policy.observe(CycleFeedback([3, 3], [1, 2], 0.1, 0.1, 0.2))  # slot 0: 0.9 ok, 0.3 rejected; slot 2: 0.2, 0.7 ok
+    assert policy.labels[0] == ([0.9, 0.3], [1, 0]) and policy.labels[2] == ([0.2, 0.7], [1, 1])
+    assert policy.threshold_of(0) == 0.9 and policy.threshold_of(2) == 0.1  # slot 2 has no rejection yet
+
+
+def test_classifier_stops_when_the_chance_of_a_rejection_exceeds_the_threshold(tmp_path):
+    """p_acc = 0.8 per draft: P(some rejection) after i drafts = 1 - 0.8^i = .2, .36, .488, .59 -> stop after 4."""
+    policy = AcceptanceClassifier(gamma=8, weights_path=_constant_classifier(tmp_path / "c.json", 0.8),
+                                  threshold=0.5)
+    policy.begin_cycle(2)
+    keeps = [policy.continue_drafting(_step(i, batch=2, token_prob=[0.5, 0.5])).tolist() for i in range(5)]
+    assert keeps == [[True, True]] * 3 + [[False, False]] * 2
+
+
+def test_classifier_stop_in_the_engine_drafts_exactly_where_the_rule_says(pair, tmp_path):
+    target, draft = pair
+    policy = AcceptanceClassifier(gamma=8, weights_path=_constant_classifier(tmp_path / "c.json", 0.8),
+                                  threshold=0.5)
+    engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    result = engine.run(_requests(2, max_new=10), policy, 2)
+    assert {c.num_drafts for c in result.cycles} == {4}
+
+
+def test_fitted_classifier_recovers_a_known_acceptance_law(tmp_path):
+    """n = 4000 synthetic draft positions (seed 0) whose acceptance probability is sigmoid(4·token_prob − 2);
+    the fitted logistic model predicts it within 0.03 everywhere on [0, 1], and survives a save/load."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    prob = rng.uniform(0, 1, n)
+    frame = pd.DataFrame({"cycle": np.arange(n) // 4, "row": 0, "position": np.arange(n) % 4 + 1,
+                          "token_prob": prob, "entropy": rng.uniform(0, 3, n), "margin": rng.uniform(0, 1, n),
+                          "cum_prob": prob, "context_length": rng.integers(5, 50, n),
+                          "accept_prob": 1 / (1 + np.exp(-(4 * prob - 2)))})
+    frame["accepted"] = rng.uniform(0, 1, n) < frame["accept_prob"]
+    model = fit_classifier(frame, features=["token_prob"], epochs=400)
+    grid = torch.linspace(0, 1, 11, dtype=torch.float64).unsqueeze(1)
+    truth = torch.sigmoid(4 * grid.squeeze(1) - 2)
+    assert torch.allclose(model(grid), truth, atol=0.03)
+    loaded = load_classifier(save_classifier(model, tmp_path / "m.json"))
+    assert torch.allclose(loaded(grid), model(grid))
+    # The SpecDec++ labels (realised accept/reject up to each cycle's first rejection): noisier, same law.
+    realised = fit_classifier(frame, features=["token_prob"], target="accepted", epochs=400)
+    assert torch.allclose(realised(grid), truth, atol=0.1)
+
+
+def test_transient_schedule_restarts_per_request_while_the_classic_one_carries_over(pair):
+    """Draft = target (everything accepted): each request's cycles draft start, start+2, ... up to the cap;
+    transformers' persistent "heuristic" carries its grown value into the next request instead."""
+    target, _ = pair
+    engine = Engine(target, target, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    requests = _requests(4, max_new=24)
+    for concurrency in (1, 2):
+        result = engine.run(requests, HFHeuristicTransient(gamma=1, max_gamma=5), concurrency)
+        for request in requests:
+            drafts = [c.num_drafts for c in result.cycles if c.request_id == request.request_id]
+            assert drafts == [min(5, 1 + 2 * i) for i in range(len(drafts))], (concurrency, drafts)
+    classic = engine.run(requests, HFHeuristic(gamma=1, max_gamma=5), 1)
+    second = [c.num_drafts for c in classic.cycles if c.request_id == 1]
+    assert second[0] == 5  # grown during request 0, not restarted
+
+
+def test_bandit_plays_every_arm_once_then_settles_on_the_fastest():
+    """Deterministic rewards (tokens/s): γ=3 pays most. After 200 cycles it is the most played arm, per batch size."""
+    policy = UCBBandit(gamma=4, min_gamma=1, exploration=0.5)
+    speed = {1: 100.0, 2: 140.0, 3: 180.0, 4: 150.0}
+    first = []
+    for _ in range(200):
+        gamma = policy.begin_cycle(1)
+        first.append(gamma)
+        policy.observe(CycleFeedback([gamma], [gamma], 0.0, 0.0, (gamma + 1) / speed[gamma]))
+    assert first[:4] == [1, 2, 3, 4]
+    counts = dict(zip(policy.arms, policy.counts[1], strict=True))
+    assert max(counts, key=counts.get) == 3 and counts[3] > 100
+    assert policy.estimates(1)[3] == pytest.approx(180.0)
+    assert policy.begin_cycle(4) == 1  # another batch size starts its own exploration
