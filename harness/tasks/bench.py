@@ -8,6 +8,7 @@ that raises (e.g. out of memory) is recorded as failed with its error and the sw
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,32 +44,48 @@ class BenchSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
+        """Validate the bench knobs in one place (one-line SpectuneError naming the key), before any model loads."""
         raw = cfg.gamma
         gammas = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
         for g in gammas:
             if not (isinstance(g, int) and not isinstance(g, bool) and g >= 1):
                 raise SpectuneError(f"gamma={g!r} is invalid: each γ must be an integer >= 1 "
                                     "(the AR baseline is task.baseline=true)")
+        if len(set(gammas)) != len(gammas):
+            raise SpectuneError(f"gamma={list(gammas)} is invalid: each γ may appear once")
+        baseline = cfg.task.baseline
+        if not isinstance(baseline, bool):
+            raise SpectuneError(f"task.baseline={baseline!r} is invalid: must be true or false")
+        if not gammas and not baseline:
+            raise SpectuneError("gamma=[] is invalid with task.baseline=false: nothing to measure")
         c = cfg.concurrency
-        if not (isinstance(c, int) and c >= 1):
+        if not (isinstance(c, int) and not isinstance(c, bool) and c >= 1):
             raise SpectuneError(f"concurrency={c!r} is invalid: must be an integer >= 1")
         rate = cfg.request_rate
-        if rate is not None and not (isinstance(rate, int | float) and rate > 0):
-            raise SpectuneError(f"request_rate={rate!r} is invalid: must be > 0 (req/s) or null (closed loop)")
-        if not (isinstance(cfg.burstiness, int | float) and cfg.burstiness > 0):
-            raise SpectuneError(f"burstiness={cfg.burstiness!r} is invalid: must be > 0 (1 = Poisson)")
+        if rate is not None and not (_finite(rate) and rate > 0):
+            raise SpectuneError(f"request_rate={rate!r} is invalid: must be a finite number > 0 (req/s) "
+                                "or null (closed loop)")
+        if not (_finite(cfg.burstiness) and cfg.burstiness > 0):
+            raise SpectuneError(f"burstiness={cfg.burstiness!r} is invalid: must be a finite number > 0 "
+                                "(1 = Poisson)")
         warmup = cfg.task.warmup
-        if not (isinstance(warmup, int) and warmup >= 0):
+        if not (isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0):
             raise SpectuneError(f"task.warmup={warmup!r} is invalid: must be an integer >= 0")
         policy = OmegaConf.to_container(cfg.policy, resolve=True)
         for g in gammas:  # an unknown policy or a bad parameter fails here, before any model loads
             make_policy(policy, g)
-        return cls(gammas, bool(cfg.task.baseline), policy, c, rate, float(cfg.burstiness), warmup)
+        return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
+                   warmup)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
         points = [("ar", 0)] if self.baseline else []
         return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
+
+
+def _finite(value: Any) -> bool:
+    """A real number (not a bool), neither infinite nor NaN."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> list[float | None]:
