@@ -1,7 +1,13 @@
-"""The bench's one-glance table: per method tokens/s, speedup vs AR, acceptance length, latency, memory."""
+"""The bench's one-glance table: per method tokens/s, speedup vs AR with its CI, which method is best and
+which are indistinguishable from it, the MAD rule's pick, acceptance length, latency, memory, goodput.
+
+It reads the per-method entries of summary.json (``methods``); entries of runs without repeats (no CI
+fields) still work: the speedup is then computed from the throughputs and shown without an interval.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -9,6 +15,8 @@ import pandas as pd
 COLUMNS = {
     "output_throughput": "tok/s",
     "speedup": "speedup",
+    "speedup_ci": "95% CI",
+    "rank": "rank",
     "spec_decode_acceptance_length": "acc_len",
     "p50_ttft_ms": "TTFT p50 ms",
     "p99_ttft_ms": "TTFT p99 ms",
@@ -16,27 +24,104 @@ COLUMNS = {
     "p99_tpot_ms": "TPOT p99 ms",
     "peak_mb": "peak MB",
 }
+GOODPUT_COLUMNS = {"request_goodput": "goodput req/s", "slo_p99": "p99 SLO"}
+MIN_P99_SAMPLES = 100
 
 
-def bench_table(summaries: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per method; speedup = output throughput / the AR baseline's (same run, same prompts)."""
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _ci(lo: Any, hi: Any) -> str:
+    return f"[{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) else "-"
+
+
+def _rank(entry: dict[str, Any], ranking: dict[str, Any]) -> str:
+    tp = ranking.get("output_throughput") or {}
+    marks = []
+    if entry["method"] == tp.get("best"):
+        marks.append("best")
+    elif entry["method"] in (tp.get("indistinguishable") or []):
+        marks.append("≈best")
+    if entry["method"] == tp.get("mad_pick"):
+        marks.append("MAD")
+    gp = ranking.get("request_goodput") or {}
+    if gp and entry["method"] == gp.get("best"):
+        marks.append("best goodput")
+    elif gp and entry["method"] in (gp.get("indistinguishable") or []):
+        marks.append("≈best goodput")
+    return ", ".join(marks)
+
+
+def bench_table(summaries: list[dict[str, Any]], ranking: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per method; speedup = paired pooled-throughput ratio vs AR when measured with CIs, else
+    output throughput / the AR baseline's (same run, same prompts)."""
+    ranking = ranking or {}
     frame = pd.DataFrame(summaries)
     if frame.empty:
         return frame
-    for key in ("output_throughput", "peak_rss_bytes"):
+    for key in ("output_throughput", "peak_rss_bytes", "speedup", "speedup_ci95_lo", "speedup_ci95_hi"):
         if key not in frame:
             frame[key] = float("nan")
     base = frame.loc[frame["method"] == "ar", "output_throughput"]
     base_tps = float(base.iloc[0]) if len(base) and pd.notna(base.iloc[0]) else None
-    frame["speedup"] = frame["output_throughput"] / base_tps if base_tps else float("nan")
+    ratio = frame["output_throughput"] / base_tps if base_tps else float("nan")
+    frame["speedup"] = frame["speedup"].astype(float).fillna(ratio) if base_tps else frame["speedup"]
+    frame["speedup_ci"] = [_ci(lo, hi) for lo, hi in zip(frame["speedup_ci95_lo"], frame["speedup_ci95_hi"],
+                                                          strict=True)]
+    frame["rank"] = [_rank(e, ranking) for e in frame.to_dict("records")]
     memory = frame["peak_allocated_bytes"] if "peak_allocated_bytes" in frame else frame["peak_rss_bytes"]
     frame["peak_mb"] = memory / 2**20
-    for key in COLUMNS:
+    for name in ("ttft", "tpot"):  # a p99 of fewer than 100 samples is the maximum in disguise: not shown
+        if f"{name}_samples" in frame and f"p99_{name}_ms" in frame:
+            few = frame[f"{name}_samples"].fillna(0) < MIN_P99_SAMPLES
+            frame[f"p99_{name}_ms"] = frame[f"p99_{name}_ms"].where(~few)
+    columns = dict(COLUMNS)
+    if "request_goodput" in frame:
+        frame["slo_p99"] = ["-" if not isinstance(v, bool) else ("pass" if v else "FAIL")
+                            for v in frame.get("slo_p99_pass", pd.Series([None] * len(frame)))]
+        columns.update(GOODPUT_COLUMNS)
+    for key in columns:
         if key not in frame:
             frame[key] = float("nan")
-    table = frame[["method", "status", *COLUMNS]].rename(columns=COLUMNS)
+    table = frame[["method", "status", *columns]].rename(columns=columns)
     return table.set_index("method")
 
 
 def format_table(table: pd.DataFrame) -> str:
     return table.to_string(float_format=lambda v: f"{v:,.2f}", na_rep="-")
+
+
+def format_ranking(ranking: dict[str, Any], methods: list[dict[str, Any]]) -> list[str]:
+    """The lines under the table: how the CIs were made, the best method, its indistinguishable set, the
+    MAD rule's pick and the noise floor, so users see both ways of choosing and how sure each is."""
+    tp = ranking.get("output_throughput")
+    if not tp:
+        return []
+    by_name = {m["method"]: m for m in methods}
+    st = tp["statistics"]
+    repeats = max((m.get("repeats") or 0 for m in methods), default=0)
+    lines = [f"tok/s: median over {repeats} repeats (rotated order); speedup and best: pooled throughput (Σ tokens / "
+             f"Σ time over all repeats), paired vs ar; 95% CI: {st['ci_method']}, {st['n_resamples']} resamples of "
+             f"{st['n_clusters']} (repeat, prompt) clusters, seed {st['seed']}"]
+    for metric, title in (("output_throughput", "throughput"), ("request_goodput", "goodput")):
+        rank = ranking.get(metric)
+        if not rank or rank.get("best") is None:
+            continue
+        best = by_name[rank["best"]]
+        value = best.get(metric)
+        others = [m for m in rank["indistinguishable"] if m != rank["best"]]
+        lines.append(f"best by {title}: {rank['best']} ({value:,.2f}"
+                     f"{' tok/s' if metric == 'output_throughput' else ' req/s'}); indistinguishable from it "
+                     f"(paired 95% CI of the difference contains 0): {', '.join(others) if others else 'none'}")
+        lines.append(f"MAD rule by {title} (vLLM PR 49163, not merged: median - 1.4826*MAD over repeats, ties "
+                     f"within 1% to the smaller γ): {rank['mad_pick']}")
+    floor = tp.get("noise_floor_pct")
+    lines.append(f"noise floor (A/A: ar run twice per repeat): ±{floor:.1f}% — smaller differences are noise"
+                 if floor is not None else "noise floor: not measured (task.noise_floor=true runs ar twice per repeat)")
+    slo = ranking.get("slo")
+    if slo:
+        lines.append("SLOs: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
+                     + " (goodput: requests meeting every SLO / duration, as vLLM --goodput; "
+                       "p99 SLO: nearest-rank p99 TTFT/TPOT within the limits, MLPerf style)")
+    return lines

@@ -151,3 +151,29 @@ def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
         "mean_draft_ms_per_cycle": float(spec.drop_duplicates("cycle")["draft_s"].mean() * 1e3),
         "mean_verify_ms_per_cycle": float(spec.drop_duplicates("cycle")["verify_s"].mean() * 1e3),
     }
+
+
+def summarise_repeats(points: list[dict[str, Any]], requests: pd.DataFrame, cycles: pd.DataFrame) -> dict[str, Any]:
+    """One method measured in several repeats (each its own run with its own clock).
+
+    Throughputs are the median over the repeats' own values (a throughput over a span that mixes two
+    runs' clocks would be meaningless); latency percentiles and the acceptance metrics pool every request
+    and cycle of every repeat; peak memory is the highest of the repeats. ``points`` are the per-repeat
+    summaries (``status`` ok only count); ``requests`` / ``cycles`` carry a ``repeat`` column.
+    """
+    ok = [p for p in points if p.get("status") == "ok"]
+    if "repeat" in cycles and len(cycles):  # cycle numbers restart every run: make them unique per repeat
+        cycles = cycles.assign(cycle=cycles["repeat"].astype(int) * (int(cycles["cycle"].max()) + 1)
+                               + cycles["cycle"])
+    out = summarise(requests, cycles)
+    for key in ("output_throughput", "request_throughput"):
+        values = [p[key] for p in ok if p.get(key) is not None]
+        out[key] = float(np.median(values)) if values else None
+        out[f"{key}_per_repeat"] = values
+    out["duration_s"] = float(sum(p.get("duration_s") or 0.0 for p in ok))
+    out["repeats"] = len(ok)
+    for key in {k for p in ok for k in p if k.startswith("peak_")}:
+        values = [p[key] for p in ok if isinstance(p.get(key), int | float)]
+        if values:
+            out[key] = max(values)
+    return out

@@ -17,6 +17,7 @@ TASKS: dict[str, str] = {
     "verify": "harness.tasks.verify",
     "costmodel": "harness.tasks.costmodel",
     "acceptance": "harness.tasks.acceptance",
+    "tune": "harness.tasks.tune",
 }
 
 

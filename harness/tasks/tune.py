@@ -1,0 +1,275 @@
+"""`python -m harness task=tune +workload=it 'task.concurrency=[1,4,8]'`: which γ to run at each load.
+
+For every concurrency (and language, with ``task.languages``) the AR baseline (γ = 0: speculation off)
+and the fixed-γ grid run ``task.repeats`` times in rotated order, exactly as `task=bench` measures them.
+Per cell the best γ is the highest pooled throughput — or, when SLOs are set, the highest request goodput
+— with its paired CI against AR, the set of γ indistinguishable from it and the MAD rule's pick.
+
+``recommendation.json`` holds that table and the same choice in the form vLLM v0.25.0 reads for a
+per-batch-size speculative length (``num_speculative_tokens_per_batch_size`` in ``--speculative-config``:
+a list of ``[start_bs, end_bs, K]``, K = 0 meaning no drafting; see vLLM's "Dynamic Speculative Decoding"
+docs). It holds only for the measured pair, hardware and workload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from analysis.bench_table import bench_table, format_ranking, format_table
+from analysis.goodput import parse_slo
+from harness import hardware as hw
+from harness.errors import SpectuneError
+from harness.io import write_json, write_parquet
+from harness.metadata import base_metadata
+from harness.sampling.rejection import get_sampler
+from harness.tasks._options import as_list, integer
+from harness.tasks._repeats import Grid, aggregate, pooled, repeats_option, run_points, schedule
+from harness.tasks.bench import BenchSettings, _run_point, build_requests
+
+log = logging.getLogger(__name__)
+
+VLLM_VERSION = "0.25.0"
+VLLM_DOCS = (f"https://docs.vllm.ai/en/v{VLLM_VERSION}/features/speculative_decoding/"
+             "dynamic_speculative_decoding/")
+BUNDLED_LANGUAGES = ("it", "en", "zh", "es")
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    gammas: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    languages: tuple[str, ...] | None
+    repeats: int
+    warmup: int
+    slo: dict[str, float]
+    request_rate: float | None
+    burstiness: float
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
+        gammas = tuple(integer(g, "gamma", lo=1) for g in as_list(cfg.gamma, "gamma"))
+        concurrencies = tuple(integer(c, "task.concurrency", lo=1) for c in as_list(cfg.task.concurrency,
+                                                                                         "task.concurrency"))
+        if len(set(concurrencies)) != len(concurrencies):
+            raise SpectuneError(f"task.concurrency={list(concurrencies)} is invalid: each concurrency once")
+        languages = None
+        if cfg.task.get("languages") is not None:
+            languages = tuple(str(x) for x in as_list(cfg.task.languages, "task.languages"))
+            for lang in languages:
+                if lang not in BUNDLED_LANGUAGES:
+                    raise SpectuneError(f"task.languages={list(languages)} is invalid: {lang!r} is not a bundled "
+                                        f"language ({', '.join(BUNDLED_LANGUAGES)})")
+        if cfg.policy.name != "fixed":
+            raise SpectuneError(f"policy={cfg.policy.name} is invalid for task=tune: it tunes a fixed γ "
+                                "(policy=fixed), the K a vLLM deployment takes")
+        rate = cfg.task.get("request_rate")
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0):
+            raise SpectuneError(f"task.request_rate={rate!r} is invalid: must be > 0 (req/s) or null (closed loop)")
+        return cls(gammas, concurrencies, languages, repeats_option(cfg.task.repeats),
+                   integer(cfg.task.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)),
+                   None if rate is None else float(rate), float(cfg.task.get("burstiness", 1.0)))
+
+    def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
+        return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup)
+
+
+def _slo_node(cfg: DictConfig) -> dict[str, Any] | None:
+    slo = cfg.get("slo")
+    return OmegaConf.to_container(slo, resolve=True) if slo is not None else None
+
+
+def _workload_cfgs(cfg: DictConfig, languages: tuple[str, ...] | None) -> list[DictConfig]:
+    """The selected workload, or one per asked language: the same settings on that language's bundled set."""
+    if languages is None:
+        return [cfg.workload]
+    out = []
+    for lang in languages:
+        node = OmegaConf.create(OmegaConf.to_container(cfg.workload, resolve=True))
+        node.name, node.language, node.path = lang, lang, f"workloads/prompts/{lang}.jsonl"
+        out.append(node)
+    return out
+
+
+def vllm_schedule(best_k: dict[int, int]) -> list[list[int]]:
+    """``num_speculative_tokens_per_batch_size`` from {measured concurrency: best K}: the range
+    (previous measured concurrency, c] takes c's K; adjacent equal K merge. vLLM carries the last K
+    forward to larger batches, which were not measured."""
+    rows: list[list[int]] = []
+    start = 1
+    for c in sorted(best_k):
+        if rows and rows[-1][2] == best_k[c]:
+            rows[-1][1] = c
+        else:
+            rows.append([start, c, best_k[c]])
+        start = c + 1
+    return rows
+
+
+def vllm_form(best_k: dict[int, int], draft: str) -> dict[str, Any]:
+    """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off)."""
+    table = vllm_schedule(best_k)
+    max_k = max(best_k.values())
+    form: dict[str, Any] = {"vllm_version": VLLM_VERSION, "docs": VLLM_DOCS}
+    if max_k == 0:
+        form.update(speculative_config=None, cli="(no --speculative-config: speculation off at every measured "
+                                                 "concurrency)")
+        return form
+    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": max_k,
+              "num_speculative_tokens_per_batch_size": table}
+    form.update(speculative_config=config, cli=f"--speculative-config '{json.dumps(config)}'")
+    form["notes"] = [
+        "num_speculative_tokens is the largest K of the table (vLLM requires every K <= it); K = 0: no drafting",
+        f"batch sizes above {max(best_k)} were not measured; vLLM uses the last range's K for them",
+        "vLLM's docs list Dynamic SD as tested with EAGLE, EAGLE-3 and DFlash drafters; with method "
+        "'draft_model' check that your vLLM build honours the table",
+    ]
+    return form
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    if "workload" not in cfg:
+        raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
+    settings = TuneSettings.from_cfg(cfg)
+    policy = OmegaConf.to_container(cfg.policy, resolve=True)
+    from harness.models.loading import load_pair  # heavy imports only once the config is valid
+    from workloads.loader import load_workload
+
+    device = hw.setup(cfg.hardware)
+    pair = load_pair(cfg.models, cfg.hardware)
+    workloads = [load_workload(w, pair.tokenizer) for w in _workload_cfgs(cfg, settings.languages)]
+    max_context = getattr(pair.target.config, "max_position_embeddings", None)
+    path = hw.execution_path(cfg.hardware)
+    if path.static:
+        max_context = min(max_context or path.max_cache_len, path.max_cache_len)
+    from harness.engine import Engine
+
+    eos = pair.tokenizer.eos_token_id
+    engine = Engine(pair.target, pair.draft, sampling=workloads[0].sampling, sampler=get_sampler(cfg.sampler),
+                    device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed),
+                    path=path, vocab_size=pair.vocab_size)
+    metadata = {**base_metadata(), "task": "tune", "models": pair.metadata,
+                "hardware": hw.describe(cfg.hardware, device), "workloads": [w.describe() for w in workloads],
+                "sampling": vars(workloads[0].sampling), "sampler": cfg.sampler, "settings": vars(settings),
+                "config": OmegaConf.to_container(cfg, resolve=True)}
+    write_json(run_dir / "metadata.json", metadata)
+
+    cells: list[dict[str, Any]] = []
+    frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    for workload in workloads:
+        engine.sampling = workload.sampling
+        for c in settings.concurrencies:
+            bench = settings.bench(policy, c)
+            requests = build_requests(workload, bench, max_context)
+            tag = {"language": workload.language, "workload": workload.name, "concurrency": c}
+            log.info(f"tune: {workload.name} concurrency={c}: {len(bench.methods())} methods x {settings.repeats} "
+                     f"repeats x {len(requests)} prompts")
+
+            def write(grid: Grid, tag: dict[str, Any] = tag) -> None:
+                _write(run_dir, frames, grid, tag, cells)
+
+            grid = run_points(schedule(bench.methods(), settings.repeats),
+                              lambda label, gamma, b=bench, r=requests: _run_point(engine, r, b, label, gamma,
+                                                                                   max_context),
+                              on_point=write)
+            methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
+            cells.append({**tag, "methods": methods, "points": grid.points, "ranking": ranking})
+            frames.append(_tagged(grid, tag))
+            _write(run_dir, frames, None, tag, cells)
+            log.info(f"\nworkload={workload.name}  concurrency={c}  repeats={settings.repeats}  "
+                     f"prompts={len(requests)}  max_new_tokens={workload.max_new_tokens}")
+            log.info(format_table(bench_table(methods, ranking)))
+            for line in format_ranking(ranking, methods):
+                log.info(line)
+
+    recommendation = recommend(cells, settings, pair.metadata, metadata)
+    write_json(run_dir / "recommendation.json", recommendation)
+    log.info("\n" + format_recommendation(recommendation))
+    log.info(f"results: {run_dir}")
+    return 0 if any(cell["ranking"] for cell in cells) else 3
+
+
+def _tagged(grid: Grid, tag: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    req, cyc = grid.frames()
+    return req.assign(**tag), cyc.assign(**tag)
+
+
+def _write(run_dir: Path, frames: list[tuple[pd.DataFrame, pd.DataFrame]], grid: Grid | None, tag: dict[str, Any],
+           cells: list[dict[str, Any]]) -> None:
+    """Rewrite the result files after every point: finished cells plus the one in progress (no CIs yet)."""
+    pending = [_tagged(grid, tag)] if grid is not None else []
+    done = [f for f in frames + pending if len(f[0])]
+    if done:
+        write_parquet(run_dir / "requests.parquet", pd.concat([f[0] for f in done], ignore_index=True))
+        write_parquet(run_dir / "cycles.parquet", pd.concat([f[1] for f in done], ignore_index=True))
+    partial = [{**tag, "methods": pooled(grid), "points": grid.points, "ranking": {}}] if grid is not None else []
+    write_json(run_dir / "summary.json", {"task": "tune", "cells": cells + partial})
+
+
+def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[str, Any],
+              metadata: dict[str, Any]) -> dict[str, Any]:
+    """Per (language, concurrency) the best γ and how sure it is; per language the vLLM form."""
+    metric = "request_goodput" if settings.slo else "output_throughput"
+    rows = []
+    for cell in cells:
+        rank = cell["ranking"].get(metric) if cell["ranking"] else None
+        if not rank or rank.get("best") is None:
+            rows.append({k: cell[k] for k in ("language", "workload", "concurrency")} | {"best_gamma": None,
+                        "status": "failed"})
+            continue
+        by_name = {m["method"]: m for m in cell["methods"]}
+        best = by_name[rank["best"]]
+        row = {
+            "language": cell["language"], "workload": cell["workload"], "concurrency": cell["concurrency"],
+            "status": "ok", "chosen_by": metric, "best_gamma": int(best["gamma"]), "speculation": best["gamma"] > 0,
+            metric: best.get(metric), "speedup": best.get("speedup"),
+            "speedup_ci95_lo": best.get("speedup_ci95_lo"), "speedup_ci95_hi": best.get("speedup_ci95_hi"),
+            "indistinguishable_gammas": sorted(int(by_name[m]["gamma"]) for m in rank["indistinguishable"]),
+            "mad_rule_gamma": int(by_name[rank["mad_pick"]]["gamma"]) if rank.get("mad_pick") else None,
+            "noise_floor_pct": cell["ranking"]["output_throughput"].get("noise_floor_pct"),
+            "statistics": rank["statistics"],
+        }
+        if metric == "request_goodput":  # the goodput of the chosen γ relative to AR's, paired
+            row.update({k: best.get(k) for k in ("request_goodput_ratio", "request_goodput_ratio_ci95_lo",
+                                                 "request_goodput_ratio_ci95_hi", "slo_p99_pass")})
+        rows.append(row)
+    vllm = {}
+    for lang in dict.fromkeys(r["language"] for r in rows):
+        best_k = {r["concurrency"]: r["best_gamma"] for r in rows if r["language"] == lang and r["status"] == "ok"}
+        if best_k:
+            vllm[lang] = vllm_form(best_k, models["draft"]["name_or_path"])
+    return {
+        "scope": "holds only for the measured model pair, hardware, workload and sampling settings below; "
+                 "re-measure before using it elsewhere",
+        "chosen_by": metric, "slo": settings.slo, "repeats": settings.repeats, "gammas": [0, *settings.gammas],
+        "recommendations": rows, "vllm": vllm,
+        "metadata": {k: metadata[k] for k in ("models", "hardware", "workloads", "sampling", "git", "packages")
+                     if k in metadata},
+    }
+
+
+def format_recommendation(rec: dict[str, Any]) -> str:
+    rows = []
+    for r in rec["recommendations"]:
+        if r["status"] != "ok":
+            rows.append({"language": r["language"], "concurrency": r["concurrency"], "best γ": "failed"})
+            continue
+        lo, hi = r.get("speedup_ci95_lo"), r.get("speedup_ci95_hi")
+        rows.append({"language": r["language"], "concurrency": r["concurrency"],
+                     "best γ": r["best_gamma"] if r["best_gamma"] else "0 (off)",
+                     "speedup": f"{r['speedup']:.2f}" if r.get("speedup") is not None else "-",
+                     "95% CI": f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "-",
+                     "indistinguishable γ": ",".join(map(str, r["indistinguishable_gammas"])),
+                     "MAD rule γ": r["mad_rule_gamma"]})
+    lines = [f"Recommendation (chosen by {rec['chosen_by']}; {rec['repeats']} repeats; γ = 0 is no speculation)",
+             pd.DataFrame(rows).to_string(index=False)]
+    for lang, form in rec["vllm"].items():
+        lines.append(f"vLLM {form['vllm_version']} ({lang}): {form['cli']}")
+    lines.append(rec["scope"])
+    return "\n".join(lines)
