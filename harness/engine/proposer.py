@@ -1,9 +1,14 @@
 """The proposer: the draft model, its per-slot KV cache, and the γ tokens it proposes per cycle.
 
 Invariant between cycles: a row's cache holds every token of its sequence *before* ``last`` (the
-newest emitted token, not yet fed to anyone). The draft may additionally lag by one token
-(``extra``) after a cycle that accepted all of its drafts: gpt-fast's observation that the draft
-never fed its own last proposal; it is fed together with ``last`` in the next first step.
+newest emitted token, not yet fed to anyone), except for ``pending`` tokens it has not seen yet: the
+final draft of a cycle that accepted all of its drafts (gpt-fast's observation that the draft never
+fed its own last proposal), and every token of cycles that did not speculate (γ = 0: a plain target
+step). Pending tokens are fed together with ``last`` in the next first step (left-padded).
+
+A cycle is driven step by step (:meth:`DraftProposer.begin`, :meth:`~DraftProposer.step`,
+:meth:`~DraftProposer.stop_rows`, :meth:`~DraftProposer.finish`) so a session or an environment can
+decide after every draft step (the loop with a policy object is ``Session.step``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.engine.kv import SlotKV, prefill_slots
-from harness.engine.policy import DraftLengthPolicy, DraftStep, draft_signals
+from harness.engine.policy import draft_signals
 from harness.sampling import SamplingParams, draw, warp
 
 
@@ -25,66 +30,83 @@ class Proposal:
 
 
 class DraftProposer:
-    """The draft model: proposes up to γ tokens per cycle, asking the policy after every step."""
+    """The draft model: proposes up to γ tokens per cycle, one :meth:`step` at a time."""
 
     def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
         self.vocab_size = vocab_size
-        self.extra = torch.zeros(kv.batch, dtype=torch.long, device=self.device)
-        self.has_extra = torch.zeros(kv.batch, dtype=torch.bool, device=self.device)
-        # Static (compiled) caches want one first-step shape: always feed [extra or dummy, last].
+        self.pending = torch.zeros(kv.batch, 1, dtype=torch.long, device=self.device)
+        self.pending_valid = torch.zeros(kv.batch, 1, dtype=torch.bool, device=self.device)
+        self.any_pending = False  # host-side, so the first step's shape costs no device sync
+        # Static (compiled) caches want one first-step shape: always feed [pending or dummy, last].
         self.fixed_shapes = getattr(kv, "fixed_shapes", False)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
         prefill_slots(self.model, self.kv, rows, prompts)
-        self.has_extra[rows] = False
+        self.pending_valid[rows] = False
 
-    def propose(self, last: torch.Tensor, gamma: int, policy: DraftLengthPolicy, context_length: torch.Tensor,
-                generator: torch.Generator | None) -> Proposal:
+    def begin(self, last: torch.Tensor) -> None:
+        """Start a cycle after ``last`` [B] (the newest emitted tokens)."""
         batch = last.shape[0]
-        if self.fixed_shapes or bool(self.has_extra.any()):
-            tokens = torch.stack([self.extra, last], dim=1)
-            valid = torch.stack([self.has_extra, torch.ones_like(self.has_extra)], dim=1)
+        if self.fixed_shapes or self.any_pending:
+            self._feed = (torch.cat([self.pending, last.unsqueeze(1)], dim=1),
+                          torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], dim=1))
         else:
-            tokens, valid = last.unsqueeze(1), torch.ones(batch, 1, dtype=torch.bool, device=self.device)
-        drafted, laws = [], []
-        running = torch.ones(batch, dtype=torch.bool, device=self.device)
-        num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
-        wanted = frozenset(policy.signals)
-        cum_prob = None
-        early_stop = False
-        for step in range(gamma):
-            logits = self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1, : self.vocab_size]
-            q = warp(logits, self.sampling)
-            x = draw(q, self.sampling, generator)
-            drafted.append(x)
-            laws.append(q)
-            num_drafts += running.long()
-            if step == gamma - 1:
-                break
-            signals = draft_signals(q, x, wanted, cum_prob)
-            cum_prob = signals.get("cum_prob")
-            keep = policy.continue_drafting(DraftStep(step=step, active=running, context_length=context_length,
-                                                      batch_size=batch, **signals))
-            if keep is not None:
-                early_stop = True
-                running = running & keep
-                if not bool(running.any()):  # host sync, paid only by policies that stop early
-                    break
-            tokens, valid = x.unsqueeze(1), torch.ones(batch, 1, dtype=torch.bool, device=self.device)
-        return Proposal(torch.stack(drafted, 1), torch.stack(laws, 1), num_drafts if early_stop else None)
+            self._feed = (last.unsqueeze(1), torch.ones(batch, 1, dtype=torch.bool, device=self.device))
+        self._drafted: list[torch.Tensor] = []
+        self._laws: list[torch.Tensor] = []
+        self.running = torch.ones(batch, dtype=torch.bool, device=self.device)
+        self.num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self._cum_prob: torch.Tensor | None = None
+        self._early_stop = False
+
+    def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
+             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """One draft step for every row: (drafted tokens [B], their law q [B, V], the requested signals)."""
+        tokens, valid = self._feed
+        logits = self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1, : self.vocab_size]
+        q = warp(logits, self.sampling)
+        x = draw(q, self.sampling, uniforms=uniforms)
+        self._drafted.append(x)
+        self._laws.append(q)
+        self.num_drafts += self.running.long()
+        out = draft_signals(q, x, signals, self._cum_prob)
+        self._cum_prob = out.get("cum_prob", self._cum_prob)
+        self._feed = (x.unsqueeze(1), torch.ones(x.shape[0], 1, dtype=torch.bool, device=self.device))
+        return x, q, out
+
+    def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
+        """Rows where ``keep`` is False draft no further this cycle; returns the rows still drafting."""
+        self._early_stop = True
+        self.running = self.running & keep
+        return self.running
+
+    @property
+    def depth(self) -> int:
+        return len(self._drafted)
+
+    def finish(self) -> Proposal:
+        return Proposal(torch.stack(self._drafted, 1), torch.stack(self._laws, 1),
+                        self.num_drafts if self._early_stop else None)
 
     def rollback(self, context_length: torch.Tensor, accepted: torch.Tensor, proposal: Proposal,
-             active: torch.Tensor) -> None:
-        """Roll back to ``last`` + the accepted drafts it has fed; remember an unfed last draft."""
+                 active: torch.Tensor, accepted_host: list[int]) -> None:
+        """Roll back to ``last`` + the accepted drafts it has fed; remember an unfed last draft as pending."""
         gamma_run = proposal.tokens.shape[1]
         fed = gamma_run - 1  # the final draft is sampled but never fed to the draft model
         next_pos = torch.where(active, context_length + 1 + accepted.clamp(max=fed), 0)
         self.kv.rollback(next_pos)
-        self.has_extra = active & (accepted == gamma_run)
         rows = torch.arange(accepted.shape[0], device=self.device)
-        self.extra = proposal.tokens[rows, (accepted - 1).clamp(min=0)]
+        self.pending = proposal.tokens[rows, (accepted - 1).clamp(min=0)].unsqueeze(1)
+        self.pending_valid = (active & (accepted == gamma_run)).unsqueeze(1)
+        self.any_pending = any(n == gamma_run for n in accepted_host)
+
+    def skip(self, last: torch.Tensor, active: torch.Tensor) -> None:
+        """A cycle without speculation (γ = 0): the draft has not seen ``last`` either; it joins the pending."""
+        self.pending = torch.cat([self.pending, last.unsqueeze(1)], dim=1)
+        self.pending_valid = torch.cat([self.pending_valid, active.unsqueeze(1)], dim=1)
+        self.any_pending = True
 
     def clear(self, row: int) -> None:
         self.kv.clear(row)
-        self.has_extra[row] = False
+        self.pending_valid[row] = False

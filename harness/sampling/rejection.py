@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from harness.errors import SpectuneError
-from harness.sampling.warp import sample
+from harness.sampling.warp import inverse_cdf, sample
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class RejectionSampler(Protocol):
         generator: torch.Generator | None = None,
         uniforms: torch.Tensor | None = None,
         num_drafts: torch.Tensor | None = None,
+        recovery_uniforms: torch.Tensor | None = None,
     ) -> Verdict: ...
 
 
@@ -105,10 +106,15 @@ class _BlockSampler:
     resample_from_residual: bool
 
     def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None,
-                 num_drafts=None) -> Verdict:
+                 num_drafts=None, recovery_uniforms=None) -> Verdict:
+        """``recovery_uniforms [B, γ+1]`` (keyed, one per position the next token may take) make the
+        corrected/bonus draw an inverse-CDF draw of column ``num_accepted``; without them it uses ``generator``."""
         n = _accept_count(target_probs, draft_probs, draft_tokens, generator, uniforms, num_drafts)
         law = _recovery_law(target_probs, n, draft_probs if self.resample_from_residual else None, num_drafts)
-        return Verdict(num_accepted=n, next_token=sample(law, generator))
+        if recovery_uniforms is None:
+            return Verdict(num_accepted=n, next_token=sample(law, generator))
+        u = recovery_uniforms.gather(1, n.unsqueeze(1)).squeeze(1)
+        return Verdict(num_accepted=n, next_token=inverse_cdf(law, u))
 
 
 class ExactRejectionSampler(_BlockSampler):
