@@ -6,7 +6,11 @@ line naming what is wrong -- never another exception (a traceback for the user) 
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -71,3 +75,120 @@ def test_bench_settings_accept_or_fail_in_one_line(bench_cfg, tmp_path, key, val
     assert math.isfinite(s.burstiness) and s.burstiness > 0
     assert isinstance(s.warmup, int) and not isinstance(s.warmup, bool) and s.warmup >= 0
 
+
+
+# ---- workload files -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def workload_cfg():
+    return _compose("+workload=en", "workload.num_prompts=null", "workload.prompt_tokens=null").workload
+
+
+def _load(workload_cfg, tokenizer, path: Path, **over: Any):
+    from workloads.loader import load_workload
+
+    cfg = OmegaConf.create(OmegaConf.to_container(workload_cfg))
+    cfg.path = str(path)
+    for key, value in over.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return load_workload(cfg, tokenizer)
+
+
+def _check_file(workload_cfg, tokenizer, tmp_path: Path, data: bytes, **over: Any) -> None:
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(data)
+    try:
+        wl = _load(workload_cfg, tokenizer, path, **over)
+    except SpectuneError as err:
+        _one_line_error(err, str(path), "workload.", "prompt")
+    else:
+        assert wl.prompts and all(p.text.strip() and p.input_ids for p in wl.prompts)
+    assert [p.name for p in tmp_path.iterdir()] == ["prompts.jsonl"]  # reading writes nothing
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                       max_size=3), max_leaves=8)
+RECORDS = st.one_of(
+    JSON_VALUES,
+    st.fixed_dictionaries({"prompt": st.text(max_size=40)}, optional={"id": JSON_VALUES}),
+    st.fixed_dictionaries({"prompt": JSON_VALUES, "id": st.text(max_size=5)}),
+)
+LINES = st.one_of(
+    RECORDS.map(lambda r: json.dumps(r).encode()),
+    RECORDS.map(lambda r: json.dumps(r, ensure_ascii=False).encode("utf-8", "surrogatepass")),
+    st.binary(max_size=40),
+    st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.sampled_from([b"", b"\n", b"{", b"[]", b'{"prompt": "\\ud800 x"}', b'{"prompt": "  "}', b"\xef\xbb\xbf",
+                     b'{"prompt": "ok"', b"[" * 5000 + b"]" * 5000]),
+)
+
+
+@FUZZ
+@given(lines=st.lists(LINES, max_size=6), newline=st.sampled_from([b"\n", b"\r\n"]))
+def test_workload_files_load_or_fail_in_one_line(workload_cfg, tokenizer, tmp_path_factory, lines, newline):
+    _check_file(workload_cfg, tokenizer, tmp_path_factory.mktemp("wl"), newline.join(lines))
+
+
+@pytest.mark.parametrize(("name", "data", "message"), [
+    ("empty", b"", "no prompts in the file"),
+    ("blank lines", b"\n \n\t\n", "no prompts in the file"),
+    ("latin-1", '{"prompt": "perché no?"}\n'.encode("latin-1"), ":1: not UTF-8 text (byte 0xe9"),
+    ("utf-16", '{"prompt": "hello"}\n'.encode("utf-16"), ":1: not UTF-8 text"),
+    ("second line latin-1", b'{"prompt": "ok"}\n' + '{"prompt": "\xe0"}\n'.encode("latin-1"), ":2: not UTF-8"),
+    ("lone surrogate", b'{"prompt": "a \\udc00 b"}\n', ":1: the 'prompt' text holds an unpaired surrogate"),
+    ("empty prompt", b'{"prompt": ""}\n', ":1: the 'prompt' text is empty"),
+    ("deep nesting", b"[" * 100000 + b"]" * 100000 + b"\n", ":1: malformed JSON"),
+])
+def test_bad_workload_files_are_named_by_line(workload_cfg, tokenizer, tmp_path, name, data, message):
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(data)
+    with pytest.raises(SpectuneError, match=re.escape(message)) as err:
+        _load(workload_cfg, tokenizer, path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_utf8_bom_mixed_ids_and_a_huge_line_load(workload_cfg, tokenizer, tmp_path):
+    """What Arrow's JSON reader used to choke on: a BOM, ids of mixed types, one very long line (2 MB)."""
+    huge = "parola " * 300_000
+    rows = [{"id": 7, "prompt": "ciao"}, {"id": "x", "prompt": huge}, {"prompt": "no id here"}]
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(r) for r in rows).encode())
+    wl = _load(workload_cfg, tokenizer, path, shuffle=False)
+    assert [p.id for p in wl.prompts] == ["7", "x", "prompts-0002"]
+    assert wl.prompts[1].text == huge and len(wl.prompts[1].input_ids) > 100_000
+    band = _load(workload_cfg, tokenizer, path, shuffle=False, prompt_tokens=[1, 48])
+    assert [p.id for p in band.prompts] == ["7", "prompts-0002"]
+
+
+@pytest.mark.parametrize("key", ["name", "language", "seed", "shuffle", "sampling", "source", "field", "path",
+                                 "num_prompts", "max_new_tokens", "prompt_tokens"])
+def test_a_workload_key_missing_from_the_yaml_is_a_one_line_error(workload_cfg, tokenizer, key):
+    from workloads.loader import load_workload
+
+    spec = OmegaConf.to_container(workload_cfg)
+    del spec[key]
+    with pytest.raises(SpectuneError, match=rf"workload\.{key} is missing") as err:
+        load_workload(spec, tokenizer)
+    assert "\n" not in str(err.value)
+
+
+WORKLOAD_KEYS = ["num_prompts", "max_new_tokens", "seed", "shuffle", "prompt_tokens", "field", "source",
+                 "languages", "sampling.temperature", "sampling.top_k", "sampling.top_p", "name"]
+
+
+@FUZZ
+@given(key=st.sampled_from(WORKLOAD_KEYS), value=VALUES)
+def test_workload_overrides_accept_or_fail_in_one_line(workload_cfg, tokenizer, key, value):
+    from workloads.loader import load_workload
+
+    cfg = OmegaConf.create(OmegaConf.to_container(workload_cfg))
+    cfg.path = str(REPO / "workloads/prompts/en.jsonl")
+    cfg.num_prompts = 2
+    OmegaConf.update(cfg, key, value, force_add=True)
+    try:
+        wl = load_workload(cfg, tokenizer)
+    except SpectuneError as err:
+        _one_line_error(err, key.split(".")[-1], "workload", "prompt")
+    else:
+        assert wl.prompts and wl.max_new_tokens >= 1

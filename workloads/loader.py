@@ -11,8 +11,10 @@
   The dataset config name is the key ``subset`` because ``name`` is the workload's own name.
 - ``mix``: the bundled files of ``languages``, interleaved so every language gets an equal share.
 
-Files are read through ``datasets.load_dataset("json", data_files=...)`` after a line-by-line check, so a
-malformed line is reported by file and line number instead of as an Arrow parse error.
+JSONL files are read line by line with the standard library: a malformed line, bytes that are not UTF-8, a
+record without its text or an empty text are reported by file and line number (Arrow's JSON reader, used here
+before, failed on mixed column types and very long lines with multi-line errors). Every setting comes from the
+workload's YAML (``conf/workload/_bundled.yaml`` holds the defaults); a missing key is a one-line error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import SpectuneError
 from harness.sampling import SamplingParams
@@ -87,43 +90,59 @@ def resolve_path(path: str) -> Path:
                         f"{REPO_ROOT})")
 
 
-def check_jsonl(path: Path, text_field: str) -> int:
-    """Validate every line before Arrow sees it; returns the number of records."""
-    count = 0
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+def read_jsonl(path: Path, text_field: str) -> list[tuple[str, str]]:
+    """[(id, text)] from a JSON-lines file, each line checked: a bad one fails in one line naming file:line."""
+    records: list[tuple[str, str]] = []
+    try:
+        handle = path.open("rb")
+    except OSError as err:
+        raise SpectuneError(f"workload.path={str(path)!r}: cannot read it ({err.strerror})") from None
+    with handle:
+        for lineno, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise SpectuneError(f"{path}:{lineno}: not UTF-8 text (byte {raw[err.start]:#04x} at column "
+                                    f"{err.start + 1}); save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise SpectuneError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno})") from None
+            except RecursionError:
+                raise SpectuneError(f"{path}:{lineno}: malformed JSON (nested too deeply)") from None
             if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
                 raise SpectuneError(f"{path}:{lineno}: expected an object with a string field {text_field!r}")
-            count += 1
-    if count == 0:
+            text = record[text_field]
+            if not text.strip():
+                raise SpectuneError(f"{path}:{lineno}: the {text_field!r} text is empty")
+            if not _is_unicode(text):
+                raise SpectuneError(f"{path}:{lineno}: the {text_field!r} text holds an unpaired surrogate "
+                                    "escape (\\ud800-\\udfff), which is not a character")
+            pid = record.get("id")
+            records.append((f"{path.stem}-{len(records):04d}" if pid is None else str(pid), text))
+    if not records:
         raise SpectuneError(f"{path}: no prompts in the file")
-    return count
+    return records
 
 
-def read_jsonl(path: Path, text_field: str) -> list[tuple[str, str]]:
-    """[(id, text)] from a JSONL file via datasets.load_dataset("json")."""
-    from datasets import load_dataset  # imported lazily: a second or so
-
-    check_jsonl(path, text_field)
-    ds = load_dataset("json", data_files=str(path), split="train")
-    ids = ds["id"] if "id" in ds.column_names else [f"{path.stem}-{i:04d}" for i in range(len(ds))]
-    return [(str(i), t) for i, t in zip(ids, ds[text_field], strict=True)]
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
-def read_hf(spec: dict[str, Any]) -> list[tuple[str, str]]:
+def read_hf(spec: dict[str, Any], text_field: str) -> list[tuple[str, str]]:
     """[(id, text)] from any `datasets` dataset; a one-line error when offline and not cached."""
     from datasets import load_dataset
 
     from harness.models.loading import _hub_unreachable
 
-    path, text_field = spec.get("path"), spec.get("field") or "prompt"
-    if not path:
+    path, subset, split = _require(spec, "path"), _require(spec, "subset"), _text(spec, "split")
+    if not path or not isinstance(path, str):
         raise SpectuneError("workload.path is required with workload.source=hf (a dataset name or directory)")
     local = Path(os.path.expanduser(str(path))).exists()
     if not local and not os.environ.get("HF_HUB_OFFLINE") and not os.environ.get("HF_DATASETS_OFFLINE"):
@@ -132,19 +151,40 @@ def read_hf(spec: dict[str, Any]) -> list[tuple[str, str]]:
             raise SpectuneError(f"cannot load dataset {path!r}: the hub is unreachable ({reason}); "
                                 f"set HF_DATASETS_OFFLINE=1 to use a cached copy")
     try:
-        ds = load_dataset(str(path), spec.get("subset"), split=spec.get("split") or "train")
+        ds = load_dataset(path, subset, split=split)
     except Exception as err:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError…)
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise SpectuneError(f"cannot load dataset {path!r} (subset={spec.get('subset')!r}, "
-                            f"split={spec.get('split')!r}): {first}") from None
+        raise SpectuneError(f"cannot load dataset {path!r} (subset={subset!r}, split={split!r}): {first}") from None
     if text_field not in ds.column_names:
         raise SpectuneError(f"dataset {path!r} has no column {text_field!r}: columns are {ds.column_names}")
     ids = ds["id"] if "id" in ds.column_names else [f"{Path(str(path)).name}-{i:05d}" for i in range(len(ds))]
     return [(str(i), str(t)) for i, t in zip(ids, ds[text_field], strict=True)]
 
 
+_MISSING = object()
+
+
+def _require(spec: dict[str, Any], key: str) -> Any:
+    """A workload key every workload carries (its default lives in conf/workload/_bundled.yaml, nowhere else)."""
+    value = spec.get(key, _MISSING)
+    if value is _MISSING:
+        raise SpectuneError(f"workload.{key} is missing: every workload sets it (defaults in "
+                            "conf/workload/_bundled.yaml)")
+    return value
+
+
+def _text(spec: dict[str, Any], key: str, allow_null: bool = False) -> str | None:
+    value = _require(spec, key)
+    if value is None and allow_null:
+        return None
+    if not isinstance(value, str) or not value:
+        raise SpectuneError(f"workload.{key}={value!r} is invalid: must be a non-empty string"
+                            + (" or null" if allow_null else ""))
+    return value
+
+
 def _positive_int(spec: dict, key: str, allow_null: bool = False) -> int | None:
-    value = spec.get(key)
+    value = _require(spec, key)
     if value is None and allow_null:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -154,48 +194,65 @@ def _positive_int(spec: dict, key: str, allow_null: bool = False) -> int | None:
 
 
 def _band(spec: dict) -> tuple[int, int] | None:
-    band = spec.get("prompt_tokens")
+    band = _require(spec, "prompt_tokens")
     if band is None:
         return None
-    ok = isinstance(band, list | tuple) and len(band) == 2 and all(isinstance(b, int) for b in band)
+    ok = (isinstance(band, list | tuple) and len(band) == 2
+          and all(isinstance(b, int) and not isinstance(b, bool) for b in band))
     if not ok or not 1 <= band[0] <= band[1]:
         raise SpectuneError(f"workload.prompt_tokens={band!r} is invalid: [min, max] tokens or null")
     return int(band[0]), int(band[1])
 
 
+def _sampling(spec: dict[str, Any]) -> SamplingParams:
+    """The sampling law; its values are validated by SamplingParams (one place for that concern)."""
+    node = _require(spec, "sampling")
+    keys = {"temperature", "top_k", "top_p"}
+    if not isinstance(node, dict) or set(node) != keys:
+        raise SpectuneError(f"workload.sampling={node!r} is invalid: give exactly temperature, top_k and top_p")
+    return SamplingParams(**node)
+
+
 def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     """Read, tokenise, filter to the length band, shuffle (seeded) and cut to ``num_prompts``."""
-    spec = OmegaConf.to_container(workload_cfg, resolve=True) if isinstance(workload_cfg, DictConfig) \
-        else dict(workload_cfg)
+    try:
+        spec = OmegaConf.to_container(workload_cfg, resolve=True) if isinstance(workload_cfg, DictConfig) \
+            else dict(workload_cfg)
+    except OmegaConfBaseException as err:  # e.g. an override with an interpolation that does not resolve
+        raise SpectuneError(f"workload is invalid: {str(err).strip().splitlines()[0]}") from None
     if not spec:
         raise SpectuneError("no workload given: add +workload=it|en|zh|es|mix")
-    name, language = str(spec.get("name", "custom")), str(spec.get("language", "unknown"))
+    name, language = _text(spec, "name"), _text(spec, "language")
     num = _positive_int(spec, "num_prompts", allow_null=True)
     max_new = _positive_int(spec, "max_new_tokens")
-    seed = spec.get("seed", 0)
+    seed = _require(spec, "seed")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise SpectuneError(f"workload.seed={seed!r} is invalid: must be an integer")
-    sampling_spec = spec.get("sampling") or {}
-    unknown = set(sampling_spec) - {"temperature", "top_k", "top_p"}
-    if unknown:
-        raise SpectuneError(f"workload.sampling has unknown keys {sorted(unknown)}: use temperature, top_k, top_p")
-    sampling = SamplingParams(**sampling_spec)
+    shuffle = _require(spec, "shuffle")
+    if not isinstance(shuffle, bool):
+        raise SpectuneError(f"workload.shuffle={shuffle!r} is invalid: must be true or false")
+    sampling = _sampling(spec)
     band = _band(spec)
-    source = str(spec.get("source", "jsonl"))
-    text_field = spec.get("field") or "prompt"
+    source = _require(spec, "source")
+    text_field = _text(spec, "field")
 
     groups: list[tuple[str, list[tuple[str, str]]]]  # (language, records)
     if source == "jsonl":
-        path = resolve_path(spec.get("path") or "")
+        path = resolve_path(_text(spec, "path"))
         groups = [(language, read_jsonl(path, text_field))]
         src = {"source": "jsonl", "path": str(path), "field": text_field}
     elif source == "hf":
-        groups = [(language, read_hf(spec))]
+        groups = [(language, read_hf(spec, text_field))]
         src = {"source": "hf", **{k: spec.get(k) for k in ("path", "subset", "split", "field")}}
     elif source == "mix":
-        langs = spec.get("languages") or []
-        if not langs:
-            raise SpectuneError("workload.languages is required with workload.source=mix")
+        langs = spec.get("languages")
+        if not (isinstance(langs, list) and langs and all(isinstance(x, str) and x for x in langs)):
+            raise SpectuneError(f"workload.languages={langs!r} is invalid with workload.source=mix: "
+                                "a list of bundled languages (it, en, zh, es)")
+        unknown = [x for x in langs if not (BUNDLED / f"{x}.jsonl").is_file()]
+        if unknown:
+            raise SpectuneError(f"workload.languages has {unknown[0]!r}, which is not bundled: choose from "
+                                f"{', '.join(sorted(f.stem for f in BUNDLED.glob('*.jsonl')))}")
         groups = [(lang, read_jsonl(resolve_path(str(BUNDLED / f"{lang}.jsonl")), "prompt")) for lang in langs]
         src = {"source": "mix", "languages": list(langs)}
     else:
@@ -208,11 +265,13 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
         prompts = []
         for pid, text in records:
             ids = list(tokenizer(text)["input_ids"])
+            if not ids:
+                raise SpectuneError(f"prompt {pid!r} is empty once tokenised: a request needs at least one token")
             if band is not None and not band[0] <= len(ids) <= band[1]:
                 dropped += 1
                 continue
             prompts.append(Prompt(id=pid, text=text, input_ids=ids, language=lang))
-        if spec.get("shuffle", True):
+        if shuffle:
             rng.shuffle(prompts)
         per_language.append(prompts)
     # Interleave languages (a mix gets equal shares of every prefix); a single group is unchanged.
