@@ -3,7 +3,8 @@
 Each arm is a γ; the reward of a cycle is its throughput, tokens emitted per second of the whole cycle (draft,
 verify and the engine's own work, synchronised), as BanditSpec rewards tokens per synchronised wall-second.
 Rewards are divided by the largest reward seen at that batch size so they lie in [0, 1] as UCB1 assumes.
-An arm γ = 0 ("do not speculate") needs an engine that accepts a ceiling of 0; ``min_gamma`` sets the lowest arm.
+The arm γ = 0 ("do not speculate this cycle") is a plain target step, which can win under load; ``min_gamma``
+sets the lowest arm.
 """
 
 from __future__ import annotations

@@ -62,12 +62,13 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
          5, 5),
         ({"name": "acceptance-classifier", "weights_path": _constant_classifier(tmp_path / "c.json", 0.8),
           "threshold": 0.5}, 6, 6),
-        ({"name": "bandit", "min_gamma": 1, "exploration": 1.0}, 4, 4),
+        ({"name": "bandit", "min_gamma": 0, "exploration": 1.0}, 4, 4),
     ]
 
 
 def test_every_registered_policy_is_tested(tmp_path):
-    tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed"}  # fixed: tests/test_engine.py
+    # fixed: tests/test_engine.py; ppo: tests/test_policy_files.py (it needs an SB3 policy file)
+    tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed", "ppo"}
     assert tested == set(POLICIES)
 
 
@@ -82,14 +83,15 @@ def test_policies_keep_greedy_output_and_respect_their_ceiling(pair, tmp_path, c
         policy = make_policy(node, gamma)
         result = engine.run(requests, policy, concurrency)
         assert {r.request_id: r.output_ids for r in result.requests} == reference, node["name"]
-        assert all(1 <= c.num_drafts <= c.gamma <= ceiling for c in result.cycles), node["name"]
+        assert all(c.num_drafts <= c.gamma <= ceiling and (c.num_drafts >= 1) == (c.gamma >= 1)
+                   for c in result.cycles), node["name"]
         assert policy.describe()["name"] == node["name"]
 
 
 def test_policy_files_compose_and_build(compose_config, tmp_path):
     """Every conf/policy file composes through Hydra and builds (the classifier given a model file)."""
     weights = _constant_classifier(tmp_path / "c.json", 0.7)
-    for name in POLICIES:
+    for name in set(POLICIES) - {"ppo"}:  # ppo: tests/test_policy_files.py
         extra = [f"policy.weights_path={weights}"] if name == "acceptance-classifier" else []
         cfg = compose_config(f"policy={name}", *extra)
         policy = make_policy(OmegaConf.to_container(cfg.policy, resolve=True), 3)

@@ -1,0 +1,253 @@
+"""Policy files are data: an SB3 PPO ``.zip`` is read (weights and spaces) without running code from it, a crafted
+file that would run code is refused, and the PPO depth policy runs its actor batched inside the engine."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import pickle
+import zipfile
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import PPO
+
+from harness.engine import Engine, Request
+from harness.engine.policy import DraftStep
+from harness.errors import SpectuneError
+from harness.io import write_json
+from harness.sampling import SamplingParams
+from harness.sampling.rejection import get_sampler
+from policies.ppo import DEFAULT_OBSERVATION, observation_low_high
+from policies.registry import make_policy
+from policies.sb3_files import annotate_policy_file, pickle_globals, read_policy_file
+from tests.tiny_models import perturbed, tiny_llama
+
+FEATURES = ("token_prob", "position")
+
+
+class TinyDepthEnv(gymnasium.Env):
+    """A small Box observation (the named features) and Discrete(2) actions: enough to build a real PPO file."""
+
+    def __init__(self, features: tuple[str, ...] = FEATURES, actions: int = 2) -> None:
+        low, high = observation_low_high(features)
+        self.observation_space = gymnasium.spaces.Box(low, high, dtype=np.float32)
+        self.action_space = gymnasium.spaces.Discrete(actions)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.low + self.np_random.uniform(0, 1, self.observation_space.shape).astype(
+            np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs, _ = self.reset() if self.t >= 3 else (np.full(self.observation_space.shape, 0.5, np.float32), None)
+        return obs, float(action), self.t >= 3, False, {}
+
+
+def _ppo(path, features=FEATURES, actions: int = 2, net_arch=(8,), **kwargs) -> PPO:
+    model = PPO("MlpPolicy", TinyDepthEnv(features, actions), n_steps=16, batch_size=16, n_epochs=1, seed=0,
+                device="cpu", policy_kwargs={"net_arch": list(net_arch), **kwargs})
+    model.learn(16)
+    model.save(path)
+    return model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ppo") / "depth.zip"
+    return path, _ppo(path, activation_fn=torch.nn.ReLU, net_arch=(8, 4))
+
+
+def _linear_policy(path, bias_continue: float, weight: float = 0.0, profile: dict | None = None) -> str:
+    """A real SB3 file whose actor is linear in (token_prob, position): continue iff
+    weight·token_prob + bias_continue > 0 (logit(continue) − logit(stop))."""
+    model = _ppo(path, net_arch=())
+    with torch.no_grad():
+        model.policy.action_net.weight.zero_()
+        model.policy.action_net.bias.zero_()
+        model.policy.action_net.weight[1, 0] = weight
+        model.policy.action_net.bias[1] = bias_continue
+    model.save(path)
+    annotate_policy_file(path, {"observation": list(FEATURES), "actions": ["stop", "continue"],
+                                **({"profile": profile} if profile else {})})
+    return str(path)
+
+
+class Payload:
+    """Unpickling this creates ``path``: a stand-in for any code a crafted policy file could run."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _rewrite(src, dst, replace: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(dst, "w") as b:
+        for info in a.infolist():
+            b.writestr(info, replace.get(info.filename, a.read(info.filename)))
+
+
+def test_actor_read_without_unpickling_matches_sb3(trained, monkeypatch):
+    path, model = trained
+    import cloudpickle
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the policy file was unpickled")
+
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(cloudpickle, "loads", forbidden)
+    policy_file = read_policy_file(path)
+    monkeypatch.undo()
+    assert policy_file.hidden == [8, 4] and policy_file.activation == "ReLU" and policy_file.action_space.n == 2
+    assert policy_file.observation_space.shape == (2,)
+    np.testing.assert_array_equal(policy_file.observation_space.high, [1.0, np.inf])
+    obs = torch.rand(64, 2) * torch.tensor([1.0, 8.0])
+    with torch.no_grad():
+        expected = model.policy.get_distribution(obs).distribution.logits
+    assert torch.allclose(torch.log_softmax(policy_file.logits(obs), -1), expected, atol=1e-6)
+    actions, _ = model.predict(obs.numpy(), deterministic=True)
+    assert policy_file.logits(obs).argmax(-1).tolist() == actions.tolist()
+    trusted = read_policy_file(path, trust_pickle=True)
+    assert trusted.trusted and torch.allclose(trusted.logits(obs), policy_file.logits(obs))
+
+
+def test_sb3s_own_blobs_import_only_known_globals(trained):
+    with zipfile.ZipFile(trained[0]) as archive:
+        data = json.loads(archive.read("data"))
+    imports = pickle_globals(base64.b64decode(data["observation_space"][":serialized:"]))
+    assert ("gymnasium.spaces.box", "Box") in imports and None not in imports
+
+
+def test_weights_that_would_run_code_are_refused(trained, tmp_path):
+    marker = tmp_path / "pwned"
+    buffer = io.BytesIO()
+    torch.save({"action_net.weight": torch.zeros(2, 4), "payload": Payload(str(marker))}, buffer)
+    crafted = tmp_path / "crafted.zip"
+    _rewrite(trained[0], crafted, {"policy.pth": buffer.getvalue()})
+    with pytest.raises(SpectuneError, match=r"is refused: policy\.pth holds more than tensors") as err:
+        read_policy_file(crafted)
+    assert "\n" not in str(err.value)
+    assert not marker.exists()
+    torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)  # control: the payload is live
+    assert marker.exists()
+
+
+def test_a_data_entry_that_would_run_code_is_refused(trained, tmp_path):
+    marker = tmp_path / "pwned"
+    with zipfile.ZipFile(trained[0]) as archive:
+        data = json.loads(archive.read("data"))
+    data["observation_space"][":serialized:"] = base64.b64encode(pickle.dumps(Payload(str(marker)))).decode()
+    crafted = tmp_path / "crafted.zip"
+    _rewrite(trained[0], crafted, {"data": json.dumps(data).encode()})
+    with pytest.raises(SpectuneError, match=r"entry '/observation_space' would import io\.open"):
+        read_policy_file(crafted)
+    with pytest.raises(SpectuneError, match="refused"):
+        make_policy({"name": "ppo", "depth_path": str(crafted), "trust_pickle": False, "profile": None,
+                     "allow_profile_mismatch": False, "deterministic": True, "seed": 0}, 4)
+    assert not marker.exists()
+    with contextlib.suppress(Exception):  # control: stable-baselines3's own load runs it (what follows is moot)
+        PPO.load(crafted, device="cpu")
+    assert marker.exists()
+
+
+def test_unreadable_policy_files_fail_in_one_line(tmp_path):
+    (tmp_path / "not.zip").write_text("hello")
+    for path, match in ((tmp_path / "missing.zip", "no such file"), (tmp_path / "not.zip", "not a zip file")):
+        with pytest.raises(SpectuneError, match=match) as err:
+            read_policy_file(path)
+        assert "\n" not in str(err.value)
+
+
+def _node(path: str, **overrides) -> dict:
+    return {"name": "ppo", "depth_path": path, "trust_pickle": False, "profile": None,
+            "allow_profile_mismatch": False, "deterministic": True, "seed": 0, **overrides}
+
+
+def _step(step: int, **signals) -> DraftStep:
+    tensors = {k: torch.tensor(v, dtype=torch.float64) for k, v in signals.items()}
+    batch = len(next(iter(signals.values())))
+    return DraftStep(step=step, active=torch.ones(batch, dtype=torch.bool),
+                     context_length=torch.full((batch,), 10), batch_size=batch, **tensors)
+
+
+def test_ppo_policy_acts_on_its_features_batched(tmp_path):
+    """Continue iff 10·token_prob − 5 > 0, i.e. token_prob > 0.5, decided for all rows in one call."""
+    policy = make_policy(_node(_linear_policy(tmp_path / "p.zip", bias_continue=-5.0, weight=10.0)), 6)
+    assert policy.signals == {"token_prob"} and policy.begin_cycle(3) == 6
+    assert policy.continue_drafting(_step(0, token_prob=[0.2, 0.7, 0.49, 0.51])).tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize(("features", "actions", "match"), [
+    (("token_prob", "position", "entropy"), 2, "observation shape"),
+    (FEATURES, 3, r"Discrete\(3\)"),
+])
+def test_ppo_policy_refuses_files_whose_spaces_do_not_match(tmp_path, features, actions, match):
+    path = tmp_path / "p.zip"
+    _ppo(path, features, actions)
+    annotate_policy_file(path, {"observation": list(FEATURES)})
+    with pytest.raises(SpectuneError, match=match) as err:
+        make_policy(_node(str(path)), 4)
+    assert "\n" not in str(err.value)
+
+
+def _profile(hardware: str) -> dict:
+    return {"kind": "spectune-profile", "version": 1, "label": hardware, "synthetic": False, "models": {"t": 1},
+            "hardware": {"device": hardware}, "batch_sizes": [1, 4], "max_positions": 3,
+            "t_draft_s": {"1": 0.001, "4": 0.002}, "t_verify_s": {"1": [0.01, 0.011, 0.012], "4": [0.02, 0.03, 0.04]},
+            "overhead_s": {"1": 0.0, "4": 0.0}}
+
+
+def test_ppo_policy_trained_for_another_profile_needs_the_flag(tmp_path):
+    path = _linear_policy(tmp_path / "p.zip", bias_continue=1.0, profile=_profile("cpu"))
+    other = write_json(tmp_path / "h200.json", _profile("h200"))
+    with pytest.raises(SpectuneError, match="allow_profile_mismatch") as err:
+        make_policy(_node(path, profile=str(other)), 4)
+    assert "\n" not in str(err.value)
+    policy = make_policy(_node(path, profile=str(other), allow_profile_mismatch=True), 4)
+    assert policy.describe()["profile_mismatch"] is True and policy.costs.label == "h200"
+    same = make_policy(_node(path, profile=str(write_json(tmp_path / "cpu.json", _profile("cpu")))), 4)
+    assert same.describe()["profile_mismatch"] is False
+    assert same.costs.c(4) == pytest.approx(0.1) and same.costs.g(2, 3) == pytest.approx(2.0)  # b=3 -> nearest 4
+
+
+def test_a_file_without_feature_names_must_match_the_default_observation(tmp_path):
+    path = tmp_path / "p.zip"
+    _ppo(path, DEFAULT_OBSERVATION)
+    profile = write_json(tmp_path / "cpu.json", _profile("cpu"))
+    policy = make_policy(_node(str(path), profile=str(profile)), 4)
+    keep = policy.continue_drafting(_step(0, token_prob=[0.3, 0.9], entropy=[1.0, 0.1], margin=[0.1, 0.8],
+                                          cum_prob=[0.3, 0.9]))
+    assert keep.shape == (2,) and keep.dtype == torch.bool
+    with pytest.raises(SpectuneError, match=r"policy\.profile"):
+        make_policy(_node(str(path)), 4)  # c and g are features, and the file names no profile
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
+    return target, perturbed(target, scale=0.3, seed=2)
+
+
+@pytest.mark.parametrize(("bias", "drafts"), [(5.0, 5), (-5.0, 1)], ids=["always-continue", "always-stop"])
+def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_says(pair, tmp_path, bias, drafts):
+    target, draft = pair
+    gen = torch.Generator().manual_seed(0)
+    requests = [Request(i, f"p{i}", "en", torch.randint(0, 64, (5 + i,), generator=gen).tolist(), 12)
+                for i in range(4)]
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    device="cpu", seed=0)
+    reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
+    policy = make_policy(_node(_linear_policy(tmp_path / "p.zip", bias_continue=bias)), 5)
+    for concurrency in (1, 3):
+        result = engine.run(requests, policy, concurrency)
+        assert {r.request_id: r.output_ids for r in result.requests} == reference
+        assert {c.num_drafts for c in result.cycles} == {drafts}
