@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeAlias
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -174,3 +175,142 @@ def plot(grid: pd.DataFrame, best: pd.DataFrame):
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
     return fig
+
+
+# --- The model fitted to measurements: a task=profile result (costs) and task=trace traces (acceptance). ---
+
+PROFILE_KIND = "spectune-profile"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured forward-pass times of one (models, hardware) setup, per batch size b (seconds).
+
+    ``t_verify_s[b][n-1]`` is a target forward over n positions, so ``t_verify_s[b][0]`` is the AR step;
+    c(b) = t_draft/t_verify[0], g(γ, b) = t_verify[γ]/t_verify[0], o(b) = overhead/t_verify[0].
+    """
+
+    label: str
+    t_draft_s: dict[int, float]
+    t_verify_s: dict[int, list[float]]
+    overhead_s: dict[int, float]
+    data: dict[str, Any] = field(repr=False)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted(self.t_verify_s)
+
+    def _check(self, b: int) -> int:
+        if b not in self.t_verify_s:
+            raise SpectuneError(f"batch_size={b} is not in the profile {self.label!r}: it covers {self.batch_sizes}")
+        return b
+
+    def c(self, b: int = 1) -> float:
+        return self.t_draft_s[self._check(b)] / self.t_verify_s[b][0]
+
+    def g(self, gamma: int, b: int = 1) -> float:
+        verify = self.t_verify_s[self._check(b)]
+        if check_gamma(gamma) >= len(verify):
+            raise SpectuneError(f"gamma={gamma} needs a verification of {gamma + 1} positions but the profile "
+                                f"{self.label!r} measured up to {len(verify)} (max_positions)")
+        return verify[gamma] / verify[0]
+
+    def overhead(self, b: int = 1) -> float:
+        return self.overhead_s[self._check(b)] / self.t_verify_s[b][0]
+
+
+def parse_profile(data: Mapping[str, Any], source: str = "profile") -> Profile:
+    """Validate a ``profile.json`` object (format of ``task=profile``); one line naming what is wrong."""
+    if not isinstance(data, Mapping) or data.get("kind") != PROFILE_KIND:
+        raise SpectuneError(f"{source} is not a spectune profile: expected \"kind\": \"{PROFILE_KIND}\"")
+    tables: dict[str, dict[int, Any]] = {}
+    for key in ("t_draft_s", "t_verify_s", "overhead_s"):
+        table = data.get(key)
+        if not isinstance(table, Mapping) or not table:
+            raise SpectuneError(f"{source}: {key} is missing or empty: expected {{\"<batch size>\": ...}}")
+        try:
+            tables[key] = {int(b): v for b, v in table.items()}
+        except ValueError:
+            raise SpectuneError(f"{source}: {key} has a key that is not a batch size: {sorted(table)}") from None
+    if not tables["t_draft_s"].keys() == tables["t_verify_s"].keys() == tables["overhead_s"].keys():
+        raise SpectuneError(f"{source}: t_draft_s, t_verify_s and overhead_s cover different batch sizes")
+    for b, times in tables["t_verify_s"].items():
+        if not isinstance(times, Sequence) or len(times) < 2:
+            raise SpectuneError(f"{source}: t_verify_s[{b}] must list the verification times of 1..n positions "
+                                "(n >= 2)")
+        for n, t in enumerate(times, start=1):
+            check_cost(t, f"{source}: t_verify_s[{b}][{n - 1}]", positive=True)
+        check_cost(tables["t_draft_s"][b], f"{source}: t_draft_s[{b}]", positive=True)
+        check_cost(tables["overhead_s"][b], f"{source}: overhead_s[{b}]")
+    return Profile(str(data.get("label", source)), {b: float(v) for b, v in tables["t_draft_s"].items()},
+                   {b: [float(t) for t in v] for b, v in tables["t_verify_s"].items()},
+                   {b: float(v) for b, v in tables["overhead_s"].items()}, dict(data))
+
+
+def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[float]:
+    """P(first i drafts accepted), i = 1..max_depth, over the recorded (cycle, row) pairs of ``task=trace``.
+
+    ``expected`` averages Π_{j≤i} a_j (a_j = min(1, p/q) of the drafted token: no sampling noise from the
+    uniforms); ``realised`` averages the indicator that positions 1..i were all accepted. A pair with fewer
+    positions (generation ended) counts only for the positions it has.
+    """
+    if method not in ("expected", "realised"):
+        raise SpectuneError(f"method={method!r} is invalid: choose expected or realised")
+    missing = [c for c in ("cycle", "row", "position", "accept_prob", "accepted") if c not in traces]
+    if missing or traces.empty:
+        raise SpectuneError(f"traces are empty or lack columns {missing}: need the task=trace format")
+    keys = [k for k in ("run", "cycle", "row") if k in traces]
+    frame = traces.sort_values([*keys, "position"])
+    value = frame["accept_prob"].clip(0, 1) if method == "expected" else frame["accepted"].astype(float)
+    joint = value.groupby([frame[k] for k in keys]).cumprod()
+    per_position = joint.groupby(frame["position"]).mean().sort_index()
+    if list(per_position.index) != list(range(1, len(per_position) + 1)):
+        raise SpectuneError(f"traces positions are {list(per_position.index)}: expected 1..max_depth")
+    # Pairs cut short can lift a deeper mean a hair above a shallower one; P(first i) cannot rise with i.
+    return [float(v) for v in per_position.cummin()]
+
+
+def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], batch_size: int = 1) -> pd.DataFrame:
+    """Predicted speed-up of every fixed γ over AR, next to the constant-α models, at one batch size.
+
+    Fitted: S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} joint[i-1]: the seed's formula with measured
+    joint acceptance and measured costs, and the per-cycle overhead o paid by the AR step too (both are
+    timed the same way, TPOT-based). ``constant_alpha_speedup``: the same costs with E from α = joint[0].
+    ``seed_speedup``: the seed's plain S = E(α) / (c γ + 1) (g = 1, no overhead).
+    """
+    expected_tokens_from_joint(joint)
+    alpha = float(joint[0])
+    c, o = profile.c(batch_size), profile.overhead(batch_size)
+    rows = []
+    for gamma in sorted({check_gamma(x) for x in gammas}):
+        if gamma > len(joint):
+            raise SpectuneError(f"gamma={gamma} is beyond the traces' max_depth {len(joint)}: trace deeper")
+        g = profile.g(gamma, batch_size)
+        cost = c * gamma + g + o
+        e, e_alpha = 1.0 + float(sum(joint[:gamma])), expected_tokens(alpha, gamma)
+        rows.append({"gamma": gamma, "batch_size": batch_size, "E": e, "c": c, "draft": c * gamma, "verify": g,
+                     "overhead": o, "cost": cost, "predicted_speedup": e * (1 + o) / cost, "alpha": alpha,
+                     "E_constant_alpha": e_alpha, "constant_alpha_speedup": e_alpha * (1 + o) / cost,
+                     "seed_speedup": e_alpha / (c * gamma + 1.0)})
+    return pd.DataFrame(rows)
+
+
+def fit(profile: Profile | Mapping[str, Any], traces: pd.DataFrame, gammas: Iterable[int] | None = None,
+        batch_size: int = 1, method: str = "expected") -> pd.DataFrame:
+    """The cost model from a profile and traces (never from the runs it predicts): one row per γ.
+
+    ``gammas`` defaults to 1..max_depth of the traces (bounded by the profile's max_positions − 1).
+    """
+    if not isinstance(profile, Profile):
+        profile = parse_profile(profile)
+    joint = joint_from_traces(traces, method)
+    if gammas is None:
+        deepest = min(len(joint), len(profile.t_verify_s[profile._check(batch_size)]) - 1)
+        gammas = range(1, deepest + 1)
+    return predict(joint, profile, gammas, batch_size)
+
+
+if __name__ == "__main__":  # python -m analysis.costmodel --profile P --traces T RUN_DIR
+    from analysis.costmodel_cli import main
+
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""`python -m analysis.costmodel --profile PROFILE.json --traces TRACES.parquet RUN_DIR`: the fitted cost
+model's speed-up next to the measured fixed-γ runs.
+
+The prediction comes from a ``task=profile`` result (costs) and ``task=trace`` traces (acceptance), never
+from the runs it predicts. The measurement is like for like: a TPOT-based speed-up (the AR's mean TPOT
+over the method's; the formula leaves out prefill, and so does TPOT). Beside each speed-up stand the
+terms on both sides, in units of the run's own AR step: E (tokens per cycle), draft (c γ), verify (g(γ))
+and overhead (o), so a miss says which term is off. Writes ``costmodel_fit.csv`` and ``costmodel_fit.json``
+(with metadata) into RUN_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.costmodel import Profile, fit, joint_from_traces, parse_profile
+from analysis.load import add_speedups, load_cycles, load_summaries, load_traces, read_json
+from harness.errors import SpectuneError
+from harness.io import write_csv, write_json
+from harness.metadata import base_metadata
+
+log = logging.getLogger(__name__)
+
+FIT_CSV = "costmodel_fit.csv"
+FIT_JSON = "costmodel_fit.json"
+COLUMNS = ["gamma", "batch_size", "predicted_speedup", "measured_speedup", "error", "constant_alpha_speedup",
+           "constant_alpha_error", "seed_speedup", "E", "measured_E", "draft", "measured_draft", "verify",
+           "measured_verify", "overhead", "measured_overhead", "language", "run"]
+
+
+def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
+    """Per fixed-γ grid point of the runs below ``run_dir``: the TPOT-based speed-up over the same run's AR,
+    and the cycle's terms in units of that AR's mean step (verify seconds of an AR cycle)."""
+    summaries = add_speedups(load_summaries(run_dir, allow_mixed))
+    fixed = summaries[summaries["method"].str.startswith("fixed:") & (summaries["status"] == "ok")]
+    if fixed.empty or not summaries["method"].eq("ar").any():
+        raise SpectuneError(f"{run_dir} has no fixed-γ runs with an AR baseline to compare with: run "
+                            "python -m harness +workload=NAME (policy=fixed, task.baseline=true)")
+    cycles = load_cycles(run_dir, allow_mixed).drop_duplicates(["run", "method", "cycle"])  # one row per cycle
+    per_cycle = cycles.groupby(["run", "method"])[["draft_s", "verify_s", "rest_s"]].mean()
+    rows = []
+    for point in fixed.itertuples(index=False):
+        run = point.run
+        if (run, "ar") not in per_cycle.index or (run, point.method) not in per_cycle.index:
+            continue
+        step = per_cycle.loc[(run, "ar"), "verify_s"]
+        times = per_cycle.loc[(run, point.method)]
+        rows.append({"run": run, "gamma": int(point.gamma), "batch_size": int(point.concurrency or 1),
+                     "language": point.language, "measured_speedup": point.tpot_speedup,
+                     "measured_E": point.spec_decode_acceptance_length,
+                     "measured_draft": times["draft_s"] / step, "measured_verify": times["verify_s"] / step,
+                     "measured_overhead": times["rest_s"] / step,
+                     "measured_ar_overhead": per_cycle.loc[(run, "ar"), "rest_s"] / step})
+    return pd.DataFrame(rows)
+
+
+def _identity(models: dict[str, Any] | None, hardware: dict[str, Any] | None) -> dict[str, Any]:
+    models, hardware = models or {}, hardware or {}
+    return {"target": (models.get("target") or {}).get("name_or_path"),
+            "draft": (models.get("draft") or {}).get("name_or_path"),
+            "hardware": hardware.get("setup"), "execution_path": hardware.get("execution_path")}
+
+
+def check_same_setup(name: str, theirs: dict[str, Any], run: pd.Series, keys: Sequence[str],
+                     allow_mixed: bool) -> None:
+    """The profile (models and hardware) and the traces (models) must describe the runs, else the fit means
+    nothing; unrecorded values are not held against them."""
+    if allow_mixed:
+        return
+    for key in keys:
+        value, ours = theirs.get(key), run.get(key)
+        if value is not None and ours is not None and str(value) != str(ours):
+            raise SpectuneError(f"the {name} were measured with {key}={value} but {run['run']} ran {key}={ours}: "
+                                "pass --allow-mixed to compare them anyway")
+
+
+def compare(profile: Profile, traces: pd.DataFrame, runs: pd.DataFrame, method: str = "expected") -> pd.DataFrame:
+    """Predictions at each run's batch size and γ, joined to the measurement; error = predicted/measured − 1."""
+    rows = []
+    for (batch, language), part in runs.groupby(["batch_size", "language"], dropna=False):
+        own = traces
+        if "language" in traces and language in set(traces["language"]):
+            own = traces[traces["language"] == language]  # acceptance is per language
+        prediction = fit(profile, own, sorted(int(g) for g in part["gamma"].unique()), int(batch), method)
+        rows.append(part.merge(prediction, on=["gamma", "batch_size"], how="left"))
+    out = pd.concat(rows, ignore_index=True).sort_values(["batch_size", "gamma", "run"], ignore_index=True)
+    out["error"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+    out["constant_alpha_error"] = out["constant_alpha_speedup"] / out["measured_speedup"] - 1
+    return out
+
+
+def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool = False,
+        method: str = "expected") -> pd.DataFrame:
+    """Fit, compare, print and write ``costmodel_fit.csv`` / ``.json`` into ``run_dir``."""
+    profile = parse_profile(read_json(profile_path), str(profile_path))
+    traces = load_traces(traces_path)
+    runs = measured(run_dir, allow_mixed)
+    if runs.empty:
+        raise SpectuneError(f"{run_dir} has no cycles.parquet for its fixed-γ runs: nothing to compare with")
+    first = load_summaries(run_dir, allow_mixed).iloc[0]
+    check_same_setup("profile", _identity(profile.data.get("models"), profile.data.get("hardware")), first,
+                     ("target", "draft", "hardware", "execution_path"), allow_mixed)
+    traces_meta_path = Path(traces["run"].iloc[0]) / "traces.metadata.json"
+    traces_meta = read_json(traces_meta_path) if traces_meta_path.exists() else {}
+    check_same_setup("traces", _identity(traces_meta.get("models"), traces_meta.get("hardware")), first,
+                     ("target", "draft"), allow_mixed)
+    table = compare(profile, traces, runs, method)[[*COLUMNS, "measured_ar_overhead"]]
+    joint = joint_from_traces(traces, method)
+    log.info(f"Cost model fitted on profile {profile.label!r} ({profile_path}) and traces {traces_path} "
+             f"({method} joint acceptance, {len(joint)} positions), against the fixed-γ runs in {run_dir}")
+    powers = " ".join(f"{joint[0] ** i:.3f}" for i in range(1, len(joint) + 1))
+    log.info("joint P(first i accepted): " + " ".join(f"{p:.3f}" for p in joint) + f"   vs α^i: {powers}")
+    log.info("S = E(1+o)/(cγ + g(γ) + o); measured = AR mean TPOT / mean TPOT; terms in AR steps "
+             "(predicted, measured_)")
+    shown = table[["gamma", "batch_size", "language", "predicted_speedup", "measured_speedup", "error",
+                   "constant_alpha_speedup", "constant_alpha_error", "E", "measured_E", "draft", "measured_draft",
+                   "verify", "measured_verify", "overhead", "measured_overhead"]]
+    log.info(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    worst = float(table["error"].abs().max())
+    log.info(f"largest |error| {worst:.1%} (goal 10%)")
+    write_csv(Path(run_dir) / FIT_CSV, table)
+    write_json(Path(run_dir) / FIT_JSON, {
+        **base_metadata(), "task": "costmodel_fit", "profile": str(profile_path), "traces": str(traces_path),
+        "runs": str(run_dir), "joint_method": method, "joint": joint, "alpha": joint[0],
+        "profile_label": profile.label, "profile_models": profile.data.get("models"),
+        "profile_hardware": profile.data.get("hardware"), "traces_metadata": traces_meta,
+        "models": {k: first.get(k) for k in ("models", "target", "draft", "dtype")},
+        "hardware": {k: first.get(k) for k in ("hardware", "device", "device_name", "execution_path")},
+        "formula": "S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} P(first i accepted)",
+        "measured": "TPOT-based: mean TPOT of AR / mean TPOT of the fixed γ, same run",
+        "rows": table.to_dict("records")})
+    log.info(f"wrote {Path(run_dir) / FIT_CSV}")
+    return table
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every spectune error
+        print(f"error: {message} (see python -m analysis.costmodel --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _Parser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", required=True, type=Path, help="profile.json written by task=profile")
+    parser.add_argument("--traces", required=True, type=Path, help="traces.parquet written by task=trace")
+    parser.add_argument("run_dir", type=Path, help="a bench run or sweep directory with fixed-γ runs and AR")
+    parser.add_argument("--joint", choices=("expected", "realised"), default="expected",
+                        help="joint acceptance from Π a_j (expected, default) or realised acceptances")
+    parser.add_argument("--allow-mixed", action="store_true", help="allow different models or hardware")
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    try:
+        run(args.profile, args.traces, args.run_dir, args.allow_mixed, args.joint)
+    except SpectuneError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
