@@ -1,0 +1,87 @@
+"""`task=tune`: the per-concurrency γ recommendation, its vLLM form, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.errors import SpectuneError
+from harness.tasks.tune import VLLM_VERSION, TuneSettings, vllm_form, vllm_schedule
+
+
+def test_vllm_schedule_covers_every_batch_size_from_1_and_merges_equal_k():
+    assert vllm_schedule({1: 3, 4: 3, 8: 1}) == [[1, 4, 3], [5, 8, 1]]
+    assert vllm_schedule({8: 0, 1: 4, 4: 2}) == [[1, 1, 4], [2, 4, 2], [5, 8, 0]]
+    assert vllm_schedule({2: 5}) == [[1, 2, 5]]
+
+
+def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
+    form = vllm_form({1: 4, 4: 2, 8: 0}, "org/draft")
+    config = form["speculative_config"]
+    assert form["vllm_version"] == VLLM_VERSION and "dynamic_speculative_decoding" in form["docs"]
+    assert config == {"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 4,
+                      "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 4, 2], [5, 8, 0]]}
+    assert json.loads(form["cli"].split("'")[1]) == config
+    off = vllm_form({1: 0, 4: 0}, "org/draft")
+    assert off["speculative_config"] is None and "speculation off" in off["cli"]
+
+
+@pytest.mark.parametrize(("override", "names"), [
+    ("task.repeats=0", "task.repeats=0"),
+    ("task.concurrency=[]", "task.concurrency=[]"),
+    ("gamma=[]", "gamma=[]"),
+    ("slo.ttft_ms=0", "slo.ttft_ms=0"),
+    ("slo.tpot_ms=-3", "slo.tpot_ms=-3"),
+    ("task.concurrency=[1,0]", "task.concurrency=0"),
+    ("policy=hf-heuristic", "policy=hf-heuristic"),
+])
+def test_tune_bad_input_is_rejected_before_any_model_loads(compose_config, override, names):
+    cfg = compose_config("task=tune", "+workload=en", override)
+    with pytest.raises(SpectuneError) as err:
+        TuneSettings.from_cfg(cfg)
+    assert names in str(err.value) and "\n" not in str(err.value)
+
+
+def test_tune_bad_input_is_one_line_exit_2_on_the_command_line(cli, tmp_path):
+    proc = cli("task=tune", "+workload=en", "task.repeats=0", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "task.repeats=0" in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_tune_end_to_end_tiny_writes_a_recommendation_per_concurrency(cli, tmp_path):
+    proc = cli("task=tune", "+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=6", "task.warmup=0",
+               "task.concurrency=[1,2]", "gamma=[1,2]", "task.repeats=2", "slo.e2el_ms=100000", "slo.ttft_ms=60000",
+               f"hydra.run.dir={tmp_path}", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Recommendation" in proc.stdout and "--speculative-config" in proc.stdout
+
+    rec = json.loads((tmp_path / "recommendation.json").read_text())
+    assert rec["chosen_by"] == "request_goodput" and rec["slo"] == {"ttft_ms": 60000.0, "e2el_ms": 100000.0}
+    assert rec["gammas"] == [0, 1, 2] and "only for the measured" in rec["scope"]
+    assert [r["concurrency"] for r in rec["recommendations"]] == [1, 2]
+    for row in rec["recommendations"]:
+        assert row["status"] == "ok" and row["best_gamma"] in (0, 1, 2)
+        assert row["best_gamma"] in row["indistinguishable_gammas"]
+        assert row["statistics"]["n_clusters"] == 4  # 2 repeats x 2 prompts
+        assert row["request_goodput_ratio_ci95_lo"] <= row["request_goodput_ratio_ci95_hi"]
+    assert rec["metadata"]["models"]["draft"]["parameters"] > 0 and rec["metadata"]["git"]["commit"]
+    schedule = rec["vllm"]["en"]["speculative_config"]
+    if schedule is not None:
+        assert schedule["num_speculative_tokens_per_batch_size"][0][0] == 1
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cell = summary["cells"][0]
+    order = [(p["method"], p["repeat"]) for p in cell["points"]]
+    assert order == [("ar", 0), ("fixed:gamma=1", 0), ("fixed:gamma=2", 0),
+                     ("fixed:gamma=1", 1), ("fixed:gamma=2", 1), ("ar", 1)]  # rotated per repeat
+    g2 = {m["method"]: m for m in cell["methods"]}["fixed:gamma=2"]
+    assert g2["repeats"] == 2 and g2["output_throughput_ci95_lo"] <= g2["output_throughput_ci95_hi"]
+    assert g2["request_goodput"] > 0 and g2["slo_p99_ttft_ms_pass"] is True
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert set(requests["concurrency"]) == {1, 2} and set(requests["repeat"]) == {0, 1}
+    assert len(requests) == 2 * 3 * 2 * 2  # concurrencies x methods x repeats x prompts
