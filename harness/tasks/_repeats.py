@@ -70,7 +70,7 @@ def run_points(points: list[Point], run_point: RunPoint, *, done: Any = None,
     for label, gamma, repeat in points:
         key = (label, repeat)
         if done is not None and key in done:
-            log.info("resume: %s repeat %d already complete, skipped", label, repeat)
+            log.info("resume: %s%s already complete, skipped", label, f" repeat {repeat}" if repeat else "")
             summary = done.summaries[key]
             grid.requests.append(done.requests[key])
             grid.cycles.append(done.cycles[key])
@@ -83,7 +83,7 @@ def run_points(points: list[Point], run_point: RunPoint, *, done: Any = None,
                 raise  # bad input is the user's to fix, not a failed measurement
             except (RuntimeError, MemoryError, ValueError) as err:
                 summary = {"method": label, "gamma": gamma, "status": "failed", "error": f"{type(err).__name__}: {err}"}
-                log.error(f"grid point {label} repeat {repeat} failed: {summary['error']}")
+                log.error(f"grid point {label} failed (repeat {repeat}): {summary['error']}")
             summary = {**summary, "repeat": repeat}
         grid.points.append(summary)
         if on_point is not None:
