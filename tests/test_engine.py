@@ -156,6 +156,14 @@ def test_continuous_batching_and_open_loop_timing(pair):
     assert np.allclose(frame["tpot_ms"], tpot)
 
 
+class SkipEveryOther(FixedGamma):
+    """γ alternates between 0 (no speculation this cycle: a plain target step) and the given γ."""
+
+    def begin_cycle(self, batch_size):
+        self.calls = getattr(self, "calls", 0) + 1
+        return 0 if self.calls % 2 else self.gamma
+
+
 def _exact_prefix_law(target, prompt: list[int], length: int, sampling: SamplingParams) -> dict[tuple, float]:
     """Law of the first ``length`` generated tokens, by enumeration through the target alone."""
     vocab = target.config.vocab_size
@@ -176,7 +184,8 @@ def _exact_prefix_law(target, prompt: list[int], length: int, sampling: Sampling
     ("naive", False, ExecutionPath(), FixedGamma(2)),
     ("exact", True, ExecutionPath(static=True, max_cache_len=16), FixedGamma(2)),
     ("exact", True, ExecutionPath(), ConfidenceStop(gamma=3, threshold=0.5)),
-], ids=["exact", "naive", "exact-static", "exact-early-stop"])
+    ("exact", True, ExecutionPath(), None),
+], ids=["exact", "naive", "exact-static", "exact-early-stop", "exact-no-speculation-cycles"])
 def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, path, policy):
     """Joint law of the first 3 generated tokens (V = 4: 64 cells), n = 3000 requests, seeded.
 
@@ -192,6 +201,7 @@ def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, pa
     requests = [Request(i, "p", "en", prompt, 3) for i in range(n)]
     engine = Engine(target, draft, sampling=sampling, sampler=get_sampler(sampler), device="cpu", seed=20260923,
                     path=path)
+    policy = policy or SkipEveryOther(2)  # γ = 0 and γ = 2 cycles alternate: the draft catches up on skipped tokens
     result = engine.run(requests, policy, 250)
     if isinstance(policy, ConfidenceStop):  # the test must really exercise ragged per-row draft counts
         assert len({c.num_drafts for c in result.cycles}) > 1
