@@ -32,41 +32,70 @@ class ExecutionPath:
 
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV_CACHES = ("dynamic", "static")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MAX_THREADS = 4096
+
+
+def _get(hardware: DictConfig, key: str) -> Any:
+    """Every conf/hardware/*.yaml sets every key (the defaults live there only): a missing one is a one-line error."""
+    if key not in hardware:
+        raise SpectuneError(f"hardware.{key} is missing: every conf/hardware/*.yaml sets it")
+    return hardware[key]
+
+
+def _name(hardware: DictConfig, key: str) -> str:
+    value = _get(hardware, key)
+    if not isinstance(value, str) or not value:
+        raise SpectuneError(f"hardware.{key}={value!r} is invalid: must be a non-empty string")
+    return value
 
 
 def setup(hardware: DictConfig) -> torch.device:
-    """Apply thread settings and check that the device exists; returns it."""
-    if hardware.dtype not in DTYPES:
-        raise SpectuneError(f"hardware.dtype={hardware.dtype!r} is unknown: choose one of {', '.join(DTYPES)}")
-    if hardware.get("threads") is not None:
-        if int(hardware.threads) < 1:
-            raise SpectuneError(f"hardware.threads={hardware.threads!r} is invalid: must be >= 1 or null")
-        torch.set_num_threads(int(hardware.threads))
-    device = torch.device(hardware.device)
+    """Validate the whole setup (one place), apply the thread setting and check that the device exists."""
+    _name(hardware, "name")
+    _name(hardware, "attn_implementation")
+    dtype = _get(hardware, "dtype")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise SpectuneError(f"hardware.dtype={dtype!r} is unknown: choose one of {', '.join(DTYPES)}")
+    threads = _get(hardware, "threads")
+    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool)
+                                    and 1 <= threads <= MAX_THREADS):
+        raise SpectuneError(f"hardware.threads={threads!r} is invalid: must be an integer in [1, {MAX_THREADS}] "
+                            "or null (torch's default)")
+    raw = _name(hardware, "device")
+    try:
+        device = torch.device(raw)
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise SpectuneError(f"hardware.device={raw!r} is invalid: cpu, cuda or cuda:N")
+    execution_path(hardware)  # validates kv_cache / max_cache_len / compile
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SpectuneError(f"hardware={hardware.name} needs a CUDA device, but torch sees none "
                             f"(torch {torch.__version__}); use hardware=cpu")
-    execution_path(hardware)  # validates kv_cache / max_cache_len / compile
+    if threads is not None:
+        torch.set_num_threads(threads)
     return device
 
 
 def execution_path(hardware: DictConfig) -> ExecutionPath:
     """The engine's execution path from a hardware setup (eager dynamic cache unless it says otherwise)."""
-    kv = hardware.get("kv_cache", "dynamic")
-    if kv not in ("dynamic", "static"):
+    kv = _get(hardware, "kv_cache")
+    if kv not in KV_CACHES:
         raise SpectuneError(f"hardware.kv_cache={kv!r} is unknown: choose dynamic or static")
-    max_len = hardware.get("max_cache_len")
-    if kv == "static" and not (isinstance(max_len, int) and max_len >= 8):
+    max_len = _get(hardware, "max_cache_len")
+    static = kv == "static"
+    if static and not (isinstance(max_len, int) and not isinstance(max_len, bool) and max_len >= 8):
         raise SpectuneError(f"hardware.max_cache_len={max_len!r} is invalid: a static cache needs an integer >= 8")
-    mode = hardware.get("compile")
-    modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-    if mode is not None and mode not in modes:
-        raise SpectuneError(f"hardware.compile={mode!r} is unknown: choose null or one of {', '.join(modes)}")
-    if mode is not None and kv != "static":
+    mode = _get(hardware, "compile")
+    if mode is not None and mode not in COMPILE_MODES:
+        raise SpectuneError(f"hardware.compile={mode!r} is unknown: choose null or one of {', '.join(COMPILE_MODES)}")
+    if mode is not None and not static:
         raise SpectuneError(f"hardware.compile={mode!r} needs hardware.kv_cache=static (growing caches recompile "
                             "every step)")
-    return ExecutionPath(static=kv == "static", max_cache_len=max_len or 0, compile_mode=mode,
-                         compile_backend=hardware.get("compile_backend", "inductor"))
+    return ExecutionPath(static=static, max_cache_len=max_len if static else 0, compile_mode=mode,
+                         compile_backend=_name(hardware, "compile_backend"))
 
 
 def describe(hardware: DictConfig, device: torch.device) -> dict[str, Any]:
@@ -76,7 +105,7 @@ def describe(hardware: DictConfig, device: torch.device) -> dict[str, Any]:
         "device": str(device),
         "dtype": hardware.dtype,
         "attn_implementation": hardware.attn_implementation,
-        "execution_path": "compiled" if hardware.get("compile") else "eager",
+        "execution_path": "compiled" if hardware.compile else "eager",
         **execution_path(hardware).describe(),
         "torch_threads": torch.get_num_threads(),
         "clock": "perf_counter after torch.cuda.synchronize()" if device.type == "cuda" else "perf_counter",

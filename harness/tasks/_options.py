@@ -10,6 +10,21 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from harness.errors import SpectuneError
 
 
+def required(node: Any, key: str, name: str) -> Any:
+    """A key the task's YAML always sets (defaults live in conf/ only, never repeated in code): missing is a
+    one-line error instead of a silent default or Hydra's multi-line one."""
+    if not isinstance(node, DictConfig | dict) or key not in node:
+        raise SpectuneError(f"{name} is missing: set it in its conf/ file or on the command line ({name}=...)")
+    return node[key]
+
+
+def flag(value: Any, key: str) -> bool:
+    """A YAML boolean: true or false (a string such as "no" would otherwise count as true)."""
+    if not isinstance(value, bool):
+        raise SpectuneError(f"{key}={value!r} is invalid: must be true or false")
+    return value
+
+
 def number(value: Any, key: str, *, lo: float | None = None, hi: float | None = None,
            lo_open: bool = False, allowed: str = "") -> float:
     """A finite real within [lo, hi] (``lo_open`` makes the lower bound strict)."""

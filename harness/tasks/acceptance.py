@@ -14,6 +14,7 @@ warm-up, same tokens for both models) on this machine: the other input of the γ
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness import hardware as hw
 from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
 from harness.io import write_json
@@ -28,6 +30,7 @@ from harness.metadata import base_metadata
 from harness.sampling import SamplingParams, sample, warp
 
 PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -87,6 +90,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
     if not cfg.get("workload"):
         raise SpectuneError("task=acceptance needs a workload: add +workload=it|en|zh|es|mix")
+    hw.setup(cfg.hardware)  # validates the setup and applies its thread count before anything is timed
     pair = load_pair(cfg.models, cfg.hardware)
     wl = load_workload(cfg.workload, pair.tokenizer)
     params, eos = wl.sampling, pair.tokenizer.eos_token_id
@@ -136,15 +140,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "workload": wl.describe(),
         "hardware": OmegaConf.to_container(cfg.hardware, resolve=True),
         "metadata": base_metadata(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
     }
     path = write_json(run_dir / "acceptance.json", result)
     sp = result["alpha_spread_over_positions"]
-    print(f"workload {wl.name} ({len(wl.prompts)} prompts, {len(pooled)} positions, T={params.temperature}, "
-          f"top_p={params.top_p}, top_k={params.top_k})")
-    print(f"alpha = {result['alpha']:.4f}  (positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, "
-          f"p90 {sp['p90']:.3f})")
+    log.info(f"workload {wl.name} ({len(wl.prompts)} prompts, {len(pooled)} positions, T={params.temperature}, "
+             f"top_p={params.top_p}, top_k={params.top_k})")
+    log.info(f"alpha = {result['alpha']:.4f}  (positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, "
+             f"p90 {sp['p90']:.3f})")
     if len(by_language) > 1:
-        print("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
-    print(f"target {t_ms:.2f} ms/token, draft {d_ms:.2f} ms/token, c = {result['c']:.3f}")
-    print(f"wrote {path}")
+        log.info("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
+    log.info(f"target {t_ms:.2f} ms/token, draft {d_ms:.2f} ms/token, c = {result['c']:.3f}")
+    log.info(f"wrote {path}")
     return 0

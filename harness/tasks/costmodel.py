@@ -7,6 +7,7 @@ this module only reads the config, validates it and formats the output.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from analysis.costmodel import (
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_figure, write_json
 from harness.metadata import base_metadata
-from harness.tasks._options import as_list
+from harness.tasks._options import as_list, flag, required
+
+log = logging.getLogger(__name__)
 
 
 def _verify_cost(raw: Any) -> VerifyCost:
@@ -45,24 +48,30 @@ def _verify_cost(raw: Any) -> VerifyCost:
 
 
 def _settings(cfg: DictConfig) -> dict[str, Any]:
+    """Validate every task.* value (defaults live in conf/task/costmodel.yaml only)."""
     task = cfg.task
-    gamma_min = check_gamma(task.get("gamma_min", 1), "task.gamma_min")
-    gamma_max = check_gamma(task.get("gamma_max", 16), "task.gamma_max")
+
+    def get(key: str) -> Any:
+        return required(task, key, f"task.{key}")
+
+    gamma_min = check_gamma(get("gamma_min"), "task.gamma_min")
+    gamma_max = check_gamma(get("gamma_max"), "task.gamma_max")
     if gamma_max < gamma_min:
         raise SpectuneError(f"task.gamma_max={gamma_max} is below task.gamma_min={gamma_min}: "
                             "must be >= gamma_min")
-    raw_alphas = as_list(task.get("alphas"), "task.alphas")
+    raw_alphas = as_list(get("alphas"), "task.alphas")
     alphas = [check_alpha(a, f"task.alphas[{i}]") for i, a in enumerate(raw_alphas)]
-    cs = [check_cost(c, f"task.cs[{i}]") for i, c in enumerate(as_list(task.get("cs"), "task.cs"))]
-    joint = task.get("joint")
+    cs = [check_cost(c, f"task.cs[{i}]") for i, c in enumerate(as_list(get("cs"), "task.cs"))]
+    joint = get("joint")
     if joint is not None:
         joint = as_list(joint, "task.joint")
         expected_tokens_from_joint(joint, "task.joint")  # validates with the CLI's names
     return {
         "alphas": alphas, "cs": cs, "gammas": list(range(gamma_min, gamma_max + 1)),
-        "g": _verify_cost(task.get("g", 1.0)),
-        "overhead": check_cost(task.get("overhead", 0.0), "task.overhead"),
+        "g": _verify_cost(get("g")),
+        "overhead": check_cost(get("overhead"), "task.overhead"),
         "joint": joint,
+        "plot": flag(get("plot"), "task.plot"),
     }
 
 
@@ -73,16 +82,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     best = optima(grid)
 
     g_text = s["g"] if not isinstance(s["g"], list | dict) else "table"
-    print(f"Cost model: S = E / (c*γ + g(γ) + overhead), γ = {s['gammas'][0]}..{s['gammas'][-1]}, "
-          f"g = {g_text}, overhead = {s['overhead']:g}")
-    print("E = (1 - α^(γ+1)) / (1 - α) for constant α" + ("; 'joint' uses E = 1 + Σ P(first i accepted)"
-                                                          if s["joint"] is not None else ""))
-    print(f"{'series':>10} {'c':>6} {'best γ':>7} {'E':>10} {'cost':>8} {'S':>8}")
+    log.info(f"Cost model: S = E / (c*γ + g(γ) + overhead), γ = {s['gammas'][0]}..{s['gammas'][-1]}, "
+             f"g = {g_text}, overhead = {s['overhead']:g}")
+    log.info("E = (1 - α^(γ+1)) / (1 - α) for constant α" + ("; 'joint' uses E = 1 + Σ P(first i accepted)"
+                                                             if s["joint"] is not None else ""))
+    log.info(f"{'series':>10} {'c':>6} {'best γ':>7} {'E':>10} {'cost':>8} {'S':>8}")
     for row in best.itertuples(index=False):
-        print(f"{row.series:>10} {row.c:>6g} {row.gamma:>7d} {row.E:>10.6f} {row.cost:>8.4f} {row.S:>8.4f}")
+        log.info(f"{row.series:>10} {row.c:>6g} {row.gamma:>7d} {row.E:>10.6f} {row.cost:>8.4f} {row.S:>8.4f}")
     slower = best[best["S"] < 1]
     if len(slower):
-        print(f"note: {len(slower)} optimum/optima have S < 1: speculative decoding would be slower there")
+        log.info(f"note: {len(slower)} optimum/optima have S < 1: speculative decoding would be slower there")
 
     paths = [write_csv(run_dir / "costmodel.csv", grid)]
     paths.append(write_json(run_dir / "costmodel.json", {
@@ -93,10 +102,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                        "overhead": s["overhead"], "joint": s["joint"]},
         "optima": best.to_dict(orient="records"),
         "metadata": base_metadata(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
     }))
-    if cfg.task.get("plot", True):
+    if s["plot"]:
         fig = plot(grid, best)
         paths.append(write_figure(run_dir / "costmodel.png", fig))
     for path in paths:
-        print(f"wrote {path}")
+        log.info(f"wrote {path}")
     return 0

@@ -14,6 +14,7 @@ The exit code follows the *configured* sampler (top-level ``sampler``): 0 when i
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from harness.audit.laws import PositionLaws, total_variation, validate_pair
 from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.metadata import base_metadata
-from harness.tasks._options import as_list, integer, number
+from harness.tasks._options import as_list, flag, integer, number, required
+
+log = logging.getLogger(__name__)
 
 # The pair check has V² categories: keep it where the chi-square still has ≥ ~5 expected per cell.
 MAX_PAIR_VOCAB = 16
@@ -36,27 +39,38 @@ SOURCES = ("lists", "models")
 
 
 def _rule(task: DictConfig) -> FitRule:
-    return FitRule(z_max=number(task.get("z_max", 4.5), "task.z_max", lo=0, lo_open=True),
-                   min_pvalue=number(task.get("chi2_min_pvalue", 1e-3), "task.chi2_min_pvalue", lo=0, hi=1))
+    return FitRule(z_max=number(required(task, "z_max", "task.z_max"), "task.z_max", lo=0, lo_open=True),
+                   min_pvalue=number(required(task, "chi2_min_pvalue", "task.chi2_min_pvalue"),
+                                     "task.chi2_min_pvalue", lo=0, hi=1))
+
+
+def _sampler_name(cfg: DictConfig) -> str:
+    """The configured sampler's name (checked against the samplers by ``get_sampler`` once torch loads)."""
+    return str(required(cfg, "sampler", "sampler"))
 
 
 def _model_settings(cfg: DictConfig) -> dict[str, Any]:
     """``task.source=models``: validate ``task.real.*`` and the workload's presence before torch loads."""
     if not cfg.get("workload"):
         raise SpectuneError("task=verify task.source=models needs a workload: add +workload=it|en|zh|es|mix")
-    real = cfg.task.get("real") or {}
+    real = required(cfg.task, "real", "task.real")
+
+    def get(key: str) -> Any:
+        return required(real, key, f"task.real.{key}")
+
+    min_expected = number(get("min_expected"), "task.real.min_expected", lo=0, lo_open=True)
     return {
-        "configured": str(cfg.get("sampler", "exact")), "seed": integer(cfg.get("seed", 20260923), "seed", lo=0),
+        "configured": _sampler_name(cfg), "seed": integer(required(cfg, "seed", "seed"), "seed", lo=0),
         "rule": _rule(cfg.task),
-        "prompts": integer(real.get("prompts", 3), "task.real.prompts", lo=1),
-        "trials": integer(real.get("trials", 5_000), "task.real.trials", lo=100),
-        "min_expected": number(real.get("min_expected", 5), "task.real.min_expected", lo=0, lo_open=True),
+        "prompts": integer(get("prompts"), "task.real.prompts", lo=1),
+        "trials": integer(get("trials"), "task.real.trials", lo=100),
+        "min_expected": min_expected,
         "engine": {
-            "requests": integer(real.get("engine_requests", 512), "task.real.engine_requests", lo=0),
-            "concurrency": integer(real.get("engine_concurrency", 512), "task.real.engine_concurrency", lo=1),
-            "gamma": integer(real.get("engine_gamma", 3), "task.real.engine_gamma", lo=1),
-            "conditions": integer(real.get("engine_conditions", 3), "task.real.engine_conditions", lo=0),
-            "min_expected": number(real.get("min_expected", 5), "task.real.min_expected", lo=0, lo_open=True),
+            "requests": integer(get("engine_requests"), "task.real.engine_requests", lo=0),
+            "concurrency": integer(get("engine_concurrency"), "task.real.engine_concurrency", lo=1),
+            "gamma": integer(get("engine_gamma"), "task.real.engine_gamma", lo=1),
+            "conditions": integer(get("engine_conditions"), "task.real.engine_conditions", lo=0),
+            "min_expected": min_expected,
         },
     }
 
@@ -64,46 +78,46 @@ def _model_settings(cfg: DictConfig) -> dict[str, Any]:
 def _settings(cfg: DictConfig) -> dict[str, Any]:
     """Validate the task's values before torch is loaded, so a typo fails in about a second."""
     task = cfg.task
-    p, q = validate_pair(as_list(task.get("p"), "task.p"), as_list(task.get("q"), "task.q"),
-                         names=("task.p", "task.q"))
+    p, q = validate_pair(as_list(required(task, "p", "task.p"), "task.p"),
+                         as_list(required(task, "q", "task.q"), "task.q"), names=("task.p", "task.q"))
     return {
-        "p": p, "q": q, "configured": str(cfg.get("sampler", "exact")),
-        "trials": integer(task.get("trials", 200_000), "task.trials", lo=100),
-        "seed": integer(cfg.get("seed", 20260923), "seed", lo=0),
+        "p": p, "q": q, "configured": _sampler_name(cfg),
+        "trials": integer(required(task, "trials", "task.trials"), "task.trials", lo=100),
+        "seed": integer(required(cfg, "seed", "seed"), "seed", lo=0),
         "rule": _rule(task),
-        "block_check": bool(task.get("block_check", True)),
+        "block_check": flag(required(task, "block_check", "task.block_check"), "task.block_check"),
     }
 
 
 def _print_laws(laws: PositionLaws, labels: list[str]) -> None:
-    print("Exact laws of one position (float64)")
-    print(f"{'token':>6} {'p':>9} {'q':>9} {'min(p,q)':>9} {'residual':>9} {'corrected':>9} {'naive':>9}")
+    log.info("Exact laws of one position (float64)")
+    log.info(f"{'token':>6} {'p':>9} {'q':>9} {'min(p,q)':>9} {'residual':>9} {'corrected':>9} {'naive':>9}")
     for i, label in enumerate(labels):
         r = None if laws.residual is None else float(laws.residual[i])
-        print(f"{label:>6} {fmt(laws.p[i])} {fmt(laws.q[i])} {fmt(laws.accepted_mass[i])} {fmt(r)} "
-              f"{fmt(laws.corrected[i])} {fmt(laws.naive[i])}")
+        log.info(f"{label:>6} {fmt(laws.p[i])} {fmt(laws.q[i])} {fmt(laws.accepted_mass[i])} {fmt(r)} "
+                 f"{fmt(laws.corrected[i])} {fmt(laws.naive[i])}")
     residual_note = "" if laws.residual is not None else " (Z = 0: residual never evaluated)"
-    print(f"accepted total {laws.accepted_total:.6f}   Z {laws.z:.6f}{residual_note}   "
-          f"TV(corrected, p) {laws.tv_corrected:.6f}   TV(naive, p) {laws.tv_naive:.6f}")
+    log.info(f"accepted total {laws.accepted_total:.6f}   Z {laws.z:.6f}{residual_note}   "
+             f"TV(corrected, p) {laws.tv_corrected:.6f}   TV(naive, p) {laws.tv_naive:.6f}")
 
 
 def _print_fit(title: str, results: dict[str, FitResult], labels: list[str], configured: str) -> None:
-    print(f"\n{title}")
-    print(f"{'variant':>8} {'token':>6} {'expected':>9} {'freq':>9} {'|freq-p|':>9} {'SE':>9} {'|Δ|/SE':>9}")
+    log.info(f"\n{title}")
+    log.info(f"{'variant':>8} {'token':>6} {'expected':>9} {'freq':>9} {'|freq-p|':>9} {'SE':>9} {'|Δ|/SE':>9}")
     for name, res in results.items():
         for i, label in enumerate(labels):
-            print(f"{name:>8} {label:>6} {fmt(res.law[i])} {fmt(res.frequencies[i])} "
-                  f"{fmt(res.abs_error[i])} {fmt(res.se[i])} {fmt(float(res.z[i]), digits=2)}")
+            log.info(f"{name:>8} {label:>6} {fmt(res.law[i])} {fmt(res.frequencies[i])} "
+                     f"{fmt(res.abs_error[i])} {fmt(res.se[i])} {fmt(float(res.z[i]), digits=2)}")
     for name, res in results.items():
         chi = "n/a" if res.chi2_pvalue is None else f"{res.chi2_pvalue:.3g}"
         mark = " (configured)" if name == configured else ""
         why = f"  [{'; '.join(res.reasons)}]" if res.reasons else ""
-        print(f"{name}{mark}: TV {res.tv:.6f}  max |Δ|/SE {res.max_z:.2f}  chi-square p {chi}  "
-              f"-> {res.verdict}{why}")
+        log.info(f"{name}{mark}: TV {res.tv:.6f}  max |Δ|/SE {res.max_z:.2f}  chi-square p {chi}  "
+                 f"-> {res.verdict}{why}")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    source = str(cfg.task.get("source", "lists"))
+    source = required(cfg.task, "source", "task.source")
     if source not in SOURCES:
         raise SpectuneError(f"task.source={source!r} is unknown: choose one of {', '.join(SOURCES)}")
     if source == "models":
@@ -142,13 +156,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
     verdicts = {name: "PASS" if res.passed and (name not in pair or pair[name].passed) else "FAIL"
                 for name, res in single.items()}
-    print(f"\nRule: {rule.describe()}" + (" (for the γ = 1 and the γ = 2 check)" if pair else ""))
-    print("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
-                                 for k, v in verdicts.items()))
+    log.info(f"\nRule: {rule.describe()}" + (" (for the γ = 1 and the γ = 2 check)" if pair else ""))
+    log.info("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
+                                    for k, v in verdicts.items()))
     code = 0 if verdicts[s["configured"]] == "PASS" else 1
     if code == 0 and np.isclose(total_variation(laws.naive, p), 0.0):
-        print("note: for this (p, q) the naive law equals p (Z = 0 or residual = p): the audit cannot tell "
-              "the variants apart here")
+        log.info("note: for this (p, q) the naive law equals p (Z = 0 or residual = p): the audit cannot tell "
+                 "the variants apart here")
 
     out = write_json(run_dir / "verify.json", {
         "task": "verify", "rule": rule.describe(), "z_max": rule.z_max, "chi2_min_pvalue": rule.min_pvalue,
@@ -157,29 +171,29 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "monte_carlo": {"gamma": 1, "shared": "proposal x ~ q and acceptance uniforms",
                         "variants": {k: v.as_dict() for k, v in single.items()}},
         "block_check": block, "verdict": verdicts, "metadata": base_metadata(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
     })
-    print(f"wrote {out}")
+    log.info(f"wrote {out}")
     return code
-
-
-
 
 
 def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
+    from harness import hardware as hw
     from harness.audit import real_pair as am  # loads torch and transformers
     from harness.models.loading import load_pair
     from harness.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload
 
     get_sampler(s["configured"])
+    hw.setup(cfg.hardware)  # validates the setup, applies its thread count
     pair = load_pair(cfg.models, cfg.hardware)
     wl = load_workload(cfg.workload, pair.tokenizer)
     prompts = wl.prompts[: s["prompts"]]
     samplers = {name: get_sampler(name) for name in SAMPLERS}
     rule, seed = s["rule"], s["seed"]
-    print(f"pair {pair.metadata.get('name')} (vocabulary {pair.metadata['target']['vocab_size']}), workload "
-          f"{wl.name}: T={wl.sampling.temperature}, top_p={wl.sampling.top_p}, top_k={wl.sampling.top_k}\n")
+    log.info(f"pair {pair.metadata.get('name')} (vocabulary {pair.metadata['target']['vocab_size']}), workload "
+             f"{wl.name}: T={wl.sampling.temperature}, top_p={wl.sampling.top_p}, top_k={wl.sampling.top_k}\n")
     start = time.perf_counter()
     rows = am.sampler_level(pair, prompts, wl.sampling, samplers, s["trials"], seed, rule, s["min_expected"])
     sampler_s = time.perf_counter() - start
@@ -194,10 +208,10 @@ def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
         verdicts = {k: v and engine["variants"][k]["passed"] for k, v in verdicts.items()}
 
     words = {k: "PASS" if v else "FAIL" for k, v in verdicts.items()}
-    print(f"\nRule: {rule.describe()}; sampler level on the cells of each prompt; engine level with the "
-          "chi-square and event p-value thresholds divided by the Bonferroni family size")
-    print("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
-                                 for k, v in words.items()))
+    log.info(f"\nRule: {rule.describe()}; sampler level on the cells of each prompt; engine level with the "
+             "chi-square and event p-value thresholds divided by the Bonferroni family size")
+    log.info("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
+                                    for k, v in words.items()))
     code = 0 if verdicts[s["configured"]] else 1
     out = write_json(run_dir / "verify.json", {
         "task": "verify", "source": "models", "rule": rule.describe(), "z_max": rule.z_max,
@@ -210,6 +224,7 @@ def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
                          "engine_level": engine},
         "verdict": words, "models": pair.metadata, "workload": wl.describe(),
         "hardware": OmegaConf.to_container(cfg.hardware, resolve=True), "metadata": base_metadata(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
     })
-    print(f"wrote {out}")
+    log.info(f"wrote {out}")
     return code
