@@ -5,8 +5,9 @@ The prediction comes from a ``task=profile`` result (costs) and ``task=trace`` t
 from the runs it predicts. The measurement is like for like: a TPOT-based speed-up (the AR's mean TPOT
 over the method's; the formula leaves out prefill, and so does TPOT). Beside each speed-up stand the
 terms on both sides, in units of the run's own AR step: E (tokens per cycle), draft (c γ), verify (g(γ))
-and overhead (o), so a miss says which term is off. Writes ``costmodel_fit.csv`` and ``costmodel_fit.json``
-(with metadata) into RUN_DIR.
+and overhead (o), so a miss says which term is off; ``in_sample_speedup`` puts the run's own terms into
+the formula (if it misses too, the time is outside the cycles: prefill, scheduling). Writes
+``costmodel_fit.csv`` and ``costmodel_fit.json`` (with metadata) into RUN_DIR.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ FIT_CSV = "costmodel_fit.csv"
 FIT_JSON = "costmodel_fit.json"
 COLUMNS = ["gamma", "batch_size", "predicted_speedup", "measured_speedup", "error", "constant_alpha_speedup",
            "constant_alpha_error", "seed_speedup", "E", "measured_E", "draft", "measured_draft", "verify",
-           "measured_verify", "overhead", "measured_overhead", "language", "run"]
+           "measured_verify", "overhead", "measured_overhead", "in_sample_speedup", "language", "run"]
 
 
 def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
@@ -58,7 +59,11 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
                      "measured_draft": times["draft_s"] / step, "measured_verify": times["verify_s"] / step,
                      "measured_overhead": times["rest_s"] / step,
                      "measured_ar_overhead": per_cycle.loc[(run, "ar"), "rest_s"] / step})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out):  # the formula with every term taken from the run itself: does the formula close?
+        out["in_sample_speedup"] = out["measured_E"] * (1 + out["measured_ar_overhead"]) / (
+            out["measured_draft"] + out["measured_verify"] + out["measured_overhead"])
+    return out
 
 
 def _identity(models: dict[str, Any] | None, hardware: dict[str, Any] | None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ paired bootstrap over prompts (the AR and the method ran the same prompts in the
 
 from __future__ import annotations
 
+import io
 import logging
 from typing import Any
 
@@ -21,6 +22,21 @@ log = logging.getLogger(__name__)
 
 N_RESAMPLES = 1000
 SEED = 0
+
+
+def png(figure: Figure) -> bytes:
+    """The figure as PNG bytes (what the report writes and a notebook shows)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def show(figure: Figure | None, absent: str = "_No data for this figure._") -> Any:
+    """For a notebook cell: the figure as an inline PNG image, or a Markdown note saying why it is absent
+    (Figure-API figures have no pyplot manager, so IPython would print only their repr)."""
+    from IPython.display import Image, Markdown
+
+    return Markdown(absent) if figure is None else Image(data=png(figure), format="png")
 
 
 def _label(frame: pd.DataFrame) -> pd.Series:
