@@ -1,0 +1,105 @@
+"""Traces score every depth exactly: replay's outcome at depth k equals the live engine's at depth k.
+
+Under greedy decoding the texts of all runs agree, so every cycle of a live run that starts where a
+recorded cycle starts is compared (whole requests); under sampling the comparison holds wherever the live
+text so far equals the recorded one (common random numbers keep them equal until a depth difference bites).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from harness.engine import Engine, Request
+from harness.engine.policy import FixedGamma
+from harness.engine.traces import TRACE_COLUMNS, expected_accepted, realised_accepted, record
+from harness.sampling import SamplingParams
+from harness.sampling.rejection import get_sampler
+from tests.tiny_models import perturbed, tiny_llama
+
+DEPTH = 5
+
+
+def _requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
+    gen = torch.Generator().manual_seed(seed)
+    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
+            for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
+    return target, perturbed(target, scale=0.3, seed=2)
+
+
+def _trace(engine: Engine, requests: list[Request], concurrency: int) -> tuple[pd.DataFrame, dict[int, list[int]]]:
+    session = engine.session(requests, None, concurrency, keep_laws=True)
+    frame = record(session, requests, DEPTH)
+    return frame, {r.request_id: r.output_ids for r in session.result().requests}
+
+
+def _compare(engine, requests, concurrency, frame, traced) -> tuple[int, int]:
+    """(cycles compared, cycles whose accepted count differed from the replay's) over k = 1..DEPTH."""
+    flags = {key: g.sort_values("position")["accepted"].to_numpy()
+             for key, g in frame.groupby(["request_id", "output_position"])}
+    compared = wrong = 0
+    for k in range(1, DEPTH + 1):
+        result = engine.run(requests, FixedGamma(k), concurrency)
+        live = {r.request_id: r.output_ids for r in result.requests}
+        start = {r.request_id: 1 for r in requests}  # output position at a cycle's start
+        for c in result.cycles:
+            pos = start[c.request_id]
+            start[c.request_id] += c.emitted
+            key = (c.request_id, pos)
+            if key not in flags or live[c.request_id][:pos] != traced[c.request_id][:pos]:
+                continue
+            compared += 1
+            wrong += int(realised_accepted(flags[key], k) != c.accepted)
+    return compared, wrong
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_replay_equals_live_at_every_depth_greedy_whole_requests(pair, concurrency):
+    target, draft = pair
+    requests = _requests(4, max_new=16)
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    device="cpu", seed=0)
+    frame, traced = _trace(engine, requests, concurrency)
+    compared, wrong = _compare(engine, requests, concurrency, frame, traced)
+    assert wrong == 0
+    assert compared > 4 * DEPTH, "whole requests: more than the first cycle of each must be compared"
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_replay_equals_live_at_every_depth_sampled(pair, concurrency):
+    """T = 1, seed 3, 5 requests × 6 depths; exact equality of accepted counts (no tolerance)."""
+    target, draft = pair
+    requests = _requests(5, max_new=16, seed=1)
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
+                    device="cpu", seed=3)
+    frame, traced = _trace(engine, requests, concurrency)
+    compared, wrong = _compare(engine, requests, concurrency, frame, traced)
+    assert wrong == 0
+    assert compared >= 5 * DEPTH  # at least every request's first cycle at every depth
+    assert frame["accepted"].nunique() == 2 and frame["accept_prob"].between(0, 1).all()
+
+
+def test_trace_columns_and_scores(pair):
+    target, draft = pair
+    requests = _requests(2, max_new=10)
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
+                    device="cpu", seed=5)
+    frame, _ = _trace(engine, requests, 2)
+    assert list(frame.columns) == list(TRACE_COLUMNS)
+    assert (frame.groupby(["cycle", "row"]).size() == DEPTH).all()
+    cycle = frame[(frame["cycle"] == 0) & (frame["row"] == 0)].sort_values("position")
+    assert np.allclose(cycle["cum_prob"], np.cumprod(cycle["token_prob"]))
+    assert cycle["draft_s"].is_monotonic_increasing
+    a = cycle["accept_prob"].to_numpy()
+    assert expected_accepted(a, 1) == pytest.approx(a[0])
+    assert expected_accepted(a, 2) == pytest.approx(a[0] + a[0] * a[1])
+    assert realised_accepted(np.array([True, True, False, True]), 4) == 2
+    assert realised_accepted(np.array([True, True, True]), 2) == 2
+    assert (frame.groupby("request_id")["recent_acceptance"].first() == 0.5).all()
