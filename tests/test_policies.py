@@ -53,15 +53,15 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
     return [
         ({"name": "hf-heuristic", "max_gamma": 6}, 2, 6),
         ({"name": "hf-heuristic-transient", "max_gamma": 6}, 2, 6),
-        ({"name": "confidence", "threshold": 0.05}, 5, 5),
-        ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 5, "scope": "run"}, 5, 5),
+        ({"name": "confidence", "threshold": 0.05}, 4, 4),
+        ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 5, "scope": "run"}, 4, 4),
         ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 2,
           "scope": "request"}, 4, 4),
-        ({"name": "svip", "h": 1.5}, 5, 5),
+        ({"name": "svip", "h": 1.5}, 4, 4),
         ({"name": "adaedl", "c_e": 0.1, "lam": 0.3, "epsilon": 0.05, "beta": 0.9, "lam_min": 0.0, "lam_max": 0.95},
-         5, 5),
+         4, 4),
         ({"name": "acceptance-classifier", "weights_path": _constant_classifier(tmp_path / "c.json", 0.8),
-          "threshold": 0.5}, 6, 6),
+          "threshold": 0.5}, 5, 5),
         ({"name": "bandit", "min_gamma": 0, "exploration": 1.0}, 4, 4),
     ]
 
@@ -76,7 +76,7 @@ def test_every_registered_policy_is_tested(tmp_path):
 def test_policies_keep_greedy_output_and_respect_their_ceiling(pair, tmp_path, concurrency):
     """Greedy: whatever each policy decides, the output is the autoregressive output, token for token."""
     target, draft = pair
-    requests = _requests(5, max_new=14)
+    requests = _requests(3, max_new=9)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     for node, gamma, ceiling in _cases(tmp_path):
@@ -241,7 +241,7 @@ def test_transient_schedule_restarts_per_request_while_the_classic_one_carries_o
     transformers' persistent "heuristic" carries its grown value into the next request instead."""
     target, _ = pair
     engine = Engine(target, target, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
-    requests = _requests(4, max_new=24)
+    requests = _requests(3, max_new=20)
     for concurrency in (1, 2):
         result = engine.run(requests, HFHeuristicTransient(gamma=1, max_gamma=5), concurrency)
         for request in requests:
