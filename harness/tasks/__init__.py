@@ -17,6 +17,8 @@ TASKS: dict[str, str] = {
     "verify": "harness.tasks.verify",
     "costmodel": "harness.tasks.costmodel",
     "acceptance": "harness.tasks.acceptance",
+    "trace": "harness.tasks.trace",
+    "profile": "harness.tasks.profile",
     "tune": "harness.tasks.tune",
 }
 

@@ -20,6 +20,7 @@ from harness import hardware as hw
 from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
 from harness.metadata import base_metadata
+from harness.profile import device_name
 from harness.tasks._options import integer
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ def build_setup(cfg: DictConfig, task: str) -> Setup:
     engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler(cfg.sampler),
                     device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed), path=path,
                     vocab_size=pair.vocab_size)
-    metadata = {**base_metadata(), "task": task, "models": pair.metadata, "hardware": hw.describe(cfg.hardware, device),
+    hardware = {**hw.describe(cfg.hardware, device), "device_name": device_name(device)}  # what profiles match
+    metadata = {**base_metadata(), "task": task, "models": pair.metadata, "hardware": hardware,
                 "workload": workload.describe(), "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)}
     return Setup(pair, workload, engine, device, max_context, metadata)

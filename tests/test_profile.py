@@ -1,0 +1,109 @@
+"""Hardware cost profiles: schema round trip, the shipped H200 profiles against their source rows,
+interpolation between batch sizes, the mismatch check, and task=profile end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import SpectuneError
+from harness.profile import Profile, check_profile, fit_linear, load_profile, shipped_profiles
+from harness.profiles.build import build
+
+H200_DATA = {"meta": {}, "rows": [
+    {"model": "llama3-8b", "n": 1, "compiled_ms": 6.94, "batch": 1},
+    {"model": "llama3-8b", "n": 8, "compiled_ms": 7.25, "batch": 1},
+    {"model": "llama3-1b", "n": 1, "compiled_ms": 1.85, "batch": 1},
+    {"model": "llama-160m", "n": 1, "compiled_ms": 1.06, "batch": 1},
+    {"model": "llama3-8b", "n": 1, "compiled_ms": 16.86, "batch": 32},
+    {"model": "llama3-8b", "n": 8, "compiled_ms": 21.2, "batch": 32},
+]}
+
+
+def _profile(**changes) -> Profile:
+    base = dict(label="toy", batch_sizes=[1, 4], max_positions=3, t_draft_s={1: 0.001, 4: 0.002},
+                t_verify_s={1: [0.010, 0.011, 0.012], 4: [0.020, 0.024, 0.028]}, overhead_s={1: 0.0005, 4: 0.001},
+                models={"name": "tiny", "target": {"name_or_path": "t"}, "draft": {"name_or_path": "d"}},
+                hardware={"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32", "execution_path": "eager"})
+    base.update(changes)
+    return Profile(**base)
+
+
+def test_conventions_and_interpolation():
+    p = _profile()
+    assert p.c(1) == pytest.approx(0.1)
+    assert p.g(2, 4) == pytest.approx(1.4)  # 3 positions over one at batch 4
+    assert p.o(1) == pytest.approx(0.05)
+    assert p.t_verify(2, 2) == pytest.approx(0.011 + (0.024 - 0.011) / 3)  # linear in b between 1 and 4
+    assert p.t_draft(16) == p.t_draft(4)  # beyond the measured sizes: the nearest
+    assert p.cycle_s(2, 1) == pytest.approx(2 * 0.001 + 0.012 + 0.0005)
+    with pytest.raises(SpectuneError, match="positions=4 is out of range"):
+        p.t_verify(1, 4)
+
+
+def test_round_trip_and_invalid_files(tmp_path):
+    p = _profile()
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(p.to_json()))
+    again = load_profile(path)
+    assert again.to_json() == p.to_json()
+    bad = p.to_json()
+    bad["t_verify_s"]["4"] = [0.02]
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SpectuneError, match="is invalid"):
+        load_profile(path)
+    path.write_text("{not json")
+    with pytest.raises(SpectuneError, match="cannot read it as JSON"):
+        load_profile(path)
+    with pytest.raises(SpectuneError, match="is not found"):
+        load_profile(tmp_path / "missing.json")
+
+
+def test_shipped_h200_profiles_reproduce_the_measured_rows():
+    """The measured compiled rows come back exactly (ms → s); unmeasured batch sizes are flagged."""
+    assert {"h200-llama3-8b-1b", "h200-llama3-8b-160m"} <= set(shipped_profiles())
+    for name, draft_ms in (("h200-llama3-8b-1b", 1.85), ("h200-llama3-8b-160m", 1.06)):
+        p = load_profile(name)
+        assert p.t_verify(1, 1) == pytest.approx(6.94e-3) and p.t_verify(1, 8) == pytest.approx(7.25e-3)
+        assert p.t_verify(32, 1) == pytest.approx(16.86e-3) and p.t_verify(32, 8) == pytest.approx(21.2e-3)
+        assert p.t_draft(1) == pytest.approx(draft_ms * 1e-3)
+        assert p.g(7, 32) == pytest.approx(21.2 / 16.86)
+        assert not p.interpolated[1] and all(p.interpolated[b] for b in (2, 4, 8, 16, 32))
+        assert all(o == 0 for o in p.overhead_s.values()) and any("overhead_s = 0" in n for n in p.notes)
+        assert p.to_json() == build(H200_DATA, name.rsplit("-", 1)[1]).to_json() | {"notes": p.notes,
+                                                                                    "metadata": p.metadata}
+
+
+def test_profile_of_other_models_or_hardware_is_an_error_naming_the_fields():
+    p = _profile()
+    run = {"models": {"name": "tiny", "target": {"name_or_path": "t"}, "draft": {"name_or_path": "d"}},
+           "hardware": {"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32", "execution_path": "eager"}}
+    assert check_profile(p, run) is None
+    run["hardware"] = {**run["hardware"], "device": "cuda:0", "device_name": "NVIDIA H200"}
+    with pytest.raises(SpectuneError) as err:
+        check_profile(p, run)
+    assert "hardware.device:" in str(err.value) and "hardware.device_name" in str(err.value)
+    assert "models." not in str(err.value) and "allow_profile_mismatch=true" in str(err.value)
+    assert check_profile(p, run, allow_mismatch=True) == "synthetic: tiny acceptance x toy costs"
+
+
+def test_linear_fit_reports_residuals():
+    exact = fit_linear([1, 2, 3, 4], [1.0, 1.5, 2.0, 2.5])
+    assert exact["a"] == pytest.approx(0.5) and exact["b"] == pytest.approx(0.5)
+    assert exact["max_rel_residual"] == pytest.approx(0.0, abs=1e-12)
+    assert fit_linear([1, 2, 3], [1.0, 3.0, 2.0])["max_rel_residual"] > 0.1
+
+
+@pytest.mark.slow
+def test_task_profile_writes_a_loadable_profile(cli, tmp_path):
+    run = cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
+              "task.warmup=1", "hardware.threads=1", "workload.num_prompts=2", run_dir=tmp_path)
+    assert run.returncode == 0, run.stderr
+    p = load_profile(tmp_path / "profile.json")
+    assert p.batch_sizes == [1, 2] and p.max_positions == 3 and not p.synthetic
+    assert all(t > 0 for t in [*p.t_draft_s.values(), *p.t_verify_s[1], *p.t_verify_s[2]])
+    assert set(p.fit["t_verify_s ~ a + b*n"]) == {"1", "2"}
+    assert p.models["target"]["name_or_path"] == "harness/models/tiny/target" and "device_name" in p.hardware
+    bad = cli("task=profile", "+workload=en", "task.max_depth=0", run_dir=tmp_path / "bad")
+    assert bad.returncode == 2 and "task.max_depth=0" in bad.stderr and not (tmp_path / "bad/profile.json").exists()
