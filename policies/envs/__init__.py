@@ -1,0 +1,50 @@
+"""Gymnasium environments for draft-length policies (registered when ``policies`` is imported).
+
+- ``spectune/DraftDepth-v0``: after each draft step, stop (verify now) or draft one more; at step 0, stop
+  means "don't speculate this cycle". One episode is one cycle of one row (``depth.py``).
+- ``spectune/VerifySize-v0``: after drafting, how many of the batch's drafted tokens go to the target,
+  taken across rows by cumulative draft probability (``verify_size.py``).
+
+``backend="replay"`` replays ``task=trace`` traces with the costs of a hardware profile (fast, for training);
+``backend="live"`` drives the engine's session on real models with real synchronised time (slow; to
+fine-tune and to validate the replay). The observation layout is defined once, in ``observation.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import SpectuneError
+
+ENV_IDS: dict[str, str] = {
+    "spectune/DraftDepth-v0": "policies.envs.depth:DraftDepthEnv",
+    "spectune/VerifySize-v0": "policies.envs.verify_size:VerifySizeEnv",
+}
+BACKENDS = ("replay", "live")
+
+
+def register_envs() -> None:
+    """Register the environments with gymnasium (a no-op without gymnasium, which the engine does not need)."""
+    try:
+        import gymnasium
+    except ImportError:
+        return
+    for env_id, entry_point in ENV_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry_point)
+
+
+def make_env(env_id: str, **kwargs: Any):
+    """``gymnasium.make`` with a one-line error naming the allowed ids for an unknown one."""
+    import gymnasium
+
+    if env_id not in ENV_IDS:
+        raise SpectuneError(f"env={env_id!r} is unknown: choose one of {', '.join(ENV_IDS)}")
+    register_envs()
+    return gymnasium.make(env_id, **kwargs)
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise SpectuneError(f"backend={backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
+    return backend

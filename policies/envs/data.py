@@ -1,0 +1,115 @@
+"""What the replay environments replay: recorded cycles (``traces.parquet``) and cost profiles.
+
+:class:`TraceSet` holds the traces as dense arrays, one entry per recorded (cycle, row), each with
+``max_depth`` draft positions, so that a replay step is a few array lookups. :class:`ProfileSet` gives
+the profile of an episode: one of a set, optionally scaled at random around it, so that a policy can learn
+to condition on the hardware (the observation carries c and g).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.engine.policy import DRAFT_SIGNALS
+from harness.errors import SpectuneError
+from harness.profile import Profile, check_profile, load_profile
+
+
+class TraceSet:
+    """Recorded cycles of ``task=trace`` as arrays; ``metadata`` is ``traces.metadata.json`` when present."""
+
+    def __init__(self, frame: pd.DataFrame, metadata: dict | None = None, source: str = "traces") -> None:
+        if not len(frame):
+            raise SpectuneError(f"traces={source} is invalid: it holds no cycles (run task=trace on a workload "
+                                "with prompts)")
+        missing = [c for c in ("cycle", "row", "position", "accepted", "accept_prob", *DRAFT_SIGNALS) if c not in frame]
+        if missing:
+            raise SpectuneError(f"traces={source} is invalid: missing columns {', '.join(missing)}")
+        frame = frame.sort_values(["cycle", "row", "position"], kind="stable")
+        depth = int(frame["position"].max())
+        sizes = frame.groupby(["cycle", "row"], sort=False).size()
+        if not (sizes == depth).all():
+            raise SpectuneError(f"traces={source} is invalid: every (cycle, row) needs positions 1..{depth}")
+        n = len(sizes)
+        self.source, self.metadata, self.max_depth, self.count = source, metadata or {}, depth, n
+
+        def grid(col: str, dtype=np.float64) -> np.ndarray:
+            return frame[col].to_numpy(dtype=dtype).reshape(n, depth)
+
+        self.signals = np.stack([grid(s) for s in DRAFT_SIGNALS], axis=-1)  # [N, D, 4]
+        self.accepted = grid("accepted", bool)
+        self.accept_prob = grid("accept_prob")
+        first = frame.groupby(["cycle", "row"], sort=False).first()
+        self.cycle = first.index.get_level_values(0).to_numpy()
+        self.context_length = first["context_length"].to_numpy(float)
+        self.batch_size = first["batch_size"].to_numpy(int)
+        self.recent_acceptance = first["recent_acceptance"].to_numpy(float)
+        # Realised accepted at depth k = min(k, leading accepted); expected = Σ_{i≤k} Π_{j≤i} a_j.
+        self.leading = np.cumprod(self.accepted, axis=1).sum(1)
+        self.expected = np.concatenate([np.zeros((n, 1)), np.cumsum(np.cumprod(self.accept_prob, 1), 1)], 1)
+        # cycle -> entries of that cycle (the rows of one batch), for the verification-budget environment
+        starts = np.flatnonzero(np.r_[True, self.cycle[1:] != self.cycle[:-1]])
+        self.cycle_slices = [slice(a, b) for a, b in zip(starts, [*starts[1:], n], strict=True)]
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> TraceSet:
+        if path is None or not Path(path).is_file():
+            raise SpectuneError(f"traces={path!r} is not found: give the traces.parquet that task=trace wrote")
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as err:  # pyarrow raises several types for a damaged file
+            raise SpectuneError(f"traces={path} is invalid: cannot read it as Parquet ({type(err).__name__})") from None
+        meta_path = Path(path).with_name("traces.metadata.json")
+        metadata = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        return cls(frame, metadata, str(path))
+
+    def accepted_at(self, entry: int, depth: int, expected: bool = False) -> float:
+        """Accepted drafts of entry ``entry`` had it stopped at ``depth`` (realised, or the expectation)."""
+        if expected:
+            return float(self.expected[entry, depth])
+        return float(min(depth, self.leading[entry]))
+
+
+class ProfileSet:
+    """The cost profile of each episode: one of ``profiles`` at random, scaled by exp(U(−jitter, jitter)) on the
+    draft step and on the verification's per-position slope when ``jitter`` > 0 (a learnable hardware axis)."""
+
+    def __init__(self, profiles: str | Path | Profile | list, jitter: float = 0.0,
+                 traces: TraceSet | None = None, allow_mismatch: bool = False) -> None:
+        items = profiles if isinstance(profiles, list | tuple) else [profiles]
+        if not items:
+            raise SpectuneError("profile=[] is invalid: give at least one profile (path or shipped name)")
+        self.profiles = [p if isinstance(p, Profile) else load_profile(p) for p in items]
+        if not 0 <= jitter <= 2:
+            raise SpectuneError(f"profile_jitter={jitter!r} is out of range: must be in [0, 2] (log scale)")
+        self.jitter = jitter
+        self.synthetic: str | None = None
+        if traces is not None and traces.metadata:
+            run = {"models": traces.metadata.get("models", {}), "hardware": traces.metadata.get("hardware", {})}
+            labels = [check_profile(p, run, allow_mismatch) for p in self.profiles]
+            self.synthetic = next((label for label in labels if label), None)
+        if jitter > 0 and self.synthetic is None:
+            self.synthetic = "synthetic: profiles scaled around the measured ones (profile_jitter)"
+
+        self._cache: dict[tuple[int, int], tuple[float, np.ndarray, float]] = {}
+
+    def costs(self, index: int, batch: int) -> tuple[float, np.ndarray, float]:
+        """(t_draft, t_verify for n = 1..max_positions, overhead) of profile ``index`` at ``batch`` (cached)."""
+        key = (index, batch)
+        if key not in self._cache:
+            p = self.profiles[index]
+            self._cache[key] = (p.t_draft(batch), p._at(p.t_verify_s, batch), p.overhead(batch))
+        return self._cache[key]
+
+    def sample(self, rng: np.random.Generator, batch: int) -> tuple[int, float, np.ndarray, float]:
+        """An episode's (profile index, t_draft, t_verify [n = 1..], overhead) at ``batch`` rows."""
+        index = int(rng.integers(len(self.profiles))) if len(self.profiles) > 1 else 0
+        draft, verify, overhead = self.costs(index, batch)
+        if self.jitter == 0:
+            return index, draft, verify, overhead
+        d, s = np.exp(rng.uniform(-self.jitter, self.jitter, size=2))
+        return index, draft * d, verify[0] + s * (verify - verify[0]), overhead

@@ -1,0 +1,190 @@
+"""``spectune/DraftDepth-v0``: the draft-depth decision after every draft step, as LTD's depth policy.
+
+One episode is one draft-and-verify cycle of one row. Actions (Discrete(2)): 0 = stop and verify now,
+1 = draft one more. At step 0 (nothing drafted) stop means "don't speculate this cycle": a plain target
+step, one token. At ``max_depth`` the cycle is verified whatever the action. Observation: the vector of
+``observation.py`` (draft signals, position, context, batch, recent acceptance, the profile's c and g).
+
+Reward, at verification only (0 after a draft step): ``tokens − ρ·time`` where ρ is the running tokens/s
+of this environment (per profile and batch size, started at the autoregressive rate: a cycle earns reward
+when it beats the rate so far). Summed over cycles this ranks policies by throughput, which the mean of
+per-cycle ratios does not (it favours short cycles). ``reward="ratio"`` gives LTD's tokens per cycle time
+instead (time in units of the AR step), for comparison.
+
+At batch b > 1 the agent is one row and the other rows act alike (one shared policy): the row is charged
+its share, 1/b, of each batched draft step it takes and of the padded verification at its depth.
+
+Backends. ``replay``: a recorded cycle (``task=trace``) scored at the chosen depth (exactly that cycle's
+realised outcome, or ``outcome="expected"``: Σ_{i≤k} Π_{j≤i} a_j), time from a profile sampled per episode
+(``profile`` may be a list; ``profile_jitter`` scales it at random). Across cycles the replay is an
+approximation: the next cycle's context comes from the recording, not from the agent's stop.
+``live``: the engine's session on real models, real synchronised time; the other rows follow the agent's
+actions; ``reset(seed=...)`` restarts the requests from the beginning (deterministic observations).
+``reset(options={"entry": i})`` (replay) replays recorded entry i (the i-th (cycle, row) in trace order).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from harness.engine.policy import DRAFT_SIGNALS
+from harness.errors import SpectuneError
+from policies.envs import check_backend
+from policies.envs.data import ProfileSet, TraceSet
+from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
+
+REWARDS = ("throughput", "ratio")
+OUTCOMES = ("realised", "expected")
+STOP, DRAFT = 0, 1
+
+
+class DraftDepthEnv(gym.Env):
+    """Stop or draft one more, one row at a time (see the module docstring).
+
+    Args:
+        backend: ``"replay"`` or ``"live"``.
+        traces: ``traces.parquet`` of ``task=trace`` (replay).
+        profile: a profile path, a shipped profile name, a :class:`~harness.profile.Profile`, or a list of them.
+        max_depth: deepest draft (default: the traces' max_depth; live: 12).
+        reward: ``"throughput"`` (tokens − ρ·time) or ``"ratio"`` (LTD's tokens / time).
+        outcome: ``"realised"`` (that cycle's outcome) or ``"expected"`` (over the acceptance uniforms; replay).
+        profile_jitter: log-scale half-width of the random scaling of draft and verification costs per episode.
+        allow_profile_mismatch: accept a profile of other models/hardware than the traces' (labels results synthetic).
+        engine, requests, concurrency: the live backend's engine, requests and batch.
+    """
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, max_depth: int | None = None,
+                 reward: str = "throughput", outcome: str = "realised", profile_jitter: float = 0.0,
+                 allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
+                 concurrency: int = 1) -> None:
+        self.backend = check_backend(backend)
+        if reward not in REWARDS:
+            raise SpectuneError(f"reward={reward!r} is unknown: choose one of {', '.join(REWARDS)}")
+        if outcome not in OUTCOMES:
+            raise SpectuneError(f"outcome={outcome!r} is unknown: choose one of {', '.join(OUTCOMES)}")
+        if profile is None:
+            raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
+        self.reward_kind, self.expected = reward, outcome == "expected"
+        if backend == "replay":
+            self.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
+            limit = self.traces.max_depth
+        else:
+            if engine is None or not requests:
+                raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
+            self.traces, limit = None, 12
+            self.engine, self.requests, self.concurrency = engine, list(requests), int(concurrency)
+            self._session = None
+        self.profiles = ProfileSet(profile, profile_jitter, self.traces, allow_profile_mismatch)
+        self.max_depth = limit if max_depth is None else int(max_depth)
+        positions = min(p.max_positions for p in self.profiles.profiles)
+        if not 1 <= self.max_depth <= min(limit, positions - 1):
+            raise SpectuneError(f"max_depth={max_depth!r} is out of range: must be in 1..{min(limit, positions - 1)} "
+                                "(the traces' max_depth and the profile's max_positions - 1)")
+        self.synthetic = self.profiles.synthetic
+        self.action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32)
+        self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
+        self._rate: dict[tuple[int, int], list[float]] = {}
+
+    # -- shared ------------------------------------------------------------------------------------------
+    def _start(self, batch: int, context: float, recent: float) -> None:
+        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, batch)
+        self._batch, self._depth = batch, 0
+        obs = self._obs
+        obs[:] = 0.0
+        obs[3] = 1.0  # cum_prob before any draft
+        obs[5], obs[6], obs[7] = context / SCALE["context_length"], batch / SCALE["batch_size"], recent
+        obs[8] = self._t_draft / self._t_verify[0]
+        obs[9] = self._t_verify[1] / self._t_verify[0]
+
+    def _signals(self, values) -> None:
+        obs = self._obs
+        obs[0], obs[1], obs[2], obs[3] = values[0], values[1] / SCALE["entropy"], values[2], values[3]
+        obs[4] = self._depth / SCALE["position"]
+        obs[9] = self._t_verify[min(self._depth + 1, len(self._t_verify) - 1)] / self._t_verify[0]
+
+    def _reward(self, tokens: float, time_s: float) -> float:
+        key = (self._index, self._batch)
+        share_ar = (self._t_verify[0] + self._overhead) / self._batch
+        rate = self._rate.setdefault(key, [1.0, share_ar])  # prior: one AR step at the profile's rate
+        rho = rate[0] / rate[1]
+        rate[0] += tokens
+        rate[1] += time_s
+        if self.reward_kind == "ratio":
+            return tokens * share_ar / time_s
+        return tokens - rho * time_s
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rate.clear()
+        if self.backend == "replay":
+            options = options or {}
+            entry = options.get("entry")
+            self._entry = int(entry) if entry is not None else int(self.np_random.integers(self.traces.count))
+            t = self.traces
+            self._start(int(t.batch_size[self._entry]), float(t.context_length[self._entry]),
+                        float(t.recent_acceptance[self._entry]))
+        else:
+            self._live_reset(seed is not None)
+        return self._obs.copy(), {}
+
+    def step(self, action):
+        if action == DRAFT and self._depth < self.max_depth:
+            self._depth += 1
+            if self.backend == "replay":
+                self._signals(self.traces.signals[self._entry, self._depth - 1])
+            else:
+                self._live_draft()
+            if self._depth < self.max_depth:
+                return self._obs.copy(), 0.0, False, False, {}
+        if self.backend == "replay":
+            depth = self._depth
+            tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
+            time_s = (depth * self._t_draft + self._t_verify[depth] + self._overhead) / self._batch
+        else:
+            tokens, time_s = self._live_verify()
+        reward = self._reward(tokens, time_s)
+        return self._obs.copy(), float(reward), True, False, {"depth": self._depth, "tokens": tokens,
+                                                              "time_s": time_s, "synthetic": self.synthetic}
+
+    # -- live backend ------------------------------------------------------------------------------------
+    def _live_reset(self, restart: bool) -> None:
+        if self._session is not None and self._session._open:
+            self._session.verify()  # an abandoned episode: finish its cycle
+        if restart or self._session is None:
+            self._session = self.engine.session(self.requests, None, self.concurrency)
+            self._recent: dict[int, list[int]] = {}
+        while True:
+            if self._session.done:
+                self._session = self.engine.session(self.requests, None, self.concurrency)
+            if self._session.begin_cycle():
+                break
+        session = self._session
+        self._row = session._rows[0]
+        rid = session.slots[self._row].request_id
+        done = self._recent.get(rid, [0, 0])
+        self._start(len(session._rows), float(session._context[self._row]),
+                    done[0] / done[1] if done[1] else 0.5)
+
+    def _live_draft(self) -> None:
+        step = self._session.draft_step(frozenset(DRAFT_SIGNALS))
+        self._signals([float(step[name][self._row]) for name in DRAFT_SIGNALS])
+
+    @torch.inference_mode()
+    def _live_verify(self) -> tuple[float, float]:
+        session, row = self._session, self._row
+        rid = session.slots[row].request_id
+        outcome = session.verify(self._depth)
+        for r in outcome.rows:
+            done = self._recent.setdefault(outcome.request_ids[r], [0, 0])
+            done[0] += outcome.accepted[r]
+            done[1] += outcome.num_drafts[r]
+        self._rid = rid
+        return float(outcome.emitted[row]), outcome.cycle_s / len(outcome.rows)

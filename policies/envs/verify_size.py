@@ -1,0 +1,101 @@
+"""``spectune/VerifySize-v0``: the verification budget of a batch (LTD's size policy, for a forest of chains).
+
+One episode is one recorded batched cycle, drafted to ``draft_depth`` on every row, and one decision
+(a contextual bandit, as LTD's size environment): how many of the batch's B·D drafted tokens go to the
+target. Action a ∈ 0..levels−1 means a budget of round(a / (levels−1) · B·D) tokens, taken across rows in
+order of cumulative draft probability; since that probability never grows along a chain, each row keeps a
+prefix of its chain (the cut depends on the draft alone, so exactness is untouched). Verification is
+padded: it costs what the profile says for the longest kept prefix + 1 positions at batch B.
+
+Observation: the batch's cumulative draft probabilities in decreasing order (``obs_tokens`` of them, zero
+padded), then batch size / 32, c(B), g(D, B). Reward: tokens − ρ·time for the whole batch (ρ: running
+tokens/s), where time = D draft steps + padded verification + overhead. Replay backend only: a live
+backend needs ragged verification in the engine, which it does not have yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from harness.errors import SpectuneError
+from policies.envs import check_backend
+from policies.envs.data import ProfileSet, TraceSet
+from policies.envs.observation import OBS_HIGH, SCALE
+
+
+class VerifySizeEnv(gym.Env):
+    """Choose the batch's verification budget (see the module docstring).
+
+    Args:
+        backend: ``"replay"`` (``"live"`` is refused: not built).
+        traces, profile, profile_jitter, allow_profile_mismatch: as for ``spectune/DraftDepth-v0``.
+        draft_depth: drafts per row before the decision (default: the traces' max_depth).
+        levels: number of budget levels (actions), 0 .. B·D tokens.
+        obs_tokens: how many of the sorted cumulative probabilities the observation carries.
+    """
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, draft_depth: int | None = None,
+                 levels: int = 17, obs_tokens: int = 64, profile_jitter: float = 0.0,
+                 allow_profile_mismatch: bool = False) -> None:
+        if check_backend(backend) == "live":
+            raise SpectuneError("backend='live' is not available for spectune/VerifySize-v0: the engine has no "
+                                "ragged verification yet; use backend='replay'")
+        if profile is None:
+            raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
+        self.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
+        self.profiles = ProfileSet(profile, profile_jitter, self.traces, allow_profile_mismatch)
+        self.synthetic = self.profiles.synthetic
+        depth = self.traces.max_depth if draft_depth is None else int(draft_depth)
+        positions = min(p.max_positions for p in self.profiles.profiles)
+        if not 1 <= depth <= min(self.traces.max_depth, positions - 1):
+            raise SpectuneError(f"draft_depth={draft_depth!r} is out of range: must be in "
+                                f"1..{min(self.traces.max_depth, positions - 1)}")
+        if levels < 2:
+            raise SpectuneError(f"levels={levels!r} is out of range: must be >= 2")
+        self.depth, self.levels, self.obs_tokens = depth, int(levels), int(obs_tokens)
+        self.action_space = gym.spaces.Discrete(self.levels)
+        self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(self.obs_tokens + 3,), dtype=np.float32)
+        self._rate: dict[tuple[int, int], list[float]] = {}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rate.clear()
+        t = self.traces
+        self._slice = t.cycle_slices[int(self.np_random.integers(len(t.cycle_slices)))]
+        cum = t.signals[self._slice, : self.depth, 3]  # [B, D] cumulative draft probabilities
+        self._batch = cum.shape[0]
+        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, self._batch)
+        self._order = np.argsort(-cum.ravel(), kind="stable")  # ties: earlier rows, earlier positions first
+        obs = np.zeros(self.obs_tokens + 3, dtype=np.float32)
+        top = cum.ravel()[self._order][: self.obs_tokens]
+        obs[: len(top)] = top
+        obs[-3:] = (self._batch / SCALE["batch_size"], self._t_draft / self._t_verify[0],
+                    self._t_verify[self.depth] / self._t_verify[0])
+        self._obs = obs
+        return obs.copy(), {}
+
+    def cut(self, action: int) -> np.ndarray:
+        """Per-row kept prefix lengths for ``action``."""
+        budget = round(int(action) / (self.levels - 1) * self._batch * self.depth)
+        keep = np.zeros(self._batch * self.depth, dtype=bool)
+        keep[self._order[:budget]] = True
+        return keep.reshape(self._batch, self.depth).sum(1)
+
+    def step(self, action):
+        kept = self.cut(action)
+        leading = self.traces.leading[self._slice]
+        tokens = float(np.minimum(kept, leading).sum() + self._batch)
+        time_s = self.depth * self._t_draft + self._t_verify[int(kept.max())] + self._overhead
+        key = (self._index, self._batch)
+        rate = self._rate.setdefault(key, [self._batch, self._t_verify[0] + self._overhead])  # prior: one AR step
+        reward = tokens - rate[0] / rate[1] * time_s
+        rate[0] += tokens
+        rate[1] += time_s
+        return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
+                                                              "time_s": time_s, "synthetic": self.synthetic}
