@@ -101,9 +101,10 @@ def format_ranking(ranking: dict[str, Any], methods: list[dict[str, Any]]) -> li
     by_name = {m["method"]: m for m in methods}
     st = tp["statistics"]
     repeats = max((m.get("repeats") or 0 for m in methods), default=0)
-    lines = [f"tok/s: median over {repeats} repeats (rotated order); speedup and best: pooled throughput (Σ tokens / "
-             f"Σ time over all repeats), paired vs ar; 95% CI: {st['ci_method']}, {st['n_resamples']} resamples of "
-             f"{st['n_clusters']} (repeat, prompt) clusters, seed {st['seed']}"]
+    plural = "s" if repeats != 1 else ""
+    lines = [f"tok/s: median over {repeats} repeat{plural} (rotated order); speedup and best: pooled throughput "
+             f"(Σ tokens / Σ time over all repeats), paired vs ar; 95% CI: {st['ci_method']}, {st['n_resamples']} "
+             f"resamples of {st['n_clusters']} (repeat, prompt) clusters, seed {st['seed']}"]
     for metric, title in (("output_throughput", "throughput"), ("request_goodput", "goodput")):
         rank = ranking.get(metric)
         if not rank or rank.get("best") is None:
