@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +65,7 @@ def load_classifier(path: str | Path) -> AcceptanceModel:
     path = Path(path)
     if not path.is_file():
         raise SpectuneError(f"policy.weights_path={str(path)!r} is invalid: no such file (fit one with "
-                            "python -m policies.classifier TRACES.parquet OUT.json)")
+                            "python -m policies.fit_classifier TRACES.parquet OUT.json)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("kind") != KIND:
@@ -176,32 +175,3 @@ class AcceptanceClassifier(DraftLengthPolicy):
         return {"name": self.name, "max_gamma": self.max_gamma, "threshold": self.threshold,
                 "weights_path": self.weights_path, "features": self.model.features,
                 "hidden": [layer.out_features for layer in self.model.layers[:-1]]}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m policies.classifier TRACES.parquet OUT.json [--hidden 16] [--target accepted]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("traces")
-    parser.add_argument("out")
-    parser.add_argument("--hidden", type=int, nargs="*", default=[])
-    parser.add_argument("--target", default="accept_prob", choices=["accept_prob", "accepted"])
-    parser.add_argument("--epochs", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        frame = pd.read_parquet(args.traces)
-        model = fit_classifier(frame, args.hidden, args.target, args.epochs, args.seed)
-        save_classifier(model, args.out, {"traces": str(Path(args.traces).resolve()), "rows": len(frame),
-                                          "target": args.target, "epochs": args.epochs, "seed": args.seed})
-    except (SpectuneError, FileNotFoundError) as err:
-        sys.stderr.write(f"error: {err}\n")
-        return 2
-    log.info("wrote %s", args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,6 +3,7 @@ decoding, stays under its ceiling, rejects bad parameters in one line, and stops
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -266,3 +267,24 @@ def test_bandit_plays_every_arm_once_then_settles_on_the_fastest():
     assert max(counts, key=counts.get) == 3 and counts[3] > 100
     assert policy.estimates(1)[3] == pytest.approx(180.0)
     assert policy.begin_cycle(4) == 1  # another batch size starts its own exploration
+
+
+def test_fit_classifier_command_writes_a_model_file_with_the_traces_provenance(tmp_path):
+    from policies.fit_classifier import main
+
+    rng = np.random.default_rng(1)
+    n = 200  # 50 cycles x 4 positions, seed 1
+    frame = pd.DataFrame({"cycle": np.arange(n) // 4, "row": 0, "position": np.arange(n) % 4 + 1,
+                          "token_prob": rng.uniform(0, 1, n), "entropy": rng.uniform(0, 3, n),
+                          "margin": rng.uniform(0, 1, n), "cum_prob": rng.uniform(0, 1, n),
+                          "context_length": rng.integers(5, 50, n), "accept_prob": rng.uniform(0, 1, n)})
+    frame["accepted"] = frame["accept_prob"] > 0.5
+    frame.to_parquet(tmp_path / "traces.parquet")
+    write_json(tmp_path / "traces.metadata.json", {"models": {"target": "t"}, "max_depth": 4})
+    assert main([str(tmp_path / "traces.parquet"), str(tmp_path / "m.json"), "--hidden", "4", "--epochs", "20"]) == 0
+    model = load_classifier(tmp_path / "m.json")
+    assert [layer.out_features for layer in model.layers] == [4, 1]
+    recorded = json.loads((tmp_path / "m.json").read_text())["metadata"]
+    assert recorded["traces_metadata"]["max_depth"] == 4 and recorded["rows"] == n
+    assert main([str(tmp_path / "missing.parquet"), str(tmp_path / "x.json")]) == 2
+    assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,62 @@
+"""Fit the acceptance classifier of ``policy=acceptance-classifier`` on recorded traces.
+
+    python -m policies.fit_classifier TRACES.parquet OUT.json [--hidden 16] [--target accepted]
+
+``TRACES.parquet`` comes from ``python -m harness task=trace``; its ``traces.metadata.json`` (models, hardware,
+workload) is copied into the model file's metadata, so a model fitted for one pair is recognisable as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import SpectuneError
+from policies.classifier import fit_classifier, save_classifier
+
+log = logging.getLogger(__name__)
+
+
+def fit_file(traces: str | Path, out: str | Path, hidden: list[int], target: str, epochs: int, seed: int) -> Path:
+    """Read the traces, fit, write the model file (atomic) with the traces' provenance."""
+    traces = Path(traces)
+    if not traces.is_file():
+        raise SpectuneError(f"traces={str(traces)!r} is invalid: no such file (record one with "
+                            "python -m harness task=trace)")
+    try:
+        frame = pd.read_parquet(traces)
+    except (OSError, ValueError) as err:
+        raise SpectuneError(f"traces={str(traces)!r} is invalid: not a readable parquet file ({err})") from None
+    sidecar = traces.with_name("traces.metadata.json")
+    recorded = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    model = fit_classifier(frame, hidden, target, epochs, seed)
+    return save_classifier(model, out, {"traces": str(traces.resolve()), "rows": len(frame), "target": target,
+                                        "hidden": hidden, "epochs": epochs, "seed": seed, "traces_metadata": recorded})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces")
+    parser.add_argument("out")
+    parser.add_argument("--hidden", type=int, nargs="*", default=[])
+    parser.add_argument("--target", default="accept_prob", choices=["accept_prob", "accepted"])
+    parser.add_argument("--epochs", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        out = fit_file(args.traces, args.out, args.hidden, args.target, args.epochs, args.seed)
+    except SpectuneError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 2
+    log.info("wrote %s", out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
