@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
 from harness.errors import SpectuneError
+from harness.profile import Profile, load_profile
 
 VerifyCost: TypeAlias = float | int | Mapping[int, float] | Sequence[float] | Callable[[int], float]
 
@@ -179,72 +180,14 @@ def plot(grid: pd.DataFrame, best: pd.DataFrame):
 
 # --- The model fitted to measurements: a task=profile result (costs) and task=trace traces (acceptance). ---
 
-PROFILE_KIND = "spectune-profile"
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Measured forward-pass times of one (models, hardware) setup, per batch size b (seconds).
-
-    ``t_verify_s[b][n-1]`` is a target forward over n positions, so ``t_verify_s[b][0]`` is the AR step;
-    c(b) = t_draft/t_verify[0], g(γ, b) = t_verify[γ]/t_verify[0], o(b) = overhead/t_verify[0].
-    """
-
-    label: str
-    t_draft_s: dict[int, float]
-    t_verify_s: dict[int, list[float]]
-    overhead_s: dict[int, float]
-    data: dict[str, Any] = field(repr=False)
-
-    @property
-    def batch_sizes(self) -> list[int]:
-        return sorted(self.t_verify_s)
-
-    def _check(self, b: int) -> int:
-        if b not in self.t_verify_s:
-            raise SpectuneError(f"batch_size={b} is not in the profile {self.label!r}: it covers {self.batch_sizes}")
-        return b
-
-    def c(self, b: int = 1) -> float:
-        return self.t_draft_s[self._check(b)] / self.t_verify_s[b][0]
-
-    def g(self, gamma: int, b: int = 1) -> float:
-        verify = self.t_verify_s[self._check(b)]
-        if check_gamma(gamma) >= len(verify):
-            raise SpectuneError(f"gamma={gamma} needs a verification of {gamma + 1} positions but the profile "
-                                f"{self.label!r} measured up to {len(verify)} (max_positions)")
-        return verify[gamma] / verify[0]
-
-    def overhead(self, b: int = 1) -> float:
-        return self.overhead_s[self._check(b)] / self.t_verify_s[b][0]
-
-
-def parse_profile(data: Mapping[str, Any], source: str = "profile") -> Profile:
-    """Validate a ``profile.json`` object (format of ``task=profile``); one line naming what is wrong."""
-    if not isinstance(data, Mapping) or data.get("kind") != PROFILE_KIND:
-        raise SpectuneError(f"{source} is not a spectune profile: expected \"kind\": \"{PROFILE_KIND}\"")
-    tables: dict[str, dict[int, Any]] = {}
-    for key in ("t_draft_s", "t_verify_s", "overhead_s"):
-        table = data.get(key)
-        if not isinstance(table, Mapping) or not table:
-            raise SpectuneError(f"{source}: {key} is missing or empty: expected {{\"<batch size>\": ...}}")
-        try:
-            tables[key] = {int(b): v for b, v in table.items()}
-        except ValueError:
-            raise SpectuneError(f"{source}: {key} has a key that is not a batch size: {sorted(table)}") from None
-    if not tables["t_draft_s"].keys() == tables["t_verify_s"].keys() == tables["overhead_s"].keys():
-        raise SpectuneError(f"{source}: t_draft_s, t_verify_s and overhead_s cover different batch sizes")
-    for b, times in tables["t_verify_s"].items():
-        if not isinstance(times, Sequence) or len(times) < 2:
-            raise SpectuneError(f"{source}: t_verify_s[{b}] must list the verification times of 1..n positions "
-                                "(n >= 2)")
-        for n, t in enumerate(times, start=1):
-            check_cost(t, f"{source}: t_verify_s[{b}][{n - 1}]", positive=True)
-        check_cost(tables["t_draft_s"][b], f"{source}: t_draft_s[{b}]", positive=True)
-        check_cost(tables["overhead_s"][b], f"{source}: overhead_s[{b}]")
-    return Profile(str(data.get("label", source)), {b: float(v) for b, v in tables["t_draft_s"].items()},
-                   {b: [float(t) for t in v] for b, v in tables["t_verify_s"].items()},
-                   {b: float(v) for b, v in tables["overhead_s"].items()}, dict(data))
+def as_profile(profile: Profile | Mapping[str, Any] | str | Path) -> Profile:
+    """A :class:`harness.profile.Profile` from itself, its JSON object, a ``profile.json`` path or a shipped name
+    (one schema and one validation for the replay environments and the cost model)."""
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, Mapping):
+        return Profile.from_json(dict(profile))
+    return load_profile(profile)
 
 
 def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[float]:
@@ -280,11 +223,14 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
     """
     expected_tokens_from_joint(joint)
     alpha = float(joint[0])
-    c, o = profile.c(batch_size), profile.overhead(batch_size)
+    c, o = profile.c(batch_size), profile.o(batch_size)
     rows = []
     for gamma in sorted({check_gamma(x) for x in gammas}):
         if gamma > len(joint):
             raise SpectuneError(f"gamma={gamma} is beyond the traces' max_depth {len(joint)}: trace deeper")
+        if gamma + 1 > profile.max_positions:
+            raise SpectuneError(f"gamma={gamma} needs a verification of {gamma + 1} positions but the profile "
+                                f"{profile.label!r} measured up to {profile.max_positions} (task.max_depth)")
         g = profile.g(gamma, batch_size)
         cost = c * gamma + g + o
         e, e_alpha = 1.0 + float(sum(joint[:gamma])), expected_tokens(alpha, gamma)
@@ -295,18 +241,17 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
     return pd.DataFrame(rows)
 
 
-def fit(profile: Profile | Mapping[str, Any], traces: pd.DataFrame, gammas: Iterable[int] | None = None,
+def fit(profile: Profile | Mapping[str, Any] | str | Path, traces: pd.DataFrame, gammas: Iterable[int] | None = None,
         batch_size: int = 1, method: str = "expected") -> pd.DataFrame:
     """The cost model from a profile and traces (never from the runs it predicts): one row per γ.
 
-    ``gammas`` defaults to 1..max_depth of the traces (bounded by the profile's max_positions − 1).
+    ``gammas`` defaults to 1..max_depth of the traces (bounded by the profile's max_positions − 1). Costs at a
+    batch size the profile did not measure are interpolated by :class:`harness.profile.Profile`.
     """
-    if not isinstance(profile, Profile):
-        profile = parse_profile(profile)
+    profile = as_profile(profile)
     joint = joint_from_traces(traces, method)
     if gammas is None:
-        deepest = min(len(joint), len(profile.t_verify_s[profile._check(batch_size)]) - 1)
-        gammas = range(1, deepest + 1)
+        gammas = range(1, min(len(joint), profile.max_positions - 1) + 1)
     return predict(joint, profile, gammas, batch_size)
 
 

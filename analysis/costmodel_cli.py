@@ -21,11 +21,12 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.costmodel import Profile, fit, joint_from_traces, parse_profile
-from analysis.load import add_speedups, load_cycles, load_summaries, load_traces, read_json
+from analysis.costmodel import fit, joint_from_traces
+from analysis.load import METADATA, add_speedups, load_cycles, load_summaries, load_traces, read_json
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_json
 from harness.metadata import base_metadata
+from harness.profile import Profile, load_profile, profile_mismatch
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +67,22 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
     return out
 
 
-def _identity(models: dict[str, Any] | None, hardware: dict[str, Any] | None) -> dict[str, Any]:
-    models, hardware = models or {}, hardware or {}
-    return {"target": (models.get("target") or {}).get("name_or_path"),
-            "draft": (models.get("draft") or {}).get("name_or_path"),
-            "hardware": hardware.get("setup"), "execution_path": hardware.get("execution_path")}
-
-
-def check_same_setup(name: str, theirs: dict[str, Any], run: pd.Series, keys: Sequence[str],
-                     allow_mixed: bool) -> None:
-    """The profile (models and hardware) and the traces (models) must describe the runs, else the fit means
-    nothing; unrecorded values are not held against them."""
+def check_same_setup(profile: Profile, traces_meta: dict[str, Any], run: Path, allow_mixed: bool) -> None:
+    """The profile (models and hardware, :data:`harness.profile.MATCH_FIELDS`) and the traces (models) must
+    describe the runs, else the fit means nothing. A field the run did not record is not held against it."""
     if allow_mixed:
         return
-    for key in keys:
-        value, ours = theirs.get(key), run.get(key)
-        if value is not None and ours is not None and str(value) != str(ours):
-            raise SpectuneError(f"the {name} were measured with {key}={value} but {run['run']} ran {key}={ours}: "
-                                "pass --allow-mixed to compare them anyway")
+    meta = read_json(run / METADATA)
+    for field, (theirs, ours) in profile_mismatch(profile, meta).items():
+        if theirs is not None and ours is not None:
+            raise SpectuneError(f"the profile {profile.label!r} was measured with {field}={theirs} but {run} ran "
+                                f"{field}={ours}: pass --allow-mixed to compare them anyway")
+    for role in ("target", "draft"):
+        theirs = ((traces_meta.get("models") or {}).get(role) or {}).get("name_or_path")
+        ours = ((meta.get("models") or {}).get(role) or {}).get("name_or_path")
+        if theirs is not None and ours is not None and theirs != ours:
+            raise SpectuneError(f"the traces were recorded with {role} {theirs} but {run} ran {ours}: pass "
+                                "--allow-mixed to compare them anyway")
 
 
 def compare(profile: Profile, traces: pd.DataFrame, runs: pd.DataFrame, method: str = "expected") -> pd.DataFrame:
@@ -104,18 +103,16 @@ def compare(profile: Profile, traces: pd.DataFrame, runs: pd.DataFrame, method: 
 def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool = False,
         method: str = "expected") -> pd.DataFrame:
     """Fit, compare, print and write ``costmodel_fit.csv`` / ``.json`` into ``run_dir``."""
-    profile = parse_profile(read_json(profile_path), str(profile_path))
+    profile = load_profile(profile_path)
     traces = load_traces(traces_path)
     runs = measured(run_dir, allow_mixed)
     if runs.empty:
         raise SpectuneError(f"{run_dir} has no cycles.parquet for its fixed-γ runs: nothing to compare with")
     first = load_summaries(run_dir, allow_mixed).iloc[0]
-    check_same_setup("profile", _identity(profile.data.get("models"), profile.data.get("hardware")), first,
-                     ("target", "draft", "hardware", "execution_path"), allow_mixed)
     traces_meta_path = Path(traces["run"].iloc[0]) / "traces.metadata.json"
     traces_meta = read_json(traces_meta_path) if traces_meta_path.exists() else {}
-    check_same_setup("traces", _identity(traces_meta.get("models"), traces_meta.get("hardware")), first,
-                     ("target", "draft"), allow_mixed)
+    for run in runs["run"].unique():
+        check_same_setup(profile, traces_meta, Path(run), allow_mixed)
     table = compare(profile, traces, runs, method)[[*COLUMNS, "measured_ar_overhead"]]
     joint = joint_from_traces(traces, method)
     log.info(f"Cost model fitted on profile {profile.label!r} ({profile_path}) and traces {traces_path} "
@@ -134,8 +131,8 @@ def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool 
     write_json(Path(run_dir) / FIT_JSON, {
         **base_metadata(), "task": "costmodel_fit", "profile": str(profile_path), "traces": str(traces_path),
         "runs": str(run_dir), "joint_method": method, "joint": joint, "alpha": joint[0],
-        "profile_label": profile.label, "profile_models": profile.data.get("models"),
-        "profile_hardware": profile.data.get("hardware"), "traces_metadata": traces_meta,
+        "profile_label": profile.label, "profile_models": profile.models, "profile_hardware": profile.hardware,
+        "profile_synthetic": profile.synthetic, "traces_metadata": traces_meta,
         "models": {k: first.get(k) for k in ("models", "target", "draft", "dtype")},
         "hardware": {k: first.get(k) for k in ("hardware", "device", "device_name", "execution_path")},
         "formula": "S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} P(first i accepted)",
@@ -153,7 +150,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", required=True, type=Path, help="profile.json written by task=profile")
+    parser.add_argument("--profile", required=True, help="profile.json written by task=profile, or a shipped name")
     parser.add_argument("--traces", required=True, type=Path, help="traces.parquet written by task=trace")
     parser.add_argument("run_dir", type=Path, help="a bench run or sweep directory with fixed-γ runs and AR")
     parser.add_argument("--joint", choices=("expected", "realised"), default="expected",
