@@ -55,6 +55,8 @@ class DraftDepthEnv(gym.Env):
         profile_jitter: log-scale half-width of the random scaling of draft and verification costs per episode.
         allow_profile_mismatch: accept a profile of other models/hardware than the traces' (labels results synthetic).
         engine, requests, concurrency: the live backend's engine, requests and batch.
+        live_time: ``"measured"`` (the cycle's synchronised time) or ``"profile"`` (the profile's cost of the same
+            cycle: deterministic rewards and info, e.g. for gymnasium's checker).
     """
 
     metadata: ClassVar[dict] = {"render_modes": []}
@@ -62,7 +64,7 @@ class DraftDepthEnv(gym.Env):
     def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, max_depth: int | None = None,
                  reward: str = "throughput", outcome: str = "realised", profile_jitter: float = 0.0,
                  allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
-                 concurrency: int = 1) -> None:
+                 concurrency: int = 1, live_time: str = "measured") -> None:
         self.backend = check_backend(backend)
         if reward not in REWARDS:
             raise SpectuneError(f"reward={reward!r} is unknown: choose one of {', '.join(REWARDS)}")
@@ -79,6 +81,9 @@ class DraftDepthEnv(gym.Env):
                 raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
             self.traces, limit = None, 12
             self.engine, self.requests, self.concurrency = engine, list(requests), int(concurrency)
+            if live_time not in ("measured", "profile"):
+                raise SpectuneError(f"live_time={live_time!r} is unknown: choose measured or profile")
+            self.live_time = live_time
             self._session = None
         self.profiles = ProfileSet(profile, profile_jitter, self.traces, allow_profile_mismatch)
         self.max_depth = limit if max_depth is None else int(max_depth)
@@ -148,11 +153,15 @@ class DraftDepthEnv(gym.Env):
             depth = self._depth
             tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
             time_s = (depth * self._t_draft + self._t_verify[depth] + self._overhead) / self._batch
+            info = {}
         else:
-            tokens, time_s = self._live_verify()
+            tokens, measured_s = self._live_verify()
+            modelled_s = (self._depth * self._t_draft + self._t_verify[self._depth] + self._overhead) / self._batch
+            time_s = measured_s if self.live_time == "measured" else modelled_s
+            info = {"measured_s": measured_s} if self.live_time == "measured" else {}  # profile: deterministic info
         reward = self._reward(tokens, time_s)
         return self._obs.copy(), float(reward), True, False, {"depth": self._depth, "tokens": tokens,
-                                                              "time_s": time_s, "synthetic": self.synthetic}
+                                                              "time_s": time_s, "synthetic": self.synthetic, **info}
 
     # -- live backend ------------------------------------------------------------------------------------
     def _live_reset(self, restart: bool) -> None:
