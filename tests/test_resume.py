@@ -33,7 +33,7 @@ def _read_all(job_dir: Path) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_a_killed_sweep_keeps_complete_files_and_resume_runs_only_the_rest(tmp_path):
-    sweep = ["-m", *SMALL_BENCH, "task.baseline=false", "gamma=1,2,3", f"hydra.sweep.dir={tmp_path}"]
+    sweep = ["-m", *SMALL_BENCH, "task.baseline=false", "gamma=1,2", f"hydra.sweep.dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "harness", *sweep], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = tmp_path / "0" / "summary.json"
@@ -52,7 +52,7 @@ def test_a_killed_sweep_keeps_complete_files_and_resume_runs_only_the_rest(tmp_p
     assert not list(tmp_path.rglob("*.tmp")), list(tmp_path.rglob("*.tmp"))
     before = {d.name: _read_all(d) for d in tmp_path.iterdir() if d.is_dir() and d.name.isdigit()}
     done_before = {name for name, files in before.items() if "summary.json" in files}
-    assert "0" in done_before and done_before != {"0", "1", "2"}, "the kill came too late to test anything"
+    assert done_before == {"0"}, "the kill came too late to test anything"
     stamp = (tmp_path / "0" / "requests.parquet").stat().st_mtime_ns
     for name in done_before:
         summary = before[name]["summary.json"]
@@ -65,18 +65,18 @@ def test_a_killed_sweep_keeps_complete_files_and_resume_runs_only_the_rest(tmp_p
     for name in done_before:  # skipped before any model loaded: its files were not rewritten
         assert "nothing to run" in (tmp_path / name / "__main__.log").read_text()
     assert (tmp_path / "0" / "requests.parquet").stat().st_mtime_ns == stamp
-    for g, name in ((1, "0"), (2, "1"), (3, "2")):
+    for g, name in ((1, "0"), (2, "1")):
         summary = json.loads((tmp_path / name / "summary.json").read_text())
         assert [m["method"] for m in summary["methods"]] == [f"fixed:gamma={g}"]
         assert summary["methods"][0]["status"] == "ok"
-    missing = {"0", "1", "2"} - done_before
-    for name in missing:
-        assert "nothing to run" not in (tmp_path / name / "__main__.log").read_text()
+    log = (tmp_path / "1" / "__main__.log").read_text()
+    assert "nothing to run" not in log and "fixed:gamma=2" in log  # the missing job ran and logged its table
+    assert "req/s" not in log and "\r" not in log  # progress bars stay on the terminal
 
 
 @pytest.mark.slow
 def test_resume_reruns_only_the_missing_point_and_rejects_another_config(cli, tmp_path):
-    args = [*SMALL_BENCH, "gamma=[1,2]", f"hydra.run.dir={tmp_path}"]
+    args = [*SMALL_BENCH, "task.baseline=false", "gamma=[1,2]", f"hydra.run.dir={tmp_path}"]
     assert cli(*args).returncode == 0
     # Drop the last grid point from the summary, as if the run had been killed before it.
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -86,17 +86,16 @@ def test_resume_reruns_only_the_missing_point_and_rejects_another_config(cli, tm
 
     proc = cli(*args, "resume=true")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "resume: ar already complete, skipped" in proc.stdout
     assert "resume: fixed:gamma=1 already complete, skipped" in proc.stdout
     assert "fixed:gamma=2" in proc.stdout
     methods = [m["method"] for m in json.loads((tmp_path / "summary.json").read_text())["methods"]]
-    assert methods == ["ar", "fixed:gamma=1", "fixed:gamma=2"]
+    assert methods == ["fixed:gamma=1", "fixed:gamma=2"]
     after = pd.read_parquet(tmp_path / "requests.parquet")
-    for label in ("ar", "fixed:gamma=1"):  # the kept points' rows are the very same rows
-        pd.testing.assert_frame_equal(after[after["method"] == label].reset_index(drop=True),
-                                      kept[kept["method"] == label].reset_index(drop=True))
+    label = "fixed:gamma=1"  # the kept point's rows are the very same rows
+    pd.testing.assert_frame_equal(after[after["method"] == label].reset_index(drop=True),
+                                  kept[kept["method"] == label].reset_index(drop=True))
     assert len(after[after["method"] == "fixed:gamma=2"]) == 3
-    assert json.loads((tmp_path / "metadata.json").read_text())["resumed_points"] == ["ar", "fixed:gamma=1"]
+    assert json.loads((tmp_path / "metadata.json").read_text())["resumed_points"] == [label]
 
     other = cli(*[a for a in args if not a.startswith("gamma=")], "gamma=[1,3]", "resume=true")
     assert other.returncode == 2
