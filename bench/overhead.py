@@ -1,0 +1,117 @@
+"""Does the harness distort what it measures? The engine's steps against the bare forwards, side by side.
+
+For the embedded pair (or ``--models``-style paths), batch 1, the same prompt and context lengths, rounds
+alternate between the bare HF forward (KV-cached, nothing else) and the engine's own timing of the same
+step, so slow drift on a shared machine hits both alike. Printed as medians and ratios:
+
+- AR step: engine verify at γ = 0 (forward + warp + keyed draw + host sync) vs the bare 1-token target forward;
+- draft step: engine draft step (forward + warp + keyed draw) vs the bare 1-token draft forward;
+- verification: engine verify at γ (forward of γ+1 + exact sampler + sync) vs the bare (γ+1)-token forward;
+- whole cycle at γ: engine cycle (draft + verify + rest) vs γ·t_draft + t_verify of the bare forwards.
+Goals (measurement issue): AR and verification ≤ 1.05×, draft step ≤ 1.25×, cycle ≤ 1.10×.
+Also the cost of the draw itself over the vocabulary: softmax vs inverse-CDF vs exponential race.
+
+    python bench/overhead.py --gamma 4 --rounds 5 --steps 30 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+
+import torch
+
+from harness.engine import Engine, Request
+from harness.engine.kv import cache_argument
+from harness.engine.policy import FixedGamma
+from harness.models.loading import load_pair
+from harness.sampling import SamplingParams, inverse_cdf, sample
+from harness.sampling.rejection import get_sampler
+
+TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target"},
+        "draft": {"name_or_path": "harness/models/tiny/draft"}}
+
+
+@torch.inference_mode()
+def bare(model, prompt: list[int], width: int, steps: int) -> list[float]:
+    """Seconds per KV-cached forward of ``width`` tokens at the prompt's context (cache cropped back each time)."""
+    arg = cache_argument(model)
+    out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+    cache = out[arg]
+    tokens = torch.tensor([prompt[-width:]])
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        model(input_ids=tokens, use_cache=True, **{arg: cache})
+        times.append(time.perf_counter() - start)
+        cache.crop(-width)  # back to the prompt (this transformers takes the count to remove)
+    return times
+
+
+def engine_cycles(engine: Engine, prompt: list[int], gamma: int, steps: int) -> list:
+    """``steps`` cycles at ``gamma`` (0: AR) of one request, after one warm-up cycle."""
+    request = Request(0, "p", "en", prompt, steps * (gamma + 1) + 2)
+    session = engine.session([request], FixedGamma(gamma) if gamma else None, 1)
+    out = []
+    while not session.done and len(out) < steps + 1:
+        outcome = session.step()
+        if outcome is not None:
+            out.append(outcome)
+    return out[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    pair = load_pair(TINY, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
+    engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
+                    device="cpu", seed=1, vocab_size=pair.vocab_size)
+    engine.eos = set()
+    prompt = list(range(200, 240))
+    g = args.gamma
+    rows: dict[str, list[float]] = {k: [] for k in ("bare_ar", "bare_draft", "bare_verify", "eng_ar", "eng_draft",
+                                                     "eng_verify", "eng_cycle")}
+    for _ in range(args.rounds):  # alternate bare and engine so drift hits both
+        rows["bare_ar"] += bare(pair.target, prompt, 1, args.steps)
+        rows["eng_ar"] += [c.verify_s for c in engine_cycles(engine, prompt, 0, args.steps)]
+        rows["bare_draft"] += bare(pair.draft, prompt, 1, args.steps)
+        rows["bare_verify"] += bare(pair.target, prompt, g + 1, args.steps)
+        for c in engine_cycles(engine, prompt, g, args.steps):
+            rows["eng_draft"] += [b - a for a, b in itertools.pairwise(c.draft_step_s)]  # steps 2..γ: 1 token each
+            rows["eng_verify"].append(c.verify_s)
+            rows["eng_cycle"].append(c.cycle_s)
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    budget = g * med["bare_draft"] + med["bare_verify"]
+    print(f"tiny pair, batch 1, context {len(prompt)}, γ = {g}, {args.rounds} rounds x {args.steps} steps, "
+          f"torch threads {args.threads}; medians in ms")
+    print(f"{'step':<22}{'engine':>10}{'bare':>10}{'ratio':>8}{'goal':>8}")
+    for name, eng, ref, goal in (("AR step", med["eng_ar"], med["bare_ar"], 1.05),
+                                 ("draft step", med["eng_draft"], med["bare_draft"], 1.25),
+                                 (f"verification (γ={g})", med["eng_verify"], med["bare_verify"], 1.05),
+                                 (f"cycle (γ={g})", med["eng_cycle"], budget, 1.10)):
+        print(f"{name:<22}{eng * 1e3:>10.3f}{ref * 1e3:>10.3f}{eng / ref:>8.2f}{goal:>8.2f}")
+
+    probs = torch.softmax(torch.randn(1, pair.vocab_size), -1)
+    logits, u, gen = torch.randn(1, pair.vocab_size), torch.rand(1, dtype=torch.float64), torch.Generator()
+
+    def per_call(fn, n=2000) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - start) / n
+
+    soft, inv, race = (per_call(lambda: logits.softmax(-1)), per_call(lambda: inverse_cdf(probs, u)),
+                       per_call(lambda: sample(probs, gen)))
+    print(f"draw over V = {pair.vocab_size}: softmax {soft * 1e6:.1f} µs, inverse-CDF (keyed, used) {inv * 1e6:.1f} µs "
+          f"({inv / soft:.2f}x softmax), exponential race {race * 1e6:.1f} µs ({race / soft:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
