@@ -12,7 +12,6 @@ the formula (if it misses too, the time is outside the cycles: prefill, scheduli
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.cli import ArgumentParser, plain_logging
 from analysis.costmodel import fit, joint_from_traces
 from analysis.load import METADATA, add_speedups, load_cycles, load_summaries, load_traces, read_json
 from harness.errors import SpectuneError
@@ -142,14 +142,8 @@ def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool 
     return table
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every spectune error
-        print(f"error: {message} (see python -m analysis.costmodel --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, help="profile.json written by task=profile, or a shipped name")
     parser.add_argument("--traces", required=True, type=Path, help="traces.parquet written by task=trace")
     parser.add_argument("run_dir", type=Path, help="a bench run or sweep directory with fixed-γ runs and AR")
@@ -157,8 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="joint acceptance from Π a_j (expected, default) or realised acceptances")
     parser.add_argument("--allow-mixed", action="store_true", help="allow different models or hardware")
     args = parser.parse_args(argv)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    plain_logging()
     try:
         run(args.profile, args.traces, args.run_dir, args.allow_mixed, args.joint)
     except SpectuneError as err:

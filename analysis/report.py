@@ -9,7 +9,6 @@ A section whose data is absent says so and why, instead of failing.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ import pandas as pd
 
 from analysis import plots
 from analysis.bench_table import bench_table
+from analysis.cli import ArgumentParser, plain_logging
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
 from harness.errors import SpectuneError
 from harness.io import _atomic, write_figure
@@ -171,12 +171,11 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="a run directory or a multirun (sweep) directory")
     parser.add_argument("--allow-mixed", action="store_true", help="allow runs of different models or hardware")
     args = parser.parse_args(argv)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    plain_logging()
     try:
         build(args.directory, args.allow_mixed)
     except SpectuneError as err:
