@@ -44,6 +44,8 @@ def main(cfg: DictConfig) -> int:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     where = f"hydra.sweep.dir={hydra_cfg.sweep.dir}" if multirun else f"hydra.run.dir={run_dir}"
+    if multirun:  # a rerun into the same sweep directory (resume=true): this attempt decides, not the last one
+        (run_dir / "error.json").unlink(missing_ok=True)
     try:
         # Outside submitit a SIGTERM / SIGINT drops the grid point in flight (never a half-written set of
         # files); under submitit the signals stay submitit's (checkpoint + requeue; the rerun resumes).

@@ -173,3 +173,28 @@ def test_a_requeued_submitit_job_resumes_on_its_own(tmp_path, monkeypatch):
     assert not resume.wants_resume(cfg, tmp_path)  # another submission into the same directory
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     assert resume.wants_resume(cfg, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_requeued_submitit_job_resumes_where_it_stopped(tmp_path):
+    """submitit's own signal (SIGUSR2) checkpoints and requeues the job, which reruns the same command:
+    it must skip the grid point it had finished instead of starting over."""
+    args = [sys.executable, "-m", "harness", "-m", "hydra/launcher=submitit_local", *SMALL_BENCH,
+            "task.baseline=false", "gamma=[1,2]", f"hydra.sweep.dir={tmp_path}"]
+    proc = subprocess.Popen(args, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job_dir, deadline = tmp_path / "0", time.monotonic() + 300
+    while not (job_dir / "summary.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    meta = json.loads((job_dir / "metadata.json").read_text())
+    assert meta["job"]["executor"] == "local" and meta["resumed_points"] == []
+    job = subprocess.run(["pgrep", "-f", f"submitit.core._submit {tmp_path}"], capture_output=True,
+                         text=True).stdout.split()  # this sweep's job process (its folder is in the command)
+    assert len(job) == 1, job
+    os.kill(int(job[0]), signal.SIGUSR2)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    log = (job_dir / "__main__.log").read_text()
+    assert "requeued job: resuming" in log and "resume: fixed:gamma=1 already complete, skipped" in log
+    summary = json.loads((job_dir / "summary.json").read_text())
+    assert [m["method"] for m in summary["methods"]] == ["fixed:gamma=1", "fixed:gamma=2"]
+    assert json.loads((job_dir / "metadata.json").read_text())["resumed_points"] == ["fixed:gamma=1"]
