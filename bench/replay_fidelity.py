@@ -1,0 +1,120 @@
+"""Does the replay predict the live engine? Tokens/s predicted from traces + a profile vs measured, side by side.
+
+In one run on the embedded pair: a profile is measured (``task=profile``'s measurement through the engine's
+session), traces are recorded at depth 8 for each concurrency, and for fixed γ ∈ {1, 2, 4, 8} and the
+confidence stop (q(x) < 0.4, ceiling 8) the replay predicts decode throughput from them:
+
+    Σ_cycles Σ_rows (accepted at the policy's depth + 1) / Σ_cycles (depth·t_draft(b) + t_verify(b, depth+1) + o(b))
+
+(depth = the deepest row's at batch b: verification is padded). The live engine then runs the same prompts
+with that policy, ``--repeats`` times; printed: live decode tokens/s (tokens of the cycles over their
+synchronised time), live end-to-end tokens/s (including prefill and admission, which a per-cycle profile
+does not hold), and the ratio live/replay with a 95% t-interval over repeats.
+
+    python bench/replay_fidelity.py --prompts 4 --max-new 24 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+import pandas as pd
+import torch
+from env_speed import TINY, workload_cfg  # a sibling script (run as python bench/replay_fidelity.py)
+from scipy import stats
+
+from harness.engine import Engine
+from harness.engine.records import cycles_frame, requests_frame, summarise
+from harness.engine.traces import record
+from harness.models.loading import load_pair
+from harness.profile import Profile
+from harness.sampling.rejection import get_sampler
+from harness.tasks.profile import measure_costs
+from harness.tasks.trace import workload_requests
+from policies import ConfidenceStop, FixedGamma
+from workloads.loader import load_workload
+
+DEPTH = 8
+THRESHOLD = 0.4
+
+
+def predicted(frame: pd.DataFrame, profile: Profile, method: str) -> float:
+    """Replay's decode tokens/s for ``method`` ("gamma=k" or "confidence") from traces at depth DEPTH."""
+    tokens = time_s = 0.0
+    for _, cycle in frame.groupby("cycle", sort=False):
+        rows = cycle.sort_values(["row", "position"])
+        accepted = rows["accepted"].to_numpy().reshape(-1, DEPTH)
+        leading = np.cumprod(accepted, axis=1).sum(1)
+        if method == "confidence":  # a row stops after the first draft with q(x) < threshold
+            low = rows["token_prob"].to_numpy().reshape(-1, DEPTH) < THRESHOLD
+            depth = np.where(low.any(1), low.argmax(1) + 1, DEPTH)
+        else:
+            depth = np.full(len(leading), int(method.split("=")[1]))
+        b = len(leading)
+        tokens += float((np.minimum(depth, leading) + 1).sum())
+        time_s += profile.cycle_s(int(depth.max()), b)
+    return tokens / time_s
+
+
+def live(engine: Engine, requests: list, method: str, concurrency: int) -> tuple[float, float]:
+    """(decode tokens/s over the cycles' synchronised time, end-to-end output tokens/s)."""
+    policy = ConfidenceStop(DEPTH, THRESHOLD) if method == "confidence" else FixedGamma(int(method.split("=")[1]))
+    result = engine.run(requests, policy, concurrency)
+    cyc = cycles_frame(result.cycles)
+    per_cycle = cyc.groupby("cycle").agg(emitted=("emitted", "sum"), draft_s=("draft_s", "first"),
+                                         verify_s=("verify_s", "first"), rest_s=("rest_s", "first"))
+    decode = per_cycle["emitted"].sum() / (per_cycle[["draft_s", "verify_s", "rest_s"]].sum().sum())
+    return float(decode), float(summarise(requests_frame(result.requests), cyc)["output_throughput"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--max-new", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    pair = load_pair(TINY, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
+    workload = load_workload(workload_cfg("en", args.prompts), pair.tokenizer)
+    requests = workload_requests(workload)
+    for r in requests:
+        r.max_new_tokens = args.max_new
+    engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler("exact"), device="cpu",
+                    seed=1, vocab_size=pair.vocab_size)
+    eos = pair.tokenizer.eos_token_id
+    sizes = sorted(set(args.concurrency))
+    engine.eos = set()
+    long = [type(r)(r.request_id, r.prompt_id, r.language, r.input_ids, 6 * (DEPTH + 1) + 1) for r in requests]
+    long = [long[i % len(long)] for i in range(max(sizes))]
+    for i, r in enumerate(long):
+        r.request_id = i
+    draft, verify, overhead, _ = measure_costs(engine, long, sizes, DEPTH, 1, 5)
+    profile = Profile("fidelity", sizes, DEPTH + 1, draft, verify, overhead)
+    engine.eos = {eos} if eos is not None else set()
+
+    methods = [f"gamma={g}" for g in (1, 2, 4, 8)] + ["confidence"]
+    print(f"embedded pair, en, {len(requests)} prompts x {args.max_new} new tokens, T = "
+          f"{workload.sampling.temperature}, torch threads {args.threads}, {args.repeats} repeats; "
+          f"profile measured in this run (batch {sizes}, means of 5 cycles per (batch, n))")
+    print(f"{'conc':>4} {'method':<11}{'replay':>9}{'live dec':>10}{'ratio':>7}{'95% CI':>16}{'live e2e':>10}"
+          f"{'e2e/replay':>11}")
+    for c in sizes:
+        frame = record(engine.session(requests, None, c, keep_laws=True), requests, DEPTH)
+        for method in methods:
+            pred = predicted(frame, profile, method)
+            runs = [live(engine, requests, method, c) for _ in range(args.repeats)]
+            ratios = np.array([d / pred for d, _ in runs])
+            half = (stats.t.ppf(0.975, len(ratios) - 1) * ratios.std(ddof=1) / np.sqrt(len(ratios))
+                    if len(ratios) > 1 else float("nan"))
+            e2e = statistics.median(e for _, e in runs)
+            print(f"{c:>4} {method:<11}{pred:>9.1f}{statistics.median(d for d, _ in runs):>10.1f}"
+                  f"{ratios.mean():>7.3f}  [{ratios.mean() - half:.3f}, {ratios.mean() + half:.3f}]"
+                  f"{e2e:>10.1f}{e2e / pred:>11.3f}")
+
+
+if __name__ == "__main__":
+    main()
