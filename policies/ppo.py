@@ -4,87 +4,51 @@ The policy file is data (:mod:`policies.sb3_files`): the actor network is rebuil
 directly, once per draft step for all rows (SB3's ``predict`` costs ~100 µs a call: too slow per step and row).
 Deterministic by default (argmax of the logits), so two runs on the same requests are paired.
 
-The observation is a vector of named features (:data:`FEATURES`). A file written by spectune carries a
-``spectune.json`` member naming its features (and optional divisors), its actions and the cost profile it was
-trained for; a file without it must match :data:`DEFAULT_OBSERVATION`. The profile's cost figures
-(c = draft step / target step, g = verification of the positions so far / target step, at the busy batch size)
-are features: a policy trained for another profile is refused unless ``allow_profile_mismatch``.
+The observation is the depth environment's (``policies/envs/observation.py``, one definition): draft signals,
+position, context, batch, recent acceptance and the profile's c and g, scaled as there. The decision the
+environment makes at step 0 ("don't speculate this cycle") is taken in :meth:`PPODepth.begin_cycle` for the
+rows the policy already knows (a cycle speculates unless every known row says stop; a new request's first
+cycle always drafts), since the protocol chooses one ceiling per cycle.
+
+A file written by ``policies.train`` carries ``spectune.json``: its feature names, actions and the profile it
+was trained for (whole, so ``policy.profile`` may stay unset). A policy trained for another profile than the
+run's ``policy.profile`` (other models or hardware, :data:`harness.profile.MATCH_FIELDS`) is refused unless
+``policy.allow_profile_mismatch=true``.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep
 from harness.errors import SpectuneError
+from harness.profile import Profile, load_profile, profile_mismatch
+from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("stop", "continue")  # Discrete(2): action 1 drafts one more token
-DEFAULT_OBSERVATION = ("token_prob", "entropy", "margin", "cum_prob", "position", "context_length",
-                       "recent_acceptance", "batch_size", "c", "g")
-
-
-class Costs:
-    """The cost figures of a profile (profile.json's format): c(b) and g(n, b), at the nearest measured b."""
-
-    def __init__(self, profile: dict[str, Any]) -> None:
-        self.label = str(profile.get("label", "?"))
-        self.t_draft = {int(b): float(v) for b, v in profile["t_draft_s"].items()}
-        self.t_verify = {int(b): [float(x) for x in v] for b, v in profile["t_verify_s"].items()}
-        if not self.t_draft or set(self.t_draft) != set(self.t_verify):
-            raise ValueError("t_draft_s and t_verify_s must cover the same batch sizes")
-
-    def _batch(self, b: int) -> int:
-        return min(self.t_verify, key=lambda k: (abs(k - b), k))
-
-    def c(self, b: int) -> float:
-        key = self._batch(b)
-        return self.t_draft[key] / self.t_verify[key][0]
-
-    def g(self, positions: int, b: int) -> float:
-        """Verification of ``positions`` drafts (positions + 1 target positions) over one target step."""
-        row = self.t_verify[self._batch(b)]
-        return row[min(positions, len(row) - 1)] / row[0]
-
-
-def _load_profile(path: str) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise SpectuneError(f"policy.profile={path!r} is invalid: not a readable profile.json ({err})") from None
-    if data.get("kind") != "spectune-profile":
-        raise SpectuneError(f"policy.profile={path!r} is invalid: kind is {data.get('kind')!r}, not 'spectune-profile'")
-    return data
-
-
-def _identity(profile: dict[str, Any]) -> dict[str, Any]:
-    """What makes two profiles the same hardware and models (the label may differ)."""
-    return {"models": profile.get("models"), "hardware": profile.get("hardware"),
-            "synthetic": profile.get("synthetic", False)}
+ACTIONS = ("stop", "continue")  # Discrete(2) as spectune/DraftDepth-v0: 0 = stop and verify, 1 = draft one more
+DEFAULT_OBSERVATION = OBS_FIELDS
 
 
 class PPODepth(DraftLengthPolicy):
     """PPO depth policy from ``depth_path`` (an SB3 ``.zip``); γ (the grid's value) is the ceiling on depth.
 
     Args:
-        gamma: the most drafts per cycle (the env's max_depth).
+        gamma: the most drafts per cycle (the environment's max_depth).
         depth_path: the depth policy file.
         trust_pickle: load the file with SB3 itself (its pickles run); only for files you trust.
-        profile: a ``profile.json`` with the costs of this run's models and hardware; ``None`` uses the profile
-            the file was trained for.
-        allow_profile_mismatch: use a file trained for another profile than ``profile`` (results are then a
-            transfer experiment, and labelled so in ``describe``).
+        profile: the cost profile of this run's models and hardware (path or shipped name); ``None`` uses the
+            profile the file was trained for.
+        allow_profile_mismatch: use a file trained for another profile than ``profile`` (a transfer
+            experiment, labelled so in ``describe``).
         deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
         seed: seed of the sampled actions when not deterministic.
     """
@@ -120,40 +84,41 @@ class PPODepth(DraftLengthPolicy):
                                 f"{self.file.action_space.n}) {list(actions)} is not the depth policy's Discrete(2) "
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
-        self.scale = torch.tensor(extra.get("scale", [1.0] * len(self.features)), dtype=torch.float32)
-        if self.scale.shape != (len(self.features),) or not bool((self.scale > 0).all()):
-            raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: 'scale' must be {len(self.features)} "
-                                "positive numbers")
-        trained_for = extra.get("profile")
-        run_profile = _load_profile(profile) if profile else None
-        self.mismatch = bool(trained_for and run_profile and _identity(trained_for) != _identity(run_profile))
-        if self.mismatch and not allow_profile_mismatch:
-            raise SpectuneError(f"policy.profile={profile!r} is invalid for policy.depth_path={depth_path!r}: the "
-                                f"policy was trained for profile {trained_for.get('label')!r} (other models or "
-                                "hardware); set policy.allow_profile_mismatch=true to use it anyway")
-        chosen = run_profile or trained_for
+        self.scale = torch.tensor([SCALE.get(f, 1.0) for f in self.features], dtype=torch.float64)
+        self.mismatch, self.profile = self._profile(depth_path, profile, allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
-        if needs_costs and chosen is None:
+        if needs_costs and self.profile is None:
             raise SpectuneError(f"policy.depth_path={depth_path!r} reads the cost features {sorted(needs_costs)}: "
-                                "give policy.profile=PROFILE.json (the file names no profile of its own)")
-        try:
-            self.costs = Costs(chosen) if chosen is not None else None
-        except (KeyError, ValueError, TypeError, AttributeError) as err:
-            raise SpectuneError(f"the cost profile for policy=ppo is invalid: {err}") from None
-        self.profile_path = profile
+                                "give policy.profile=PROFILE (the file names no profile of its own)")
+        self.profile_arg = profile
         self.signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
         self.rows = RowTracker()
         self.reset()
+
+    def _profile(self, depth_path: str, profile: str | None, allow: bool) -> tuple[bool, Profile | None]:
+        """The run's profile (or the file's own) and whether the file was trained for other models/hardware."""
+        trained = self.file.extra.get("profile")
+        try:
+            trained = Profile.from_json(trained, f"{depth_path}:spectune.json") if trained else None
+        except SpectuneError as err:
+            raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: its profile: {err}") from None
+        run = load_profile(profile) if profile else None
+        if trained is None or run is None:
+            return False, run or trained
+        diff = profile_mismatch(trained, {"models": run.models, "hardware": run.hardware})
+        if diff and not allow:
+            fields = ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
+            raise SpectuneError(f"policy.profile={profile!r} is invalid for policy.depth_path={depth_path!r}: the "
+                                f"policy was trained for profile {trained.label!r} ({fields}); set "
+                                "policy.allow_profile_mismatch=true to use it anyway (a transfer experiment)")
+        return bool(diff), run
 
     def reset(self) -> None:
         self.rows.reset()
         self.history: dict[int, tuple[int, int]] = {}  # slot -> (accepted, drafted) over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
 
-    def begin_cycle(self, batch_size: int) -> int:
-        self.rows.begin_cycle()
-        return self.max_gamma
-
+    # -- features ----------------------------------------------------------------------------------------
     def recent_acceptance(self, batch: int) -> torch.Tensor:
         """Accepted / drafted over each row's previous cycles of its request (0.5 before any)."""
         values = [0.5] * batch
@@ -163,21 +128,43 @@ class PPODepth(DraftLengthPolicy):
         return torch.tensor(values, dtype=torch.float64)
 
     def observation(self, step: DraftStep) -> torch.Tensor:
-        """[B, F] float32: the features of every row after this draft step, divided by the file's scale."""
-        if step.step == 0:
-            self.rows.on_step(step)
-            for row in self.rows.new_rows:
-                self.history.pop(row, None)
+        """[B, F]: every row's features after draft step ``step``, scaled as the depth environment's."""
         columns = [FEATURES[name](self, step).to("cpu", torch.float64) for name in self.features]
-        return torch.stack(columns, dim=1).float() / self.scale
+        return torch.stack(columns, dim=1) / self.scale
 
-    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
-        logits = self.file.logits(self.observation(step))
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """[B] bool: rows whose action is "continue" (one actor call for all rows)."""
+        logits = self.file.logits(obs.clamp(0, OBS_HIGH))
         if self.deterministic:
             action = logits.argmax(-1)
         else:
             action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1)
-        return (action == self.continue_action).to(step.active.device)
+        return action == self.continue_action
+
+    # -- the protocol ------------------------------------------------------------------------------------
+    def begin_cycle(self, batch_size: int) -> int:
+        """The step-0 decision for the rows known from the last cycle: γ = 0 when every one of them says stop."""
+        self.rows.begin_cycle()
+        known = sorted(self.rows.expected)
+        if not known or len(known) != batch_size:
+            return self.max_gamma  # new requests in the batch: speculate (they stop after one draft if told to)
+        width = max(known) + 1
+        context = torch.zeros(width, dtype=torch.long)
+        context[known] = torch.tensor([self.rows.expected[r] for r in known])
+        before = {name: torch.full((width,), 1.0 if name == "cum_prob" else 0.0, dtype=torch.float64)
+                  for name in self.signals}  # nothing drafted yet: the environment's step-0 values
+        active = torch.zeros(width, dtype=torch.bool)
+        active[known] = True
+        start = DraftStep(step=-1, active=active, context_length=context, batch_size=width, **before)
+        keep = self.act(self.observation(start))[known]
+        return self.max_gamma if bool(keep.any()) else 0
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        if step.step == 0:
+            self.rows.on_step(step)
+            for row in self.rows.new_rows:
+                self.history.pop(row, None)
+        return self.act(self.observation(step)).to(step.active.device)
 
     def observe(self, feedback: CycleFeedback) -> None:
         rows = self.rows.observe(feedback)
@@ -190,7 +177,7 @@ class PPODepth(DraftLengthPolicy):
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "depth": self.file.describe(),
                 "features": list(self.features), "deterministic": self.deterministic,
-                "profile": self.costs.label if self.costs else None, "profile_path": self.profile_path,
+                "profile": self.profile.label if self.profile else None, "profile_arg": self.profile_arg,
                 "profile_mismatch": self.mismatch}
 
 
@@ -199,6 +186,7 @@ def _signal(name: str, policy: PPODepth, step: DraftStep) -> torch.Tensor:
 
 
 def _busy(step: DraftStep) -> int:
+    """Rows in flight (the environment's batch_size): the slots with a sequence (context > 0)."""
     return max(1, int((step.context_length > 0).sum()))
 
 
@@ -206,21 +194,25 @@ def _full(step: DraftStep, value: float) -> torch.Tensor:
     return torch.full(step.active.shape, float(value), dtype=torch.float64)
 
 
-# name -> how the engine-side policy computes it from a draft step (the envs must compute the same)
+def _g(policy: PPODepth, step: DraftStep) -> torch.Tensor:
+    """Verification of one more position after ``step + 1`` drafts, g(depth + 1, b), as the environment."""
+    profile = policy.profile
+    return _full(step, profile.g(min(step.step + 2, profile.max_positions - 1), _busy(step)))
+
+
+# name -> the raw value the engine-side policy computes from a draft step (scaled by envs.observation.SCALE)
 FEATURES: dict[str, Callable[[PPODepth, DraftStep], torch.Tensor]] = {
     **{name: functools.partial(_signal, name) for name in DRAFT_SIGNALS},
     "position": lambda policy, step: _full(step, step.step + 1),
     "context_length": lambda policy, step: step.context_length,
-    "recent_acceptance": lambda policy, step: policy.recent_acceptance(step.active.shape[0]),
     "batch_size": lambda policy, step: _full(step, _busy(step)),
-    "c": lambda policy, step: _full(step, policy.costs.c(_busy(step))),
-    "g": lambda policy, step: _full(step, policy.costs.g(step.step + 1, _busy(step))),
-    "g_next": lambda policy, step: _full(step, policy.costs.g(step.step + 2, _busy(step))),
+    "recent_acceptance": lambda policy, step: policy.recent_acceptance(step.active.shape[0]),
+    "c": lambda policy, step: _full(step, policy.profile.c(_busy(step))),
+    "g": _g,
 }
+assert set(OBS_FIELDS) <= set(FEATURES)
 
 
 def observation_low_high(features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds of the observation Box for these features (probabilities in [0, 1], the rest [0, inf))."""
-    bounded = set(DRAFT_SIGNALS) - {"entropy"} | {"recent_acceptance"}
-    high = np.array([1.0 if f in bounded else np.inf for f in features], dtype=np.float32)
-    return np.zeros(len(features), dtype=np.float32), high
+    """Bounds of the observation Box, as the depth environment's: [0, OBS_HIGH] for every field."""
+    return np.zeros(len(features), dtype=np.float32), np.full(len(features), OBS_HIGH, dtype=np.float32)

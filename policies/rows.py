@@ -71,13 +71,21 @@ class RowTracker:
         return None
 
     def observe(self, feedback: CycleFeedback) -> list[int] | None:
-        """Map the feedback to slots and remember where each slot's next cycle should start."""
-        rows = self.rows_of(feedback)
-        if rows is None or self.context is None:
+        """Map the feedback to slots and remember where each slot's next cycle should start.
+
+        A cycle that showed no draft step (γ ≤ 1, or no speculation) is mapped to the slots of the previous
+        cycle when their number matches (a request that ended and one admitted into its slot in between look
+        the same: an approximation only such cycles make)."""
+        explicit = getattr(feedback, "rows", None) is not None
+        rows = self.rows_of(feedback) if self.context is not None or explicit else None
+        if rows is None and self.context is None and len(self.expected) == len(feedback.num_drafts):
+            rows = sorted(self.expected)
+        if rows is None:
             self.expected = {}
-            return rows
-        self.expected = {row: int(self.context[row]) + accepted + 1
-                         for row, accepted in zip(rows, feedback.num_accepted, strict=True)}
+            return None
+        start = {row: int(self.context[row]) if self.context is not None else self.expected.get(row) for row in rows}
+        self.expected = {row: start[row] + accepted + 1
+                         for row, accepted in zip(rows, feedback.num_accepted, strict=True) if start[row] is not None}
         return rows
 
     def signal(self, name: str, row: int, position: int) -> float | None:
