@@ -7,6 +7,8 @@ text so far equals the recorded one (common random numbers keep them equal until
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -103,3 +105,23 @@ def test_trace_columns_and_scores(pair):
     assert realised_accepted(np.array([True, True, False, True]), 4) == 2
     assert realised_accepted(np.array([True, True, True]), 2) == 2
     assert (frame.groupby("request_id")["recent_acceptance"].first() == 0.5).all()
+
+
+@pytest.mark.slow
+def test_task_trace_writes_traces_and_metadata_or_nothing(cli, tmp_path):
+    """The CLI writes traces.parquet (atomically, via harness.io) and its metadata; bad input writes nothing."""
+    run = cli("task=trace", "+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=6", "task.max_depth=3",
+              "task.warmup=0", run_dir=tmp_path / "ok")
+    assert run.returncode == 0, run.stderr
+    frame = pd.read_parquet(tmp_path / "ok/traces.parquet")
+    assert list(frame.columns) == list(TRACE_COLUMNS) and (frame["max_depth"] == 3).all()
+    assert set(frame["language"]) == {"en"} and frame["prompt_id"].nunique() == 2
+    meta = json.loads((tmp_path / "ok/traces.metadata.json").read_text())
+    assert meta["max_depth"] == 3 and meta["rows"] == len(frame) and "device_name" in meta["hardware"]
+    assert meta["models"]["target"]["name_or_path"] == "harness/models/tiny/target"
+    assert not list((tmp_path / "ok").glob(".*.tmp"))  # no temporaries left by the atomic writers
+    for value, message in (("0", "task.max_depth=0 is out of range"), ("100000", "task.max_depth=100000 is out of")):
+        bad = cli("task=trace", "+workload=en", f"task.max_depth={value}", run_dir=tmp_path / value)
+        errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+        assert bad.returncode == 2 and len(errors) == 1 and message in errors[0]
+        assert not (tmp_path / value / "traces.parquet").exists()
