@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 FIT_CSV = "costmodel_fit.csv"
 FIT_JSON = "costmodel_fit.json"
 COLUMNS = ["gamma", "batch_size", "predicted_speedup", "measured_speedup", "error", "constant_alpha_speedup",
-           "constant_alpha_error", "seed_speedup", "E", "measured_E", "draft", "measured_draft", "verify",
-           "measured_verify", "overhead", "measured_overhead", "in_sample_speedup", "language", "run"]
+           "constant_alpha_error", "seed_speedup", "E", "E_constant_alpha", "measured_E", "draft", "measured_draft",
+           "verify", "measured_verify", "overhead", "measured_overhead", "in_sample_speedup", "language", "run"]
 
 
 def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
