@@ -5,9 +5,12 @@ The prediction comes from a ``task=profile`` result (costs) and ``task=trace`` t
 from the runs it predicts. The measurement is like for like: a TPOT-based speed-up (the AR's mean TPOT
 over the method's; the formula leaves out prefill, and so does TPOT). Beside each speed-up stand the
 terms on both sides, in units of the run's own AR step: E (tokens per cycle), draft (c γ), verify (g(γ))
-and overhead (o), so a miss says which term is off; ``in_sample_speedup`` puts the run's own terms into
-the formula (if it misses too, the time is outside the cycles: prefill, scheduling). Writes
-``costmodel_fit.csv`` and ``costmodel_fit.json`` (with metadata) into RUN_DIR.
+and overhead (o), so a miss says which term is off. ``measured_E`` is the acceptance length (1 + accepted),
+``measured_emitted`` the tokens a cycle really delivered (the last cycle of a request is cut at
+max_new_tokens or EOS, a finite-length term the formula leaves out); ``in_sample_speedup`` puts the run's
+own terms (emitted tokens, draft, verify, overhead) into the formula: if it misses too, the time is outside
+the cycles (admission, scheduling). Writes ``costmodel_fit.csv`` and ``costmodel_fit.json`` (with metadata)
+into RUN_DIR.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ log = logging.getLogger(__name__)
 FIT_CSV = "costmodel_fit.csv"
 FIT_JSON = "costmodel_fit.json"
 COLUMNS = ["gamma", "batch_size", "predicted_speedup", "measured_speedup", "error", "constant_alpha_speedup",
-           "constant_alpha_error", "seed_speedup", "E", "E_constant_alpha", "measured_E", "draft", "measured_draft",
-           "verify", "measured_verify", "overhead", "measured_overhead", "in_sample_speedup", "language", "run"]
+           "constant_alpha_error", "seed_speedup", "E", "E_constant_alpha", "measured_E", "measured_emitted", "draft",
+           "measured_draft", "verify", "measured_verify", "overhead", "measured_overhead", "in_sample_speedup",
+           "language", "run"]
 
 
 def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
@@ -45,7 +49,9 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
     if fixed.empty or not summaries["method"].eq("ar").any():
         raise SpectuneError(f"{run_dir} has no fixed-γ runs with an AR baseline to compare with: run "
                             "python -m harness +workload=NAME (policy=fixed, task.baseline=true)")
-    cycles = load_cycles(run_dir, allow_mixed).drop_duplicates(["run", "method", "cycle"])  # one row per cycle
+    rows_of_cycles = load_cycles(run_dir, allow_mixed)  # one row per (cycle, request)
+    emitted = rows_of_cycles[rows_of_cycles["num_drafts"] > 0].groupby(["run", "method"])["emitted"].mean()
+    cycles = rows_of_cycles.drop_duplicates(["run", "method", "cycle"])  # one row per cycle: its times
     per_cycle = cycles.groupby(["run", "method"])[["draft_s", "verify_s", "rest_s"]].mean()
     rows = []
     for point in fixed.itertuples(index=False):
@@ -57,12 +63,13 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
         rows.append({"run": run, "gamma": int(point.gamma), "batch_size": int(point.concurrency or 1),
                      "language": point.language, "measured_speedup": point.tpot_speedup,
                      "measured_E": point.spec_decode_acceptance_length,
+                     "measured_emitted": emitted.get((run, point.method), float("nan")),
                      "measured_draft": times["draft_s"] / step, "measured_verify": times["verify_s"] / step,
                      "measured_overhead": times["rest_s"] / step,
                      "measured_ar_overhead": per_cycle.loc[(run, "ar"), "rest_s"] / step})
     out = pd.DataFrame(rows)
     if len(out):  # the formula with every term taken from the run itself: does the formula close?
-        out["in_sample_speedup"] = out["measured_E"] * (1 + out["measured_ar_overhead"]) / (
+        out["in_sample_speedup"] = out["measured_emitted"] * (1 + out["measured_ar_overhead"]) / (
             out["measured_draft"] + out["measured_verify"] + out["measured_overhead"])
     return out
 
