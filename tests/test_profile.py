@@ -107,3 +107,13 @@ def test_task_profile_writes_a_loadable_profile(cli, tmp_path):
     assert p.models["target"]["name_or_path"] == "harness/models/tiny/target" and "device_name" in p.hardware
     bad = cli("task=profile", "+workload=en", "task.max_depth=0", run_dir=tmp_path / "bad")
     assert bad.returncode == 2 and "task.max_depth=0" in bad.stderr and not (tmp_path / "bad/profile.json").exists()
+
+
+def test_shipped_cpu_profile_is_of_the_embedded_pair():
+    p = load_profile("tiny-cpu-2core-vm")
+    assert p.models["target"]["name_or_path"] == "harness/models/tiny/target"
+    assert p.models["draft"]["name_or_path"] == "harness/models/tiny/draft"
+    assert p.hardware["device"] == "cpu" and p.hardware["execution_path"] == "eager" and not p.synthetic
+    assert p.max_positions == 13 and p.batch_sizes == [1, 2, 4]
+    assert all(0 < p.c(b) < 1 for b in p.batch_sizes)  # a draft step is cheaper than a target step
+    assert set(p.fit["t_verify_s ~ a + b*n"]) == {"1", "2", "4"}

@@ -256,6 +256,7 @@ class Session:
             accepted = torch.zeros(self.batch, dtype=torch.long, device=self.device)
             next_tokens, accepted_list = next_tok.tolist(), [0] * self.batch  # the host sync
             drafts_list, num_drafts = [[] for _ in range(self.batch)], [0] * self.batch
+        context_list = context.tolist()  # ready since the sync above: reading it now costs no extra stall
         t2 = self.clock.mark()
         when = time.perf_counter() - self.start  # the tokens are on the host now: their emission time
         t0 = self._marks[0]
@@ -268,7 +269,7 @@ class Session:
                 self.proposer.rollback(context, accepted, proposal, active, [accepted_list[r] for r in rows])
             else:
                 self.proposer.skip(self.last, active)
-        positions = self.position.tolist() if self.keep_laws else []
+        positions = self.position.tolist() if self.keep_laws else []  # traces only (a sync: fine off the clock)
         self.position = self.position + torch.where(active, accepted + 1, 0)
         self.last = torch.tensor(next_tokens, device=self.device)
         row_ids = {row: self.slots[row].request_id for row in rows}  # _emit() may free slots
@@ -282,7 +283,7 @@ class Session:
         rest_s = self.clock.seconds(t2, self.clock.mark())
         gamma = depth if gamma is None else gamma
         outcome = CycleOutcome(self.cycle_index, rows, row_ids, gamma, num_drafts, accepted_list, emitted,
-                               context.tolist(), positions, draft_s, verify_s, rest_s, step_s)
+                               context_list, positions, draft_s, verify_s, rest_s, step_s)
         if self.keep_laws:
             outcome.proposal, outcome.target_laws, outcome.accept_uniforms = proposal, target_laws, accept_u
         self.cycles.extend(
