@@ -10,6 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import SpectuneError
 from harness.io import write_json
@@ -21,6 +22,47 @@ log = logging.getLogger("harness")
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("task", "models", "hardware", "policy", "workload")
+
+
+def check_override_syntax(argv: list[str]) -> None:
+    """A malformed override (``gamma=[1,``) fails in one line, before Hydra prints its several-line message."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    args = get_args_parser().parse_known_args(argv)[0]
+    parser = OverridesParser.create()
+    parsed = []
+    for override in args.overrides:
+        try:
+            parsed += parser.parse_overrides([override])
+        except OverrideParseException as err:
+            first = str(err).strip().splitlines()[0]
+            raise SpectuneError(f"{override} is not a valid override: {first} (quote lists: 'key=[a,b]'; "
+                                "grammar: https://hydra.cc/docs/advanced/override_grammar/basic)") from None
+    if not args.multirun and not any(o.is_sweep_override() for o in parsed):
+        check_keys_exist(args.overrides)
+
+
+def check_keys_exist(overrides: list[str]) -> None:
+    """A key that is not in the config (``task.alfas=...``) fails in one line naming it (a single run only:
+    a sweep's jobs are composed by Hydra one by one)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    own = [o for o in overrides if not o.lstrip("~+").startswith("hydra.") and not o.startswith("hydra/")]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            compose(config_name="config", overrides=own)
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+        key = getattr(cause, "full_key", None)
+        first = str(cause).strip().splitlines()[0]
+        if "not in struct" in first and key:
+            raise SpectuneError(f"{key} is not a key of the config: check its spelling, or add it with "
+                                f"+{key}=...") from None
+        raise SpectuneError(f"cannot apply the overrides: {first}") from None
 
 
 def check_group_choices(argv: list[str]) -> None:
@@ -57,6 +99,14 @@ def main(cfg: DictConfig) -> int:
             write_json(run_dir / "error.json", {"error": str(err), "overrides": list(hydra_cfg.overrides.task)})
             return 2
         sys.exit(2)
+    except OmegaConfBaseException as err:  # e.g. an override whose ${interpolation} does not resolve
+        key = getattr(err, "full_key", None)
+        first = str(err).strip().splitlines()[0]
+        log.error(f"error: {key + ': ' if key else ''}{first}")
+        if multirun:
+            write_json(run_dir / "error.json", {"error": first, "overrides": list(hydra_cfg.overrides.task)})
+            return 2
+        sys.exit(2)
     except Interrupted as stop:
         log.error(f"error: {stop}: the grid point in flight was dropped, the completed ones are in {run_dir}; "
                   f"rerun the same command with resume=true {where} to finish")
@@ -69,6 +119,7 @@ def main(cfg: DictConfig) -> int:
 if __name__ == "__main__":
     try:
         check_group_choices(sys.argv[1:])
+        check_override_syntax(sys.argv[1:])
     except SpectuneError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

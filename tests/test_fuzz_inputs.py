@@ -282,3 +282,19 @@ def test_costmodel_runs_or_fails_in_one_line_and_writes_nothing_on_failure(tmp_p
         assert not list(out.iterdir()), list(out.iterdir())  # no partial result
         return
     assert (out / "costmodel.csv").exists() and (out / "costmodel.json").exists()
+
+
+# ---- the command line itself ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("gamma=[1,", "gamma=[1, is not a valid override"),
+    ("task.alfas=[0.5]", "task.alfas is not a key of the config"),
+    ("task.alphas=${oops}", "task.alphas: Interpolation key 'oops' not found"),
+    ("task.gamma_max=2.5", "task.gamma_max=2.5"),
+])
+def test_command_line_mistakes_are_one_line_exit_2_and_write_no_result(cli, tmp_path, override, message):
+    proc = cli("task=costmodel", override, run_dir=tmp_path)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0] and errors[0] == proc.stderr.strip(), proc.stderr[-2000:]
+    assert not list(tmp_path.glob("costmodel.*"))
