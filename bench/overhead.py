@@ -51,13 +51,15 @@ def bare(model, prompt: list[int], width: int, steps: int) -> list[float]:
 
 
 def engine_cycles(engine: Engine, prompt: list[int], gamma: int, steps: int) -> list:
-    """``steps`` cycles at ``gamma`` (0: AR) of one request, after one warm-up cycle."""
-    request = Request(0, "p", "en", prompt, steps * (gamma + 1) + 2)
-    session = engine.session([request], FixedGamma(gamma) if gamma else None, 1)
+    """``steps`` cycles at ``gamma`` (0: AR) from the prompt's context: short requests (two cycles each, so the
+    context stays within γ+1 tokens of the bare forwards'), after one warm-up cycle."""
+    per_request = 2
+    requests = [Request(i, "p", "en", prompt, per_request * (gamma + 1) + 1) for i in range(steps // per_request + 2)]
+    session = engine.session(requests, FixedGamma(gamma) if gamma else None, 1)
     out = []
     while not session.done and len(out) < steps + 1:
         outcome = session.step()
-        if outcome is not None:
+        if outcome is not None and outcome.context_length[0] < len(prompt) + per_request * (gamma + 1):
             out.append(outcome)
     return out[1:]
 
