@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 # The smallest real bench: three English prompts, eight new tokens, one warm-up request.
-SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1"]
+SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1", "task.repeats=1"]
 
 CLI = Callable[..., subprocess.CompletedProcess]
 
@@ -58,3 +58,16 @@ def tiny_sweep(tmp_path_factory) -> Path:
     done = run_cli("-m", *SMALL_BENCH, "gamma=[1,2]", "concurrency=1,2", f"hydra.sweep.dir={sweep}")
     assert done.returncode == 0, done.stderr[-2000:]
     return sweep
+
+
+@pytest.fixture(scope="session")
+def tiny_cost_inputs(tmp_path_factory) -> tuple[Path, Path]:
+    """A real profile (batch 1 and 2, up to 3 positions) and real traces (depth 2) of the embedded pair, made
+    once per session by the CLI, for the cost-model fit against ``tiny_sweep`` (γ = 1, 2)."""
+    root = tmp_path_factory.mktemp("cost_inputs")
+    profile = run_cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
+                      "task.warmup=1", run_dir=root / "profile")
+    assert profile.returncode == 0, profile.stderr[-2000:]
+    traces = run_cli("task=trace", *SMALL_BENCH, "task.max_depth=2", run_dir=root / "trace")
+    assert traces.returncode == 0, traces.stderr[-2000:]
+    return root / "profile" / "profile.json", root / "trace" / "traces.parquet"

@@ -150,3 +150,27 @@ def test_cli_writes_the_comparison_into_the_run_dir(tiny_sweep, tmp_path, cli):
     refused = cli("--profile", str(profile), "--traces", str(traces_dir), str(run_dir), module="analysis.costmodel")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "was measured with models.target.name_or_path=meta-llama/Llama-3.1-8B" in refused.stderr
+
+
+@pytest.mark.slow
+def test_cli_on_a_real_profile_and_real_traces(tiny_sweep, tiny_cost_inputs, tmp_path, cli):
+    """The whole path on the embedded pair: task=profile and task=trace feed the fit, the tiny sweep is measured.
+    Checked: the table is complete and its terms are consistent; not the size of the error (2-core CI noise)."""
+    import shutil
+
+    profile, traces = tiny_cost_inputs
+    run_dir = shutil.copytree(tiny_sweep, tmp_path / "sweep")
+    done = cli("--profile", str(profile), "--traces", str(traces), str(run_dir), module="analysis.costmodel")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(run_dir / "costmodel_fit.csv")
+    assert len(table) == 4 and set(table["gamma"]) == {1, 2} and set(table["batch_size"]) == {1, 2}
+    real = json.loads(profile.read_text())
+    for row in table.itertuples():
+        b, g = str(row.batch_size), row.gamma
+        step = real["t_verify_s"][b][0]
+        assert row.verify == pytest.approx(real["t_verify_s"][b][g] / step)
+        assert row.draft == pytest.approx(g * real["t_draft_s"][b] / step)
+        assert 1 <= row.E <= g + 1 and 1 <= row.measured_E <= g + 1
+        cost = row.draft + row.verify + row.overhead
+        assert row.predicted_speedup == pytest.approx(row.E * (1 + row.overhead) / cost)
+    assert table["measured_speedup"].gt(0).all() and table["in_sample_speedup"].gt(0).all()

@@ -28,11 +28,12 @@ def test_notebook_is_committed_without_outputs_and_matches_its_script(name):
     assert [c.source for c in script.cells] == [c.source for c in notebook.cells], "run jupytext --sync"
 
 
-def _execute(name: str, results_dir: Path, out: Path) -> nbformat.NotebookNode:
+def _execute(name: str, results_dir: Path, out: Path, **parameters: str) -> nbformat.NotebookNode:
     import papermill
 
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters={"results_dir": str(results_dir)},
-                               cwd=str(REPO), kernel_name="python3", progress_bar=False)
+    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out),
+                               parameters={"results_dir": str(results_dir), **parameters}, cwd=str(REPO),
+                               kernel_name="python3", progress_bar=False)
     return nbformat.read(out, as_version=4)
 
 
@@ -69,6 +70,16 @@ def test_cost_model_notebook_checks_the_formula_in_sample(results, tmp_path):
     assert _count(notebook, "text/html", "joint_acceptance") == 1
     assert _count(notebook, "image/png") == 1  # per-position acceptance; no profile/traces in a bench sweep
     assert _count(notebook, "text/markdown", "No profile.json / traces.parquet") == 1
+
+
+@pytest.mark.slow
+def test_cost_model_notebook_fits_a_real_profile_and_traces(results, tiny_cost_inputs, tmp_path):
+    profile, traces = tiny_cost_inputs
+    notebook = _execute("cost_model", results, tmp_path / "out.ipynb", profile=str(profile), traces=str(traces))
+    assert not [o for o in _outputs(notebook) if o.output_type == "error"]
+    assert _count(notebook, "text/html", "predicted_speedup") == 1
+    assert _count(notebook, "image/png") == 2  # per-position acceptance, the fit against the measurement
+    assert (results / "costmodel_fit.csv").exists()
 
 
 @pytest.mark.slow
