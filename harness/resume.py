@@ -143,7 +143,7 @@ def load_completed(run_dir: Path, cfg: DictConfig, keys: list[PointKey]) -> Comp
                  "running every grid point", run_dir)
         return done
     wanted = set(keys)
-    for entry in summary.get("methods", []):
+    for entry in summary.get("points", summary.get("methods", [])):  # per-point entries (runs with repeats)
         key = point_key(entry)
         if key not in wanted or entry.get("status") != "ok":
             continue

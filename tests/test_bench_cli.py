@@ -13,12 +13,15 @@ from tests.conftest import SMALL_BENCH as SMALL
 @pytest.mark.slow
 def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     run_dir = tmp_path / "run"
-    proc = cli(*SMALL, "gamma=[1,3]", "concurrency=2", f"hydra.run.dir={run_dir}")
+    proc = cli(*SMALL, "gamma=[1,3]", "concurrency=2", "task.repeats=2", "task.noise_floor=true",
+               f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "fixed:gamma=3" in proc.stdout and "speedup" in proc.stdout
+    assert "fixed:gamma=3" in proc.stdout and "speedup" in proc.stdout and "95% CI" in proc.stdout
+    assert "best by throughput:" in proc.stdout and "MAD rule" in proc.stdout and "noise floor (A/A" in proc.stdout
 
     requests = pd.read_parquet(run_dir / "requests.parquet")
-    assert set(requests["method"]) == {"ar", "fixed:gamma=1", "fixed:gamma=3"}
+    assert set(requests["method"]) == {"ar", "ar#2", "fixed:gamma=1", "fixed:gamma=3"}
+    assert set(requests["repeat"]) == {0, 1} and len(requests) == 4 * 2 * 3  # methods x repeats x prompts
     assert (requests["output_tokens"] >= 1).all() and (requests["output_tokens"] <= 8).all()
     assert {"ttft_ms", "tpot_ms", "e2el_ms", "itls_ms", "output_ids", "token_times_s"} <= set(requests.columns)
     cycles = pd.read_parquet(run_dir / "cycles.parquet")
@@ -29,11 +32,24 @@ def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     methods = {m["method"]: m for m in summary["methods"]}
     g3 = methods["fixed:gamma=3"]
-    assert g3["status"] == "ok" and g3["completed"] == 3 and g3["failed"] == 0
+    assert g3["status"] == "ok" and g3["completed"] == 6 and g3["failed"] == 0 and g3["repeats"] == 2
     for key in ("output_throughput", "request_throughput", "p99_ttft_ms", "median_tpot_ms", "p90_itl_ms",
                 "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates", "peak_rss_bytes"):
         assert g3[key] is not None, key
     assert len(g3["spec_decode_per_position_acceptance_rates"]) == 3
+    # repeats: CIs from the paired (repeat, prompt) cluster bootstrap; p99 CIs only with >= 100 samples behind them
+    for key in ("output_throughput", "speedup", "p50_ttft_ms", "p50_tpot_ms", "p50_e2el_ms"):
+        assert g3[f"{key}_ci95_lo"] <= g3[f"{key}_ci95_hi"], key
+    assert g3["p99_ttft_ms_ci95_lo"] is None and g3["ttft_samples"] == 6
+    assert len(g3["output_throughput_per_repeat"]) == 2
+    assert g3["output_throughput"] == pytest.approx(sorted(g3["output_throughput_per_repeat"])[0] / 2
+                                                    + sorted(g3["output_throughput_per_repeat"])[1] / 2)
+    assert summary["statistics"]["n_clusters"] == 6 and "bootstrap" in summary["statistics"]["ci_method"]
+    assert summary["noise_floor_pct"] is not None and summary["repeats"] == 2
+    assert sum(m["best"] for m in summary["methods"]) == 1 and not methods["ar#2"]["best"]
+    order = [(p["method"], p["repeat"]) for p in summary["points"]]
+    assert order == [("ar", 0), ("ar#2", 0), ("fixed:gamma=1", 0), ("fixed:gamma=3", 0),
+                     ("ar#2", 1), ("fixed:gamma=1", 1), ("fixed:gamma=3", 1), ("ar", 1)]  # rotated per repeat
     assert sum(g3["accepted_length_histogram"]) == g3["spec_decode_num_drafts"]
     assert g3["spec_decode_acceptance_length"] == pytest.approx(
         1 + g3["spec_decode_accepted_tokens"] / g3["spec_decode_num_drafts"])
@@ -60,7 +76,7 @@ def test_open_loop_poisson_arrivals(cli, tmp_path):
 def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     # In a sweep the workload group is chosen per job, so its fields take `++` (add or override).
     proc = cli("-m", "+workload=en,zh", "++workload.num_prompts=2", "++workload.max_new_tokens=6", "task.warmup=0",
-                   "task.baseline=false", "gamma=1,2", f"hydra/launcher={launcher}",
+                   "task.baseline=false", "task.repeats=1", "gamma=1,2", f"hydra/launcher={launcher}",
                    f"hydra.sweep.dir={tmp_path}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = sorted(tmp_path.glob("*/summary.json"))
@@ -78,6 +94,10 @@ def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     ("workload.max_new_tokens=0", "max_new_tokens"),
     ("policy=greedy-guess", "policy='greedy-guess'"),
     ("hardware=cuda", "CUDA"),
+    ("task.repeats=0", "task.repeats=0"),
+    ("gamma=[]", "gamma=[]"),
+    ("slo.ttft_ms=0", "slo.ttft_ms=0"),
+    ("slo.e2el_ms=-1", "slo.e2el_ms=-1"),
 ])
 def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
     proc = cli(*SMALL, override, f"hydra.run.dir={tmp_path}")
@@ -110,7 +130,7 @@ def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
 @pytest.mark.slow
 def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(cli, tmp_path):
     proc = cli("-m", "+workload=en", "gamma=0,1", "++workload.num_prompts=2", "++workload.max_new_tokens=4",
-                   "task.warmup=0", "task.baseline=false", f"hydra.sweep.dir={tmp_path}")
+                   "task.warmup=0", "task.baseline=false", "task.repeats=1", f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert json.loads((tmp_path / "0" / "error.json").read_text())["error"].startswith("gamma=0 is invalid")

@@ -80,7 +80,7 @@ def test_resume_reruns_only_the_missing_point_and_rejects_another_config(cli, tm
     assert cli(*args).returncode == 0
     # Drop the last grid point from the summary, as if the run had been killed before it.
     summary = json.loads((tmp_path / "summary.json").read_text())
-    summary["methods"] = summary["methods"][:-1]
+    summary["points"] = summary["points"][:-1]
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     kept = pd.read_parquet(tmp_path / "requests.parquet")
 

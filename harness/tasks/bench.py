@@ -1,15 +1,19 @@
-"""`python -m harness +workload=it`: the AR baseline and a γ grid, measured side by side.
+"""`python -m harness +workload=it`: the AR baseline and a γ grid, measured side by side, with repeats.
 
-Each grid point runs the same requests through the same engine. Results are rewritten atomically
-after every grid point, so a killed or failing run keeps everything that finished; a grid point
-that raises (e.g. out of memory) is recorded as failed with its error and the sweep goes on.
+Each grid point runs the same requests through the same engine, ``task.repeats`` times, the methods in an
+order rotated per repeat (ABC, BCA, CAB, ...). A point is one (method, repeat): results are rewritten
+atomically after every point, so a killed or failing run keeps everything that finished (and
+``resume=true`` runs only the rest); a point that raises (e.g. out of memory) is recorded as failed with
+its error and the sweep goes on. At the end every method gets CIs from a paired (repeat, prompt)
+cluster bootstrap, the best method and its indistinguishable set are marked beside the MAD rule's
+pick, and with ``task.noise_floor=true`` the AR baseline runs twice per repeat (the A/A noise floor).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,9 @@ import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm import tqdm
 
-from analysis.bench_table import bench_table, format_table
+from analysis.bench_table import bench_table, format_ranking, format_table
+from analysis.goodput import parse_slo
+from analysis.stats import AA_LABEL
 from harness import hardware as hw
 from harness import resume
 from harness.engine import Engine, Request
@@ -27,6 +33,7 @@ from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
 from harness.metadata import base_metadata
 from harness.sampling.rejection import get_sampler
+from harness.tasks._repeats import Grid, aggregate, pooled, repeats_option, run_points, schedule
 from policies import make_policy
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,9 @@ class BenchSettings:
     request_rate: float | None
     burstiness: float
     warmup: int
+    repeats: int = 1
+    noise_floor: bool = False  # run AR twice per repeat: the A/A comparison gives noise_floor_pct
+    slo: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
@@ -56,8 +66,8 @@ class BenchSettings:
         baseline = cfg.task.baseline
         if not isinstance(baseline, bool):
             raise SpectuneError(f"task.baseline={baseline!r} is invalid: must be true or false")
-        if not gammas and not baseline:
-            raise SpectuneError("gamma=[] is invalid with task.baseline=false: nothing to measure")
+        if not gammas:
+            raise SpectuneError("gamma=[] is invalid: give at least one γ >= 1 (task.baseline=true adds AR)")
         c = cfg.concurrency
         if not (isinstance(c, int) and not isinstance(c, bool) and c >= 1):
             raise SpectuneError(f"concurrency={c!r} is invalid: must be an integer >= 1")
@@ -74,12 +84,20 @@ class BenchSettings:
         policy = OmegaConf.to_container(cfg.policy, resolve=True)
         for g in gammas:  # an unknown policy or a bad parameter fails here, before any model loads
             make_policy(policy, g)
+        repeats = repeats_option(cfg.task.get("repeats", 1))
+        noise_floor = bool(cfg.task.get("noise_floor", False))
+        if noise_floor and not baseline:
+            raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
+                                "the A/A spread of the AR baseline")
+        slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
         return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
-                   warmup)
+                   warmup, repeats, noise_floor, slo)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
         points = [("ar", 0)] if self.baseline else []
+        if self.baseline and self.noise_floor:
+            points.append((AA_LABEL, 0))
         return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
 
 
@@ -147,14 +165,17 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = BenchSettings.from_cfg(cfg)
-    keys = [(label, 0) for label, _ in settings.methods()]  # (method, repeat): one measurement per point
+    points = schedule(settings.methods(), settings.repeats)  # rotated order per repeat
+    keys = [(label, repeat) for label, _, repeat in points]  # the unit of work and of resuming
     done = resume.load_completed(run_dir, cfg, keys) if resume.wants_resume(cfg, run_dir) else resume.Completed()
     if done.covers(keys):  # decided before any model loads
         log.info("resume: all %d grid points are complete in %s; nothing to run", len(keys), run_dir)
-        summaries = [done.summaries[k] for k in keys]
-        log.info(format_table(bench_table(summaries)))
+        grid = Grid([done.summaries[k] for k in keys], [done.requests[k] for k in keys],
+                    [done.cycles[k] for k in keys])
+        methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
+        _log_table(methods, ranking)
         log.info(f"results: {run_dir}")
-        return _exit_code(summaries)
+        return _exit_code(methods)
 
     from harness.models.loading import load_pair  # heavy imports only once the config is valid
     from workloads.loader import load_workload
@@ -177,41 +198,39 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "settings": vars(settings), "load": "closed loop" if settings.request_rate is None else "open loop",
                 "config": OmegaConf.to_container(cfg, resolve=True), "job": resume.job_identity(),
-                "resumed_points": [label for (label, _) in keys if (label, 0) in done]}
+                "resumed_points": [label if r == 0 else f"{label} repeat {r}" for label, r in keys
+                                   if (label, r) in done]}
     write_json(run_dir / "metadata.json", metadata)
 
-    req_frames, cyc_frames, summaries = [], [], []
-    for (label, gamma), key in zip(settings.methods(), keys, strict=True):
-        if key in done:  # complete on disk (checked by resume.load_completed): kept, not rerun
-            log.info("resume: %s already complete, skipped", label)
-            summary = done.summaries[key]
-            req_frames.append(done.requests[key])
-            cyc_frames.append(done.cycles[key])
-        else:
-            try:
-                req, cyc, summary = _run_point(engine, requests, settings, label, gamma, max_context)
-                req_frames.append(req)
-                cyc_frames.append(cyc)
-            except SpectuneError:
-                raise  # bad input is the user's to fix, not a failed measurement
-            except (RuntimeError, MemoryError, ValueError) as err:  # record the failed grid point, go on
-                summary = {"method": label, "gamma": gamma, "status": "failed",
-                           "error": f"{type(err).__name__}: {err}"}
-                log.error(f"grid point {label} failed: {summary['error']}")
-        summaries.append(summary)
+    def write(grid: Grid, final: dict[str, Any] | None = None) -> None:
+        req, cyc = grid.frames()
+        body = final or {"methods": pooled(grid)}
         with resume.deferred_signals():  # a SIGTERM now waits until the three files agree
-            if req_frames:
-                write_parquet(run_dir / "requests.parquet", pd.concat(req_frames, ignore_index=True))
-                write_parquet(run_dir / "cycles.parquet", pd.concat(cyc_frames, ignore_index=True))
-            write_json(run_dir / "summary.json", {"workload": workload.name, "methods": summaries})
+            if len(req):
+                write_parquet(run_dir / "requests.parquet", req)
+                write_parquet(run_dir / "cycles.parquet", cyc)
+            write_json(run_dir / "summary.json", {"workload": workload.name, "repeats": settings.repeats, **body,
+                                                  "points": grid.points})
 
-    table = bench_table(summaries)
+    grid = run_points(points, lambda label, gamma: _run_point(engine, requests, settings, label, gamma, max_context),
+                      done=done, on_point=write)
+    methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
+    tp = ranking.get("output_throughput", {})
+    write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),
+                 "ranking": ranking, "methods": methods})
+
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
              f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
-             f"max_new_tokens={workload.max_new_tokens}")
-    log.info(format_table(table))
+             f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
+    _log_table(methods, ranking)
     log.info(f"results: {run_dir}")
-    return _exit_code(summaries)
+    return _exit_code(methods)
+
+
+def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any]) -> None:
+    log.info(format_table(bench_table(methods, ranking)))
+    for line in format_ranking(ranking, methods):
+        log.info(line)
 
 
 def _exit_code(summaries: list[dict[str, Any]]) -> int:
