@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SMALL_BENCH
 
 NOTEBOOKS = REPO / "analysis" / "notebooks"
 NAMES = ("sweep_overview", "cost_model", "policies_vs_grid")
@@ -88,3 +88,14 @@ def test_policies_notebook_says_when_there_is_nothing_to_compare(results, tmp_pa
     assert not [o for o in _outputs(notebook) if o.output_type == "error"]
     assert _count(notebook, "text/html", "tpot_speedup") == 1
     assert _count(notebook, "text/markdown", "No adaptive policy in these results") == 1
+
+
+@pytest.mark.slow
+def test_policies_notebook_compares_a_policy_with_the_grid(results, tmp_path, cli):
+    done = cli(*SMALL_BENCH, "policy=confidence", "gamma=[2]", run_dir=results / "confidence")
+    assert done.returncode == 0, done.stderr[-2000:]
+    notebook = _execute("policies_vs_grid", results, tmp_path / "out.ipynb")
+    assert not [o for o in _outputs(notebook) if o.output_type == "error"]
+    assert _count(notebook, "text/html", "confidence:gamma=2") == 1  # the policy's row in the speed-up table
+    assert _count(notebook, "text/html", "best_fixed") == 1
+    assert _count(notebook, "image/png") == 1

@@ -89,3 +89,14 @@ def test_cli_writes_the_report_and_fails_in_one_line_on_an_empty_dir(sweep_copy,
     bad = cli(str(empty), module="analysis.report")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert f"{empty} holds no spectune results" in bad.stderr
+
+
+def test_policies_figure_only_when_a_policy_ran():
+    fixed = pd.DataFrame({"method": ["fixed:gamma=1", "fixed:gamma=2"], "tpot_speedup": [1.1, 1.3],
+                          "language": "en", "concurrency": 1})
+    assert plots.policies_vs_grid(fixed) is None
+    both = pd.concat([fixed, pd.DataFrame({"method": ["confidence:gamma=8"], "tpot_speedup": [1.4],
+                                           "language": "en", "concurrency": 1})], ignore_index=True)
+    figure = plots.policies_vs_grid(both)
+    assert figure is not None and plots.png(figure)[:8] == PNG
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == list(both["method"])
