@@ -144,8 +144,8 @@ def test_bad_input_is_one_line_naming_what_is_allowed(setup, tmp_path):
         make_env("spectune/DraftDepth-v0", traces=traces, profile=other)
     env = make_env("spectune/DraftDepth-v0", traces=traces, profile=other, allow_profile_mismatch=True)
     assert env.unwrapped.synthetic.startswith("synthetic: toy acceptance x toy costs")
-    with pytest.raises(SpectuneError, match="backend='live' is not available"):
-        make_env("spectune/VerifySize-v0", backend="live", traces=traces, profile=_profile())
+    with pytest.raises(SpectuneError, match="backend='live' needs engine= and requests="):
+        make_env("spectune/VerifySize-v0", backend="live", profile=_profile())
 
 
 def test_verify_size_keeps_prefixes_by_cumulative_probability(setup):
@@ -157,3 +157,29 @@ def test_verify_size_keeps_prefixes_by_cumulative_probability(setup):
     _, _, done, _, info = env.step(DEPTH)
     leading = int(traces.leading[env._slice][0])
     assert done and info["tokens"] == min(DEPTH, leading) + 1
+
+
+def test_live_verify_size_env_passes_the_checker_and_keeps_greedy_output(setup):
+    """Cutting each row's chain to a budget changes what is verified, never what is emitted (greedy: AR text)."""
+    engine, requests, _ = setup
+    greedy = Engine(engine.target, engine.draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    device="cpu", seed=0)
+    env = gym.make("spectune/VerifySize-v0", backend="live", engine=greedy, requests=requests, profile=_profile(),
+                   concurrency=2, draft_depth=DEPTH, levels=5, live_time="profile").unwrapped
+    check_env(env, skip_render_check=True)
+    reference = {r.request_id: r.output_ids for r in greedy.run(requests, None, 1).requests}
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    budgets = set()
+    while True:
+        action = int(rng.integers(5))
+        budgets.add(action)
+        env.step(action)
+        if env._session.done or not env._session.begin_cycle():
+            break
+        env._rows = env._session._rows  # drive the next cycle by hand: draft, then the env's cut
+        cum = [env._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(DEPTH)]
+        env._order = np.argsort(-torch.stack(cum, 1)[env._rows].numpy().ravel(), kind="stable")
+        env._batch = len(env._rows)
+    assert {r.request_id: r.output_ids for r in env._session.result().requests} == reference
+    assert {0, 4} <= budgets or len(budgets) > 2

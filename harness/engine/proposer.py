@@ -48,6 +48,7 @@ class DraftProposer:
     def begin(self, last: torch.Tensor) -> None:
         """Start a cycle after ``last`` [B] (the newest emitted tokens)."""
         batch = last.shape[0]
+        self._start_pos = self.kv.next_pos.clone()
         if self.fixed_shapes or self.any_pending:
             self._feed = (torch.cat([self.pending, last.unsqueeze(1)], dim=1),
                           torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], dim=1))
@@ -80,6 +81,21 @@ class DraftProposer:
         self._early_stop = True
         self.running = self.running & keep
         return self.running
+
+    def cut(self, kept: torch.Tensor) -> None:
+        """Keep only the first ``kept[b]`` drafts of row b (a verification budget chosen after drafting).
+
+        Drafts past a row's cut are never verified; if no row keeps any, the cycle becomes one without
+        speculation: the cache returns to where the cycle began, so ``skip`` sees the same state as if
+        nothing had been drafted.
+        """
+        deepest = int(kept.max())
+        self._drafted, self._laws = self._drafted[:deepest], self._laws[:deepest]
+        self.num_drafts = kept.to(self.num_drafts)
+        self.running = self.running & (kept > 0)
+        self._early_stop = True
+        if deepest == 0:
+            self.kv.rollback(self._start_pos)
 
     @property
     def depth(self) -> int:

@@ -6,6 +6,7 @@ and the benchmarks drive the same object phase by phase instead:
     session.begin_cycle()            admit arrived requests (prefill → first token); False if none in flight
     session.draft_step(signals)      one draft step for every row (draw with the keyed uniforms)
     session.stop_rows(keep)          rows that draft no further this cycle
+    session.cut(kept)                (optional) verify only a prefix of each row's drafts
     outcome = session.verify()       target scores, exact sampler decides, both caches roll back, tokens emitted
 
 A cycle with no draft step (the policy returned γ = 0: "don't speculate now") is a plain target step for
@@ -219,9 +220,18 @@ class Session:
         self._marks.append(self.clock.mark())
         return {"x": x, "q": q, **out}
 
+    @torch.inference_mode()
     def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
         """Rows where ``keep`` is False stop drafting; returns the rows still drafting ([B] bool)."""
         return self.proposer.stop_rows(keep)
+
+    @torch.inference_mode()
+    def cut(self, kept: list[int]) -> None:
+        """Verify only the first ``kept[slot]`` drafts of each row (0: a plain target step for that row)."""
+        assert self._open and self._started
+        self.proposer.cut(torch.tensor(kept, dtype=torch.long, device=self.device))
+        if self.proposer.depth == 0:
+            self._started = False
 
     def draft_state(self, signals: dict[str, torch.Tensor]) -> DraftStep:
         return DraftStep(step=self.proposer.depth - 1, active=self.proposer.running, context_length=self._context,

@@ -7,10 +7,13 @@ order of cumulative draft probability; since that probability never grows along 
 prefix of its chain (the cut depends on the draft alone, so exactness is untouched). Verification is
 padded: it costs what the profile says for the longest kept prefix + 1 positions at batch B.
 
+``backend="live"`` drafts ``draft_depth`` tokens on every row of the engine's session, cuts each row's
+chain to the same budget rule (``Session.cut``) and verifies for real; time is the cycle's synchronised time
+(``live_time="profile"``: the profile's cost of that shape, deterministic).
+
 Observation: the batch's cumulative draft probabilities in decreasing order (``obs_tokens`` of them, zero
 padded), then batch size / 32, c(B), g(D, B). Reward: tokens − ρ·time for the whole batch (ρ: running
-tokens/s), where time = D draft steps + padded verification + overhead. Replay backend only: a live
-backend needs ragged verification in the engine, which it does not have yet.
+tokens/s), where time = D draft steps + padded verification + overhead.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from harness.errors import SpectuneError
 from policies.envs import check_backend
@@ -30,8 +34,9 @@ class VerifySizeEnv(gym.Env):
     """Choose the batch's verification budget (see the module docstring).
 
     Args:
-        backend: ``"replay"`` (``"live"`` is refused: not built).
+        backend: ``"replay"`` or ``"live"``.
         traces, profile, profile_jitter, allow_profile_mismatch: as for ``spectune/DraftDepth-v0``.
+        engine, requests, concurrency, live_time: the live backend's engine, requests, batch and time source.
         draft_depth: drafts per row before the decision (default: the traces' max_depth).
         levels: number of budget levels (actions), 0 .. B·D tokens.
         obs_tokens: how many of the sorted cumulative probabilities the observation carries.
@@ -41,20 +46,30 @@ class VerifySizeEnv(gym.Env):
 
     def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, draft_depth: int | None = None,
                  levels: int = 17, obs_tokens: int = 64, profile_jitter: float = 0.0,
-                 allow_profile_mismatch: bool = False) -> None:
-        if check_backend(backend) == "live":
-            raise SpectuneError("backend='live' is not available for spectune/VerifySize-v0: the engine has no "
-                                "ragged verification yet; use backend='replay'")
+                 allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
+                 concurrency: int = 4, live_time: str = "measured") -> None:
+        self.backend = check_backend(backend)
         if profile is None:
             raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
-        self.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
+        if backend == "replay":
+            self.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
+            limit = self.traces.max_depth
+        else:
+            if engine is None or not requests:
+                raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
+            if live_time not in ("measured", "profile"):
+                raise SpectuneError(f"live_time={live_time!r} is unknown: choose measured or profile")
+            self.traces, limit = None, 12
+            self.engine, self.requests, self.live_time = engine, list(requests), live_time
+            self.concurrency = int(concurrency)
+            self._session = None
         self.profiles = ProfileSet(profile, profile_jitter, self.traces, allow_profile_mismatch)
         self.synthetic = self.profiles.synthetic
-        depth = self.traces.max_depth if draft_depth is None else int(draft_depth)
+        depth = limit if draft_depth is None else int(draft_depth)
         positions = min(p.max_positions for p in self.profiles.profiles)
-        if not 1 <= depth <= min(self.traces.max_depth, positions - 1):
+        if not 1 <= depth <= min(limit, positions - 1):
             raise SpectuneError(f"draft_depth={draft_depth!r} is out of range: must be in "
-                                f"1..{min(self.traces.max_depth, positions - 1)}")
+                                f"1..{min(limit, positions - 1)}")
         if levels < 2:
             raise SpectuneError(f"levels={levels!r} is out of range: must be >= 2")
         self.depth, self.levels, self.obs_tokens = depth, int(levels), int(obs_tokens)
@@ -66,9 +81,12 @@ class VerifySizeEnv(gym.Env):
         super().reset(seed=seed)
         if seed is not None:
             self._rate.clear()
-        t = self.traces
-        self._slice = t.cycle_slices[int(self.np_random.integers(len(t.cycle_slices)))]
-        cum = t.signals[self._slice, : self.depth, 3]  # [B, D] cumulative draft probabilities
+        if self.backend == "replay":
+            t = self.traces
+            self._slice = t.cycle_slices[int(self.np_random.integers(len(t.cycle_slices)))]
+            cum = t.signals[self._slice, : self.depth, 3]  # [B, D] cumulative draft probabilities
+        else:
+            cum = self._live_draft(seed is not None)
         self._batch = cum.shape[0]
         self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, self._batch)
         self._order = np.argsort(-cum.ravel(), kind="stable")  # ties: earlier rows, earlier positions first
@@ -89,13 +107,40 @@ class VerifySizeEnv(gym.Env):
 
     def step(self, action):
         kept = self.cut(action)
-        leading = self.traces.leading[self._slice]
-        tokens = float(np.minimum(kept, leading).sum() + self._batch)
         time_s = self.depth * self._t_draft + self._t_verify[int(kept.max())] + self._overhead
+        info = {}
+        if self.backend == "replay":
+            leading = self.traces.leading[self._slice]
+            tokens = float(np.minimum(kept, leading).sum() + self._batch)
+        else:
+            full = [0] * self.concurrency
+            for i, row in enumerate(self._rows):
+                full[row] = int(kept[i])
+            self._session.cut(full)
+            outcome = self._session.verify(self.depth)
+            tokens = float(sum(outcome.emitted.values()))
+            if self.live_time == "measured":
+                time_s = outcome.cycle_s
+                info = {"measured_s": outcome.cycle_s}
         key = (self._index, self._batch)
         rate = self._rate.setdefault(key, [self._batch, self._t_verify[0] + self._overhead])  # prior: one AR step
         reward = tokens - rate[0] / rate[1] * time_s
         rate[0] += tokens
         rate[1] += time_s
         return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
-                                                              "time_s": time_s, "synthetic": self.synthetic}
+                                                              "time_s": time_s, "synthetic": self.synthetic, **info}
+
+    def _live_draft(self, restart: bool) -> np.ndarray:
+        """Open the next cycle of the live session and draft ``depth`` tokens on every row; [B, D] cum_prob."""
+        if self._session is not None and self._session._open:
+            self._session.verify()  # an abandoned episode: finish its cycle
+        if restart or self._session is None:
+            self._session = self.engine.session(self.requests, None, self.concurrency)
+        while True:
+            if self._session.done:
+                self._session = self.engine.session(self.requests, None, self.concurrency)
+            if self._session.begin_cycle():
+                break
+        self._rows = self._session._rows
+        steps = [self._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(self.depth)]
+        return torch.stack(steps, 1)[self._rows].double().numpy()
