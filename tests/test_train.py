@@ -1,0 +1,99 @@
+"""PPO training in replay: the hindsight oracle is the best per-cycle choice, the replay scores are the
+environment's accounting, and `python -m policies.train` writes a policy file that `policy=ppo` loads."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.errors import SpectuneError
+from harness.profile import Profile
+from policies.envs.data import TraceSet
+from policies.registry import make_policy
+from policies.train import WarmupLinear, oracle_depths, replay_scores, split_requests
+
+
+def _traces(leading: list[int], depth: int = 3) -> TraceSet:
+    """One recorded cycle per entry, batch 1, whose first ``leading`` drafts are accepted."""
+    rows = []
+    for cycle, lead in enumerate(leading):
+        for position in range(1, depth + 1):
+            rows.append({"cycle": cycle, "row": 0, "request_id": cycle, "position": position, "batch_size": 1,
+                         "context_length": 10, "recent_acceptance": 0.5, "token_prob": 0.5, "entropy": 1.0,
+                         "margin": 0.1, "cum_prob": 0.5 ** position, "accept_prob": 0.5,
+                         "accepted": position <= lead})
+    return TraceSet(pd.DataFrame(rows))
+
+
+def _profile(draft: float, slope: float, depth: int = 3) -> Profile:
+    verify = [1.0 + slope * n for n in range(depth + 1)]
+    return Profile("test", [1], depth + 1, {1: draft}, {1: verify}, {1: 0.0})
+
+
+def test_replay_scores_of_fixed_depths_and_the_oracle_are_known_answers():
+    """Cycles with 3, 0, 1 leading accepts; draft step 0.1, verify 1 + 0.1 n (seconds, AR step 1).
+    Depth k costs 1 + 0.2 k per cycle; tokens min(lead, k) + 1. Fixed: k=0 3/3 = 1.0; k=1 5/3.6; k=2 6/4.2;
+    k=3 7/4.8 = 1.458. The oracle drafts 3, 0, 1: tokens 4 + 1 + 2 = 7 in 1.6 + 1 + 1.2 = 3.8 s -> 1.842."""
+    traces = _traces([3, 0, 1])
+    scores = replay_scores(traces, _profile(0.1, 0.1), 3, np.array([3, 0, 1]))
+    np.testing.assert_allclose(scores["fixed_tok_s"], [1.0, 5 / 3.6, 6 / 4.2, 7 / 4.8])
+    assert scores["best_fixed_depth"] == 3
+    assert scores["oracle_tok_s"] == pytest.approx(7 / 3.8) == scores["policy_tok_s"]
+    assert scores["vs_best_fixed_pct"] == pytest.approx(100 * ((7 / 3.8) / (7 / 4.8) - 1))
+
+
+def test_the_oracle_stops_before_its_first_rejection_only_when_verification_pays():
+    """With verification of each extra position as dear as 2 AR steps, drafting loses: the oracle drafts nothing."""
+    traces = _traces([3, 0, 1])
+    tokens = np.minimum(traces.leading[:, None], np.arange(4)[None, :]) + 1.0
+    costs = np.array([[1.0 + 2.1 * k for k in range(4)]] * 3)
+    assert oracle_depths(tokens, costs).tolist() == [0, 0, 0]
+    rng = np.random.default_rng(0)  # and it is never beaten by any per-cycle choice (exhaustive, 3 cycles)
+    for _ in range(20):
+        costs = 1.0 + rng.uniform(0, 1, (3, 1)) * np.arange(4)[None, :]
+        best = oracle_depths(tokens, costs)
+        rate = tokens[np.arange(3), best].sum() / costs[np.arange(3), best].sum()
+        for choice in np.ndindex(4, 4, 4):
+            other = tokens[np.arange(3), choice].sum() / costs[np.arange(3), choice].sum()
+            assert other <= rate + 1e-12
+
+
+def test_learning_rate_warms_up_then_decays_linearly():
+    schedule = WarmupLinear(1e-3, 0.1)
+    assert schedule(1.0) == pytest.approx(1e-5)  # 1% floor at the very start
+    assert schedule(0.95) == pytest.approx(0.5e-3)
+    assert schedule(0.9) == pytest.approx(1e-3)
+    assert schedule(0.45) == pytest.approx(0.5e-3)
+    assert schedule(0.0) == 0.0
+
+
+def test_an_empty_or_too_large_split_fails_in_one_line():
+    with pytest.raises(SpectuneError, match=r"train\.train_prompts=8"):
+        split_requests(list(range(5)), 8, 2)
+    assert split_requests(list(range(10)), 6, 3) == ([0, 1, 2, 3, 4, 5], [6, 7, 8])
+
+
+@pytest.mark.slow
+def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
+    """The whole app on the embedded pair, tiny: trace 5 prompts, measure the profile, 256 PPO steps."""
+    result = cli("+workload=en", "train.train_prompts=5", "train.heldout_prompts=1", "train.timesteps=256",
+                 "train.eval_every=128", "train.max_depth=4", "train.profile_repeats=1", "workload.max_new_tokens=12",
+                 run_dir=tmp_path, module="policies.train")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name in ("depth.zip", "curves.csv", "curves.png", "train.json", "traces.parquet", "profile.json"):
+        assert (tmp_path / name).is_file(), name
+    with zipfile.ZipFile(tmp_path / "depth.zip") as archive:
+        extra = json.loads(archive.read("spectune.json"))
+    assert extra["profile"]["kind"] == "spectune-profile" and len(extra["observation"]) == 10
+    policy = make_policy({"name": "ppo", "depth_path": str(tmp_path / "depth.zip"), "trust_pickle": False,
+                          "profile": None, "allow_profile_mismatch": False, "deterministic": True, "seed": 0}, 4)
+    assert policy.describe()["profile"] == extra["profile"]["label"]
+    curves = pd.read_csv(tmp_path / "curves.csv")
+    assert curves["timesteps"].tolist()[0] == 0 and curves["timesteps"].max() >= 256
+    assert (curves["oracle_tok_s"] >= curves[["policy_tok_s", "best_fixed_tok_s"]].max(axis=1) - 1e-9).all()
+    bad = cli("+workload=en", "train.train_prompts=500", run_dir=tmp_path / "bad", module="policies.train")
+    assert bad.returncode == 2 and "train.train_prompts=500" in bad.stdout + bad.stderr
