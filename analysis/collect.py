@@ -12,6 +12,7 @@ from analysis.load import (
     add_speedups,
     find_runs,
     load_cycles,
+    load_points,
     load_requests,
     load_summaries,
     load_traces,
@@ -19,5 +20,5 @@ from analysis.load import (
     swept,
 )
 
-__all__ = ["add_speedups", "find_runs", "load_cycles", "load_requests", "load_summaries", "load_traces",
-           "run_context", "swept"]
+__all__ = ["add_speedups", "find_runs", "load_cycles", "load_points", "load_requests", "load_summaries",
+           "load_traces", "run_context", "swept"]

@@ -201,8 +201,27 @@ def load_summaries(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
             raise SpectuneError(f"{run / SUMMARY} is not a bench summary: expected a 'methods' list of "
                                 "objects with a 'method' field")
         context = run_context(run)
-        top = {k: v for k, v in summary.items() if k != "methods"}
+        # Scalars of the run (workload, repeats, ...) go on every row; nested blocks (statistics, ranking,
+        # points) stay out of it: load_points reads the per-repeat points.
+        top = {k: v for k, v in summary.items() if k not in ("methods", "points") and not isinstance(v, dict | list)}
         rows.extend({**context, **top, **method} for method in methods)
+    frame = pd.DataFrame(rows)
+    check_comparable(frame, allow_mixed)
+    return frame
+
+
+def load_points(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
+    """One row per (run, method, repeat) from the ``points`` of ``summary.json`` (runs with repeats), every
+    field under its recorded name plus the run context; runs without points contribute nothing."""
+    rows = []
+    for run in find_runs(paths):
+        points = read_json(run / SUMMARY).get("points") or []
+        if not isinstance(points, list) or not all(isinstance(p, dict) and "method" in p for p in points):
+            raise SpectuneError(f"{run / SUMMARY} has malformed points: expected a list of objects with 'method'")
+        context = run_context(run)
+        rows.extend({**context, **point} for point in points)
+    if not rows:
+        raise _no_results(paths, "per-repeat points in summary.json")
     frame = pd.DataFrame(rows)
     check_comparable(frame, allow_mixed)
     return frame
@@ -249,15 +268,16 @@ def load_traces(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
 
 
 def add_speedups(summaries: pd.DataFrame) -> pd.DataFrame:
-    """Add ``speedup`` (output throughput over the same run's AR baseline, as the printed table) and
-    ``tpot_speedup`` (the AR's mean TPOT over the method's: decode only, prefill left out). NaN without a
-    baseline in the run."""
+    """Add ``tpot_speedup`` (the AR's mean TPOT over the method's, same run: decode only, prefill left out)
+    and, where the run did not record one, ``speedup`` (output throughput over the same run's AR, as the
+    printed table). A recorded ``speedup`` (pooled over repeats, with its CI) is kept. NaN without a baseline."""
     out = summaries.copy()
     for col in ("output_throughput", "mean_tpot_ms"):
         if col not in out:
             out[col] = float("nan")
     ar = out[out["method"] == "ar"].drop_duplicates("run").set_index("run")
-    out["speedup"] = out["output_throughput"] / out["run"].map(ar["output_throughput"])
+    ratio = out["output_throughput"] / out["run"].map(ar["output_throughput"])
+    out["speedup"] = out["speedup"].fillna(ratio) if "speedup" in out else ratio
     out["tpot_speedup"] = out["run"].map(ar["mean_tpot_ms"]) / out["mean_tpot_ms"]
     return out
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.bench_table import bench_table
-from analysis.load import add_speedups, load_cycles, load_requests, load_summaries, load_traces, swept
+from analysis.load import add_speedups, load_cycles, load_points, load_requests, load_summaries, load_traces, swept
 from harness.errors import SpectuneError
 
 METHODS = {"ar", "fixed:gamma=1", "fixed:gamma=2"}
@@ -122,3 +122,12 @@ def test_mixed_runs_are_refused_unless_allowed(copied, section, key, value, kind
     with pytest.raises(SpectuneError, match=f"different {kind}"):
         load_cycles(copied)
     assert load_summaries(copied, allow_mixed=True)["run"].nunique() == 2
+
+
+def test_per_repeat_points_load_apart_from_the_per_method_rows(tiny_sweep):
+    summaries = load_summaries(tiny_sweep)
+    assert not {"points", "statistics", "ranking"} & set(summaries)  # nested blocks stay out of the rows
+    points = load_points(tiny_sweep)
+    recorded = sum(len(json.loads((job / "summary.json").read_text())["points"]) for job in _jobs(tiny_sweep))
+    assert len(points) == recorded >= len(summaries)
+    assert set(points["method"]) == METHODS and {"repeat", "output_throughput", "cfg.concurrency"} <= set(points)
