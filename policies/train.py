@@ -176,7 +176,13 @@ def _traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> tuple[pd
 
     with open_dict(cfg):
         cfg.workload.num_prompts = settings.train_prompts + settings.heldout_prompts
-    setup = build_setup(cfg, "train")
+    try:
+        setup = build_setup(cfg, "train")
+    except SpectuneError as err:
+        if "workload.num_prompts" not in str(err):
+            raise
+        raise SpectuneError(f"train.train_prompts={settings.train_prompts} + train.heldout_prompts="
+                            f"{settings.heldout_prompts} is invalid: {err}") from None
     train, heldout = split_requests(workload_requests(setup.workload), settings.train_prompts,
                                     settings.heldout_prompts)
     check_depth(train, settings.max_depth, setup.max_context)

@@ -95,5 +95,6 @@ def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
     curves = pd.read_csv(tmp_path / "curves.csv")
     assert curves["timesteps"].tolist()[0] == 0 and curves["timesteps"].max() >= 256
     assert (curves["oracle_tok_s"] >= curves[["policy_tok_s", "best_fixed_tok_s"]].max(axis=1) - 1e-9).all()
-    bad = cli("+workload=en", "train.train_prompts=500", run_dir=tmp_path / "bad", module="policies.train")
-    assert bad.returncode == 2 and "train.train_prompts=500" in bad.stdout + bad.stderr
+    bad = cli("+workload=en", "train.train_prompts=100000", run_dir=tmp_path / "bad", module="policies.train")
+    assert bad.returncode == 2 and "train.train_prompts=100000" in bad.stdout + bad.stderr
+    assert not (tmp_path / "bad" / "depth.zip").exists()
