@@ -20,7 +20,7 @@ import pandas as pd
 from analysis import plots
 from analysis.bench_table import bench_table
 from analysis.cli import ArgumentParser, plain_logging
-from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
+from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, read_json, swept
 from harness.errors import SpectuneError
 from harness.io import _atomic, write_figure
 from harness.metadata import base_metadata
@@ -113,6 +113,11 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
     for run, rows in summaries.groupby("run", sort=False):
         context = ", ".join(f"{k.removeprefix('cfg.')}={rows.iloc[0][k]}" for k in varied)
         report.text(f"**{run}** {context}", "", markdown_table(bench_table(rows.to_dict("records"))), "")
+        for metric, rank in (read_json(Path(run) / "summary.json").get("ranking") or {}).items():
+            if isinstance(rank, dict) and rank.get("best"):
+                report.text(f"Best by {metric}: **{rank['best']}**; indistinguishable from it (paired 95% CI of the "
+                            f"difference contains 0): {', '.join(rank.get('indistinguishable') or []) or 'none'}; "
+                            f"median − 1.4826·MAD pick: {rank.get('mad_pick')}.", "")
     failed = summaries[summaries["status"] != "ok"]
     for row in failed.itertuples(index=False):
         report.text(f"- failed: {row.run} {row.method}: {getattr(row, 'error', '?')}")

@@ -58,6 +58,7 @@ def test_report_of_a_sweep_has_every_section_and_its_figures(sweep_copy):
         assert f"]({name}.png)" in text, name
         assert (sweep_copy / f"{name}.png").read_bytes()[:8] == PNG, name
     assert "Swept: concurrency" in text and "| fixed:gamma=2 |" in text
+    assert text.count("Best by output_throughput: **") == 2  # the recorded ranking of each job
     assert "_Skipped: no costmodel_fit.csv here" in text  # absent data is said, not an error
     assert "_Skipped: no adaptive policy" in text
     assert not (sweep_copy / "costmodel_fit.png").exists()
