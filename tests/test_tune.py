@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from harness.errors import SpectuneError
-from harness.tasks.tune import VLLM_VERSION, TuneSettings, vllm_form, vllm_schedule
+from harness.tasks.tune import VLLM_VERSION, TuneSettings, _workload_cfgs, vllm_form, vllm_schedule
 
 
 def test_vllm_schedule_covers_every_batch_size_from_1_and_merges_equal_k():
@@ -36,12 +36,23 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
     ("slo.tpot_ms=-3", "slo.tpot_ms=-3"),
     ("task.concurrency=[1,0]", "task.concurrency=0"),
     ("policy=hf-heuristic", "policy=hf-heuristic"),
+    ("task.languages=[it,xx]", "task.languages"),
 ])
 def test_tune_bad_input_is_rejected_before_any_model_loads(compose_config, override, names):
     cfg = compose_config("task=tune", "+workload=en", override)
     with pytest.raises(SpectuneError) as err:
         TuneSettings.from_cfg(cfg)
     assert names in str(err.value) and "\n" not in str(err.value)
+
+
+def test_languages_run_the_same_workload_settings_on_each_bundled_set(compose_config):
+    cfg = compose_config("task=tune", "+workload=it", "workload.num_prompts=5", "task.languages=[en,zh]")
+    settings = TuneSettings.from_cfg(cfg)
+    assert settings.languages == ("en", "zh") and settings.gammas == (1, 2, 3, 4, 6)
+    nodes = _workload_cfgs(cfg, settings.languages)
+    assert [(n.name, n.language, n.path, n.num_prompts) for n in nodes] == [
+        ("en", "en", "workloads/prompts/en.jsonl", 5), ("zh", "zh", "workloads/prompts/zh.jsonl", 5)]
+    assert _workload_cfgs(cfg, None) == [cfg.workload]
 
 
 def test_tune_bad_input_is_one_line_exit_2_on_the_command_line(cli, tmp_path):
