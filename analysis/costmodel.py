@@ -190,6 +190,28 @@ def as_profile(profile: Profile | Mapping[str, Any] | str | Path) -> Profile:
     return load_profile(profile)
 
 
+def mean_profile(profiles: Sequence[Profile]) -> Profile:
+    """The element-wise mean of profiles of one setup (same batch sizes and positions), e.g. measured right
+    before and right after a bench so that drift in the machine's load cancels to first order."""
+    first = profiles[0]
+    for other in profiles[1:]:
+        if other.batch_sizes != first.batch_sizes or other.max_positions != first.max_positions:
+            raise SpectuneError(f"profiles {first.label!r} and {other.label!r} cannot be averaged: batch sizes "
+                                f"{first.batch_sizes} vs {other.batch_sizes}, max_positions {first.max_positions} "
+                                f"vs {other.max_positions}")
+    if len(profiles) == 1:
+        return first
+    n = len(profiles)
+    data = first.to_json()
+    data.update(label=f"mean of {n} profiles ({', '.join(p.label for p in profiles)})",
+                notes=[*first.notes, f"element-wise mean of {n} profiles of the same setup"])
+    for key in ("t_draft_s", "overhead_s"):
+        data[key] = {str(b): sum(getattr(p, key)[b] for p in profiles) / n for b in first.batch_sizes}
+    data["t_verify_s"] = {str(b): [sum(v) / n for v in zip(*(p.t_verify_s[b] for p in profiles), strict=True)]
+                          for b in first.batch_sizes}
+    return Profile.from_json(data, data["label"])
+
+
 def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[float]:
     """P(first i drafts accepted), i = 1..max_depth, over the recorded (cycle, row) pairs of ``task=trace``.
 

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.cli import ArgumentParser, plain_logging
-from analysis.costmodel import fit, joint_from_traces
+from analysis.costmodel import fit, joint_from_traces, mean_profile
 from analysis.load import METADATA, add_speedups, load_cycles, load_summaries, load_traces, read_json
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_json
@@ -107,10 +107,11 @@ def compare(profile: Profile, traces: pd.DataFrame, runs: pd.DataFrame, method: 
     return out
 
 
-def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool = False,
+def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_dir: Path, allow_mixed: bool = False,
         method: str = "expected") -> pd.DataFrame:
     """Fit, compare, print and write ``costmodel_fit.csv`` / ``.json`` into ``run_dir``."""
-    profile = load_profile(profile_path)
+    paths = [profile_path] if isinstance(profile_path, str | Path) else list(profile_path)
+    profile = mean_profile([load_profile(p) for p in paths])
     traces = load_traces(traces_path)
     runs = measured(run_dir, allow_mixed)
     if runs.empty:
@@ -122,7 +123,7 @@ def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool 
         check_same_setup(profile, traces_meta, Path(run), allow_mixed)
     table = compare(profile, traces, runs, method)[[*COLUMNS, "measured_ar_overhead"]]
     joint = joint_from_traces(traces, method)
-    log.info(f"Cost model fitted on profile {profile.label!r} ({profile_path}) and traces {traces_path} "
+    log.info(f"Cost model fitted on profile {profile.label!r} ({', '.join(map(str, paths))}) and traces {traces_path} "
              f"({method} joint acceptance, {len(joint)} positions), against the fixed-γ runs in {run_dir}")
     powers = " ".join(f"{joint[0] ** i:.3f}" for i in range(1, len(joint) + 1))
     log.info("joint P(first i accepted): " + " ".join(f"{p:.3f}" for p in joint) + f"   vs α^i: {powers}")
@@ -136,7 +137,7 @@ def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool 
     log.info(f"largest |error| {worst:.1%} (goal 10%)")
     write_csv(Path(run_dir) / FIT_CSV, table)
     write_json(Path(run_dir) / FIT_JSON, {
-        **base_metadata(), "task": "costmodel_fit", "profile": str(profile_path), "traces": str(traces_path),
+        **base_metadata(), "task": "costmodel_fit", "profile": [str(p) for p in paths], "traces": str(traces_path),
         "runs": str(run_dir), "joint_method": method, "joint": joint, "alpha": joint[0],
         "profile_label": profile.label, "profile_models": profile.models, "profile_hardware": profile.hardware,
         "profile_synthetic": profile.synthetic, "traces_metadata": traces_meta,
@@ -151,7 +152,9 @@ def run(profile_path: Path, traces_path: Path, run_dir: Path, allow_mixed: bool 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", required=True, help="profile.json written by task=profile, or a shipped name")
+    parser.add_argument("--profile", required=True, action="append",
+                        help="profile.json written by task=profile, or a shipped name; repeat it to average profiles "
+                             "taken before and after the runs (load drift cancels to first order)")
     parser.add_argument("--traces", required=True, type=Path, help="traces.parquet written by task=trace")
     parser.add_argument("run_dir", type=Path, help="a bench run or sweep directory with fixed-γ runs and AR")
     parser.add_argument("--joint", choices=("expected", "realised"), default="expected",

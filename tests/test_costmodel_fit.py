@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.costmodel import as_profile, expected_tokens, fit, joint_from_traces, predict
+from analysis.costmodel import as_profile, expected_tokens, fit, joint_from_traces, mean_profile, predict
 from analysis.costmodel_cli import compare
 from harness.errors import SpectuneError
 
@@ -55,6 +55,17 @@ def test_a_malformed_profile_fails_in_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(SpectuneError, match=r"gamma=5 needs a verification of 6 positions"):
         predict([0.9] * 5, as_profile(make_profile()), [5])
+
+
+def test_profiles_bracketing_a_run_average_element_wise():
+    before = as_profile(make_profile(t_verify=(0.010, 0.012, 0.014), t_draft=0.001, overhead=0.0))
+    after = as_profile(make_profile(t_verify=(0.012, 0.016, 0.018), t_draft=0.003, overhead=0.002))
+    mean = mean_profile([before, after])
+    assert mean.t_verify_s[1] == pytest.approx([0.011, 0.014, 0.016])
+    assert mean.t_draft_s[1] == pytest.approx(0.002) and mean.overhead_s[1] == pytest.approx(0.001)
+    assert mean.c(1) == pytest.approx(0.002 / 0.011) and "mean of 2 profiles" in mean.label
+    with pytest.raises(SpectuneError, match="cannot be averaged: batch sizes"):
+        mean_profile([before, as_profile(make_profile(t_verify=(0.010, 0.012, 0.014), batches=(1, 2)))])
 
 
 def test_joint_acceptance_from_traces_known_answer():
