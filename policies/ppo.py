@@ -84,7 +84,8 @@ class PPODepth(DraftLengthPolicy):
                                 f"{self.file.action_space.n}) {list(actions)} is not the depth policy's Discrete(2) "
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
-        self.scale = torch.tensor([SCALE.get(f, 1.0) for f in self.features], dtype=torch.float64)
+        self.scale = torch.tensor([SCALE.get(f, 1.0) for f in self.features], dtype=torch.float32)
+        self._layers = _layers(self.file.actor)
         self.mismatch, self.profile = self._profile(depth_path, profile, allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
         if needs_costs and self.profile is None:
@@ -117,6 +118,8 @@ class PPODepth(DraftLengthPolicy):
         self.rows.reset()
         self.history: dict[int, tuple[int, int]] = {}  # slot -> (accepted, drafted) over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
+        self._constant: dict[tuple[int, int, int], dict[str, torch.Tensor]] = {}
+        self._recent: torch.Tensor | None = None
 
     # -- features ----------------------------------------------------------------------------------------
     def recent_acceptance(self, batch: int) -> torch.Tensor:
@@ -128,13 +131,30 @@ class PPODepth(DraftLengthPolicy):
         return torch.tensor(values, dtype=torch.float64)
 
     def observation(self, step: DraftStep) -> torch.Tensor:
-        """[B, F]: every row's features after draft step ``step``, scaled as the depth environment's."""
-        columns = [FEATURES[name](self, step).to("cpu", torch.float64) for name in self.features]
+        """[B, F] float32: every row's features after draft step ``step``, scaled as the depth environment's.
+
+        Features that are the same for every row of a step (position, batch, c, g) are computed once per
+        (rows in flight, step, slots) and cached; recent acceptance once per cycle."""
+        slots = step.active.shape[0]
+        key = (_busy(step), step.step, slots)
+        constant = self._constant.get(key)
+        if constant is None:
+            constant = self._constant[key] = {name: FEATURES[name](self, step).to(torch.float32)
+                                              for name in self.features if name in PER_STEP}
+        if "recent_acceptance" in self.features and (self._recent is None or self._recent.shape[0] != slots):
+            self._recent = self.recent_acceptance(slots).to(torch.float32)
+        columns = [constant[name] if name in constant else self._recent if name == "recent_acceptance"
+                   else FEATURES[name](self, step).to("cpu", torch.float32) for name in self.features]
         return torch.stack(columns, dim=1) / self.scale
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """[B] bool: rows whose action is "continue" (one actor call for all rows)."""
-        logits = self.file.logits(obs.clamp(0, OBS_HIGH))
+        h = obs.clamp(0, OBS_HIGH)
+        for weight, bias, activation in self._layers:  # the actor, without nn.Module call overhead
+            h = torch.nn.functional.linear(h, weight, bias)
+            if activation is not None:
+                h = activation(h)
+        logits = h
         if self.deterministic:
             action = logits.argmax(-1)
         else:
@@ -164,9 +184,11 @@ class PPODepth(DraftLengthPolicy):
             self.rows.on_step(step)
             for row in self.rows.new_rows:
                 self.history.pop(row, None)
+                self._recent = None
         return self.act(self.observation(step)).to(step.active.device)
 
     def observe(self, feedback: CycleFeedback) -> None:
+        self._recent = None
         rows = self.rows.observe(feedback)
         if rows is None:
             return
@@ -179,6 +201,18 @@ class PPODepth(DraftLengthPolicy):
                 "features": list(self.features), "deterministic": self.deterministic,
                 "profile": self.profile.label if self.profile else None, "profile_arg": self.profile_arg,
                 "profile_mismatch": self.mismatch}
+
+
+def _layers(actor: torch.nn.Sequential) -> list[tuple[torch.Tensor, torch.Tensor, Callable | None]]:
+    """(weight, bias, activation) per linear layer of the actor, activations as plain functions."""
+    functions = {torch.nn.Tanh: torch.tanh, torch.nn.ReLU: torch.relu, torch.nn.Identity: None}
+    layers: list = []
+    for module in actor:
+        if isinstance(module, torch.nn.Linear):
+            layers.append([module.weight.detach(), module.bias.detach(), None])
+        else:
+            layers[-1][2] = functions.get(type(module), module)
+    return [tuple(layer) for layer in layers]
 
 
 def _signal(name: str, policy: PPODepth, step: DraftStep) -> torch.Tensor:
@@ -211,6 +245,7 @@ FEATURES: dict[str, Callable[[PPODepth, DraftStep], torch.Tensor]] = {
     "g": _g,
 }
 assert set(OBS_FIELDS) <= set(FEATURES)
+PER_STEP = frozenset({"position", "batch_size", "c", "g"})  # the same for every row of a draft step
 
 
 def observation_low_high(features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
