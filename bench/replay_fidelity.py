@@ -1,13 +1,14 @@
 """Does the replay predict the live engine? Tokens/s predicted from traces + a profile vs measured, side by side.
 
-In one run on the embedded pair: a profile is measured (``task=profile``'s measurement through the engine's
-session), traces are recorded at depth 8 for each concurrency, and for fixed γ ∈ {1, 2, 4, 8} and the
-confidence stop (q(x) < 0.4, ceiling 8) the replay predicts decode throughput from them:
+In one run on the embedded pair: traces are recorded at depth 8 for each concurrency; in each repeat a
+profile is measured (``task=profile``'s measurement through the engine's session) right before the live
+runs it predicts, and for fixed γ ∈ {1, 2, 4, 8} and the confidence stop (q(x) < 0.4, ceiling 8) the replay
+predicts decode throughput from the traces and that profile:
 
     Σ_cycles Σ_rows (accepted at the policy's depth + 1) / Σ_cycles (depth·t_draft(b) + t_verify(b, depth+1) + o(b))
 
 (depth = the deepest row's at batch b: verification is padded). The live engine then runs the same prompts
-with that policy, ``--repeats`` times; printed: live decode tokens/s (tokens of the cycles over their
+with that policy; printed over ``--repeats``: live decode tokens/s (tokens of the cycles over their
 synchronised time), live end-to-end tokens/s (including prefill and admission, which a per-cycle profile
 does not hold), and the ratio live/replay with a 95% t-interval over repeats.
 
@@ -17,7 +18,6 @@ does not hold), and the ratio live/replay with a 95% t-interval over repeats.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import numpy as np
 import pandas as pd
@@ -87,34 +87,40 @@ def main() -> None:
                     seed=1, vocab_size=pair.vocab_size)
     eos = pair.tokenizer.eos_token_id
     sizes = sorted(set(args.concurrency))
-    engine.eos = set()
-    long = [type(r)(r.request_id, r.prompt_id, r.language, r.input_ids, 6 * (DEPTH + 1) + 1) for r in requests]
-    long = [long[i % len(long)] for i in range(max(sizes))]
-    for i, r in enumerate(long):
-        r.request_id = i
-    draft, verify, overhead, _ = measure_costs(engine, long, sizes, DEPTH, 1, 5)
-    profile = Profile("fidelity", sizes, DEPTH + 1, draft, verify, overhead)
-    engine.eos = {eos} if eos is not None else set()
+    long = [type(r)(i, r.prompt_id, r.language, r.input_ids, 6 * (DEPTH + 1) + 1)  # profile rows: never end early
+            for i, r in enumerate(requests[i % len(requests)] for i in range(max(sizes)))]
+
+    def measured_profile(c: int) -> Profile:
+        """Costs at batch 1 and c (interpolated between), measured now: the machine's speed drifts."""
+        engine.eos = set()
+        sizes_c = sorted({1, c})
+        draft, verify, overhead, _ = measure_costs(engine, long, sizes_c, DEPTH, 1, 3)
+        engine.eos = {eos} if eos is not None else set()
+        return Profile("fidelity", sizes_c, DEPTH + 1, draft, verify, overhead)
 
     methods = [f"gamma={g}" for g in (1, 2, 4, 8)] + ["confidence"]
     print(f"embedded pair, en, {len(requests)} prompts x {args.max_new} new tokens, T = "
-          f"{workload.sampling.temperature}, torch threads {args.threads}, {args.repeats} repeats; "
-          f"profile measured in this run (batch {sizes}, means of 5 cycles per (batch, n))")
+          f"{workload.sampling.temperature}, torch threads {args.threads}, {args.repeats} repeats; in each repeat a "
+          "profile is measured (batch 1 and the concurrency, means of 3 cycles per (batch, n)) right before the live "
+          "runs it predicts")
     print(f"{'conc':>4} {'method':<11}{'replay':>9}{'live dec':>10}{'ratio':>7}{'95% CI':>16}{'live e2e':>10}"
           f"{'e2e/replay':>11}")
     for c in sizes:
         frame = record(engine.session(requests, None, c, keep_laws=True), requests, DEPTH)
+        cells: dict[str, list[tuple[float, float, float]]] = {m: [] for m in methods}
+        for _ in range(args.repeats):
+            profile = measured_profile(c)
+            for method in methods:
+                decode, e2e = live(engine, requests, method, c)
+                cells[method].append((predicted(frame, profile, method), decode, e2e))
         for method in methods:
-            pred = predicted(frame, profile, method)
-            runs = [live(engine, requests, method, c) for _ in range(args.repeats)]
-            ratios = np.array([d / pred for d, _ in runs])
+            pred, decode, e2e = (np.array(x) for x in zip(*cells[method], strict=True))
+            ratios = decode / pred
             half = (stats.t.ppf(0.975, len(ratios) - 1) * ratios.std(ddof=1) / np.sqrt(len(ratios))
                     if len(ratios) > 1 else float("nan"))
-            e2e = statistics.median(e for _, e in runs)
-            print(f"{c:>4} {method:<11}{pred:>9.1f}{statistics.median(d for d, _ in runs):>10.1f}"
+            print(f"{c:>4} {method:<11}{np.median(pred):>9.1f}{np.median(decode):>10.1f}"
                   f"{ratios.mean():>7.3f}  [{ratios.mean() - half:.3f}, {ratios.mean() + half:.3f}]"
-                  f"{e2e:>10.1f}{e2e / pred:>11.3f}")
-
+                  f"{np.median(e2e):>10.1f}{np.mean(e2e / pred):>11.3f}")
 
 if __name__ == "__main__":
     main()
