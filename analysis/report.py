@@ -22,7 +22,7 @@ from analysis.bench_table import bench_table
 from analysis.cli import ArgumentParser, plain_logging
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, read_json, swept
 from harness.errors import SpectuneError
-from harness.io import _atomic, write_figure
+from harness.io import write_figure, write_text
 from harness.metadata import base_metadata
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class Report:
 
     def write(self) -> Path:
         text = "\n".join(self.lines).strip() + "\n"
-        return _atomic(self.directory / REPORT, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        return write_text(self.directory / REPORT, text)
 
 
 def build(path: Path | str, allow_mixed: bool = False) -> Path:

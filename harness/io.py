@@ -45,8 +45,11 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
-    """Write through ``write(tmp)`` into a temporary file beside ``path``, then rename over it."""
+def write_atomic(path: Path | str, write: Callable[[Path], None]) -> Path:
+    """Write through ``write(tmp)`` into a temporary file beside ``path``, then rename over it.
+
+    For any format: ``write`` receives the temporary path and must close what it opens.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -78,18 +81,22 @@ def _jsonable(obj: Any) -> Any:
 
 def write_json(path: Path | str, data: Any) -> Path:
     text = json.dumps(_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    return _atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_csv(path: Path | str, frame: pd.DataFrame) -> Path:
-    return _atomic(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
+    return write_atomic(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
 
 
 def write_parquet(path: Path | str, frame: pd.DataFrame) -> Path:
-    return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
+    return write_atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def write_figure(path: Path | str, figure: Any) -> Path:
     """Save a matplotlib figure atomically (format from the final name's suffix)."""
     fmt = Path(path).suffix.lstrip(".") or "png"
-    return _atomic(Path(path), lambda tmp: figure.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight"))
+    return write_atomic(Path(path), lambda tmp: figure.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight"))
+
+
+def write_text(path: Path | str, text: str) -> Path:
+    return write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from harness.errors import SpectuneError
-from harness.io import _atomic  # the atomic writer behind write_json: a zip is written the same way
+from harness.io import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -337,4 +337,4 @@ def annotate_policy_file(path: str | Path, extra: dict[str, Any]) -> Path:
                 target.writestr(info, payload)
             target.writestr("spectune.json", json.dumps(extra, indent=2, sort_keys=True))
 
-    return _atomic(path, write)
+    return write_atomic(path, write)
