@@ -1,4 +1,4 @@
-"""The speculative-decoding cost model (seed §6–7): expected tokens per cycle against the cycle's price.
+"""The speculative-decoding cost model (Leviathan et al. 2023): expected tokens per cycle against the cycle's price.
 
 A cycle drafts γ tokens (each costs c target steps) and verifies them (g(γ) target steps), plus fixed
 overheads, and emits 1..γ+1 tokens. Its speed-up over plain decoding is
@@ -238,10 +238,10 @@ def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[fl
 def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], batch_size: int = 1) -> pd.DataFrame:
     """Predicted speed-up of every fixed γ over AR, next to the constant-α models, at one batch size.
 
-    Fitted: S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} joint[i-1]: the seed's formula with measured
+    Fitted: S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} joint[i-1]: the classic formula with measured
     joint acceptance and measured costs, and the per-cycle overhead o paid by the AR step too (both are
     timed the same way, TPOT-based). ``constant_alpha_speedup``: the same costs with E from α = joint[0].
-    ``seed_speedup``: the seed's plain S = E(α) / (c γ + 1) (g = 1, no overhead).
+    ``seed_speedup``: the plain S = E(α) / (c γ + 1) (g = 1, no overhead).
     """
     expected_tokens_from_joint(joint)
     alpha = float(joint[0])

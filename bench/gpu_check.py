@@ -1,4 +1,4 @@
-"""GPU check of the engine's execution paths against the raw compiled forward step (issue 4).
+"""GPU check of the engine's execution paths against the raw compiled forward step.
 
 Llama-shaped models with random weights (timing does not depend on weight values): a target and a
 draft sharing its vocabulary. For each path (`cuda` eager HF DynamicCache; `cuda-compiled` static

@@ -9,7 +9,7 @@ step, so slow drift on a shared machine hits both alike. Printed as medians and 
   steps 2..γ of a cycle (a verification before them slows them; see ``bare_cycles``);
 - verification: engine verify at γ (forward of γ+1 + exact sampler + sync) vs the bare (γ+1)-token forward;
 - whole cycle at γ: engine cycle (draft + verify + rest) vs γ bare draft forwards + the bare verification.
-Goals (measurement issue): AR and verification ≤ 1.05×, draft step ≤ 1.25×, cycle ≤ 1.10×.
+Goals: AR and verification ≤ 1.05×, draft step ≤ 1.25×, cycle ≤ 1.10×.
 Also the cost of the draw itself over the vocabulary: softmax vs inverse-CDF vs exponential race.
 
     python bench/overhead.py --gamma 4 --rounds 5 --steps 30 --threads 1

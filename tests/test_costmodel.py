@@ -1,4 +1,4 @@
-"""The cost model reproduces the seed's numbers and its general form agrees with the constant-α form."""
+"""The cost model reproduces the published worked numbers and its general form agrees with the constant-α form."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_verify_cost_forms_agree() -> None:
     a = sweep([0.7], [0.05], range(1, 17), g=table)
     b = sweep([0.7], [0.05], range(1, 17), g=lambda x: 1.0 + 0.1 * x)
     assert a["S"].tolist() == pytest.approx(b["S"].tolist())
-    assert _best(0.7, 0.05, g=3)["S"] < 1  # exact and slower: the seed's §7 point
+    assert _best(0.7, 0.05, g=3)["S"] < 1  # exact and slower: exactness says nothing about speed
 
 
 def test_sweep_grid_and_optima_shape() -> None:

@@ -100,7 +100,7 @@ def test_predicted_speedup_known_answer():
     assert table.loc[2, "E"] == pytest.approx(2.2)
     assert table.loc[2, "cost"] == pytest.approx(1.65)
     assert table.loc[2, "predicted_speedup"] == pytest.approx(2.2 * 1.05 / 1.65)
-    # constant α = joint[0] = 0.7: E = 1 + 0.7 + 0.49, same costs; the seed's S = E / (cγ + 1)
+    # constant α = joint[0] = 0.7: E = 1 + 0.7 + 0.49, same costs; the plain S = E / (cγ + 1)
     assert table.loc[2, "constant_alpha_speedup"] == pytest.approx(2.19 * 1.05 / 1.65)
     assert table.loc[2, "seed_speedup"] == pytest.approx(2.19 / 1.2)
     assert table.loc[3, "E_constant_alpha"] == pytest.approx(expected_tokens(0.7, 3))

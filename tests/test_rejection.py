@@ -136,7 +136,7 @@ def test_sampler_empirical_law_matches_p() -> None:
 
 
 def test_naive_sampler_empirical_law_is_biased() -> None:
-    """n = 6000 on the seed example: naive freq of A ≈ 0.35, far outside 4.5 SE (≈ 0.029) of 0.5."""
+    """n = 6000 on the three-symbol example: naive freq of A ≈ 0.35, far outside 4.5 SE (≈ 0.029) of 0.5."""
     tokens = _single_position(P_SEED, Q_SEED, 6000, seed=2, name="naive")
     _assert_law(tokens, naive_law(P_SEED, Q_SEED))
     assert abs(np.mean(tokens == 0) - 0.5) > 0.1

@@ -114,7 +114,7 @@ def pair_law(p: np.ndarray, p1: np.ndarray) -> np.ndarray:
 
 
 def token_labels(vocab: int) -> list[str]:
-    """A, B, C… for small vocabularies (as in the seed), indices otherwise."""
+    """A, B, C… for small vocabularies (as in the three-symbol example), indices otherwise."""
     return [chr(ord("A") + i) for i in range(vocab)] if vocab <= 26 else [str(i) for i in range(vocab)]
 
 

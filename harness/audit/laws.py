@@ -1,6 +1,6 @@
 """Analytic laws of one speculative position, in float64, with no sampling.
 
-The audit compares the sampler's Monte Carlo frequencies against these closed forms (seed §2–3):
+The audit compares the sampler's Monte Carlo frequencies against these closed forms:
 accepted mass m = min(p, q), rejection probability Z = 1 − Σm, residual r = max(p − q, 0)/Z,
 corrected law m + Z·r (= p) and the naive "restart from p" law m + Z·p (≠ p whenever Z > 0 and r ≠ p).
 Keeping the arithmetic here, apart from the torch sampler, means a bug in one cannot hide in the other.

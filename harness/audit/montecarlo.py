@@ -1,6 +1,6 @@
 """Monte Carlo exactness audit: drive the real batched sampler and count what it emits.
 
-The proof says the corrected law is p; the audit exists to catch *coding* errors (seed §4), so it
+The proof says the corrected law is p; the audit exists to catch *coding* errors, so it
 calls :func:`harness.sampling.rejection.get_sampler` and :func:`harness.sampling.warp.sample` themselves, never a
 re-implementation. Variants share the proposals and the acceptance uniforms (a controlled comparison:
 only the recovery distribution differs), and each has its own generator for what it draws on rejection.
