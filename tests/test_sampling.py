@@ -71,6 +71,9 @@ def test_warp_output_is_a_distribution() -> None:
 @pytest.mark.parametrize(("kwargs", "fragment"), [
     ({"temperature": -0.5}, "temperature=-0.5"),
     ({"temperature": math.nan}, "temperature=nan"),
+    ({"temperature": math.inf}, "temperature=inf"),
+    ({"temperature": True}, "temperature=True"),
+    ({"top_p": True}, "top_p=True"),
     ({"top_k": -1}, "top_k=-1"),
     ({"top_k": 2.5}, "top_k=2.5"),
     ({"top_p": 0.0}, "top_p=0.0"),

@@ -7,6 +7,7 @@ rejection rule compares like with like (a mask applied after correction would br
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -27,11 +28,11 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         t, k, tp = self.temperature, self.top_k, self.top_p
-        if not (isinstance(t, int | float) and t >= 0 and t == t):
-            raise SpectuneError(f"temperature={t!r} is invalid: must be a number >= 0 (0 = greedy)")
+        if isinstance(t, bool) or not (isinstance(t, int | float) and math.isfinite(t) and t >= 0):
+            raise SpectuneError(f"temperature={t!r} is invalid: must be a finite number >= 0 (0 = greedy)")
         if not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
             raise SpectuneError(f"top_k={k!r} is invalid: must be an integer >= 0 (0 = off)")
-        if not (isinstance(tp, int | float) and 0 < tp <= 1):
+        if isinstance(tp, bool) or not (isinstance(tp, int | float) and 0 < tp <= 1):
             raise SpectuneError(f"top_p={tp!r} is invalid: must be in (0, 1] (1 = off)")
 
     @property

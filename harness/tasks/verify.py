@@ -1,4 +1,4 @@
-"""`python -m harness task=verify`: the exactness audit (Leviathan et al. 2023, Chen et al. 2023) for any (p, q) given in config.
+"""`python -m harness task=verify`: the exactness audit (Leviathan et al. 2023) for any (p, q) given in config.
 
 1. Exact laws in float64: accepted mass, Z, residual, corrected law (= p), naive law, TV.
 2. Monte Carlo through the real sampler code, both variants on shared proposals and acceptance uniforms,
