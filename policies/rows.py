@@ -8,7 +8,7 @@ previous cycle led to (context + accepted + 1) holds a new request. This needs t
 every cycle, so policies using this tracker ask for a ceiling of at least 2 and stop rows themselves: a row that
 stops at step 0 costs no extra draft forward (the proposer breaks when no row is left drafting).
 
-When the engine grows explicit ``CycleFeedback.rows`` (slot of each listed row), it is used instead.
+When the engine reports ``CycleFeedback.rows`` (the slot of each listed row, as Session does), those are used.
 """
 
 from __future__ import annotations

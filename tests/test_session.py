@@ -114,3 +114,29 @@ def test_inverse_cdf_draw_law_and_zero_entries():
     freq = np.bincount(draws, minlength=5) / n
     assert freq[0] == freq[2] == 0
     assert np.abs(freq - probs.numpy()).max() <= 1 / n + 1e-12
+
+
+class Recording(FixedGamma):
+    """A fixed γ that keeps every CycleFeedback it is given."""
+
+    def __init__(self, gamma: int) -> None:
+        super().__init__(gamma)
+        self.feedback = []
+
+    def observe(self, feedback) -> None:
+        self.feedback.append(feedback)
+
+
+def test_cycle_feedback_names_each_rows_slot_and_request(pair):
+    """Policies learning per row get the slot and request of every listed row, matching the cycle records."""
+    target, draft = pair
+    engine = Engine(target, draft, sampling=SAMPLED, sampler=get_sampler("exact"), device="cpu", seed=3)
+    policy = Recording(2)
+    result = engine.run(_requests(5, max_new=10), policy, 3)
+    by_cycle: dict[int, dict[int, int]] = {}
+    for record in result.cycles:
+        by_cycle.setdefault(record.cycle, {})[record.slot] = record.request_id
+    assert len(policy.feedback) == len(by_cycle)
+    for feedback, (_, slots) in zip(policy.feedback, sorted(by_cycle.items()), strict=True):
+        assert feedback.rows == sorted(slots) and len(feedback.rows) == len(feedback.num_drafts)
+        assert feedback.request_ids == [slots[row] for row in feedback.rows]

@@ -66,13 +66,19 @@ def draft_signals(q: torch.Tensor, x: torch.Tensor, names: frozenset[str],
 
 @dataclass(frozen=True)
 class CycleFeedback:
-    """What one draft-and-verify cycle did, per row, and what it cost (synchronised seconds)."""
+    """What one draft-and-verify cycle did, per busy row (in slot order), and what it cost (synchronised seconds).
+
+    ``rows`` and ``request_ids`` name the slot and the request of each listed row (None when the caller does not
+    know them, e.g. hand-built feedback in tests).
+    """
 
     num_drafts: list[int]
     num_accepted: list[int]
     draft_s: float
     verify_s: float
     cycle_s: float
+    rows: list[int] | None = None
+    request_ids: list[int] | None = None
 
 
 class DraftLengthPolicy(ABC):

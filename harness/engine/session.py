@@ -325,5 +325,6 @@ class Session:
         if policy is not None:
             rows = outcome.rows
             policy.observe(CycleFeedback([outcome.num_drafts[r] for r in rows], [outcome.accepted[r] for r in rows],
-                                         outcome.draft_s, outcome.verify_s, outcome.cycle_s))
+                                         outcome.draft_s, outcome.verify_s, outcome.cycle_s, rows=list(rows),
+                                         request_ids=[outcome.request_ids[r] for r in rows]))
         return outcome
