@@ -31,6 +31,14 @@ def cli() -> CLI:
     return run_cli
 
 
+@pytest.fixture(scope="module")
+def pair():
+    """A tiny random target and a partly agreeing draft (tests/tiny_models.py), built once per test module."""
+    from tests.tiny_models import tiny_pair
+
+    return tiny_pair()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from transformers import AutoTokenizer

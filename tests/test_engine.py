@@ -16,26 +16,14 @@ from harness.hardware import ExecutionPath
 from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import get_sampler
 from policies import ConfidenceStop, FixedGamma, HFHeuristic
-from tests.tiny_models import perturbed, tiny_llama
+from tests.tiny_models import random_requests, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)
 
 
-def _requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
-    gen = torch.Generator().manual_seed(seed)
-    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
-            for i in range(count)]
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
-    return target, perturbed(target, scale=0.3, seed=2)
-
-
 def test_greedy_speculative_equals_autoregressive(pair):
     target, draft = pair
-    requests = _requests(7, max_new=16)
+    requests = random_requests(7, max_new=16)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     assert all(len(ids) == 16 for ids in reference.values())
@@ -55,7 +43,7 @@ def test_greedy_speculative_equals_autoregressive(pair):
 def test_static_cache_path_matches_autoregressive(pair, path):
     """The compiled path's static buffers (and dynamo tracing of the model through them) change nothing."""
     target, draft = pair
-    requests = _requests(5, max_new=20)
+    requests = random_requests(5, max_new=20)
     reference = {r.request_id: r.output_ids for r in
                  Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu")
                  .run(requests, None, 1).requests}
@@ -68,7 +56,7 @@ def test_static_cache_path_matches_autoregressive(pair, path):
 def test_draft_equal_to_target_accepts_everything_and_matches(pair):
     """α = 1: every cycle emits γ+1 tokens; exercises the 'draft never fed its last token' path."""
     target, _ = pair
-    requests = _requests(4, max_new=20)
+    requests = random_requests(4, max_new=20)
     engine = Engine(target, target, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 2).requests}
     result = engine.run(requests, FixedGamma(3), 2)
@@ -80,7 +68,7 @@ def test_draft_equal_to_target_accepts_everything_and_matches(pair):
 
 def test_adaptive_policy_keeps_greedy_output(pair):
     target, draft = pair
-    requests = _requests(5, max_new=16)
+    requests = random_requests(5, max_new=16)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     result = engine.run(requests, HFHeuristic(gamma=3, max_gamma=32), 2)
@@ -100,7 +88,7 @@ class RaggedStop(FixedGamma):
 def test_rows_that_stop_drafting_early_keep_greedy_output(pair, concurrency):
     """Per-row early stop (ragged draft counts in one batch) through the same verify path."""
     target, draft = pair
-    requests = _requests(5, max_new=16)
+    requests = random_requests(5, max_new=16)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     result = engine.run(requests, RaggedStop(5), concurrency)
@@ -112,7 +100,7 @@ def test_rows_that_stop_drafting_early_keep_greedy_output(pair, concurrency):
 
 def test_eos_and_max_new_tokens_end_requests(pair):
     target, draft = pair
-    requests = _requests(3, max_new=12)
+    requests = random_requests(3, max_new=12)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     free = engine.run(requests, None, 1).requests
     eos = free[0].output_ids[5]  # a token request 0 emits at step 6 becomes the EOS
@@ -127,7 +115,7 @@ def test_eos_and_max_new_tokens_end_requests(pair):
 def test_requests_that_end_at_their_first_token(pair, concurrency):
     """max_new_tokens = 1 (or EOS first) ends a request at prefill: no cycle runs for it, the loop goes on."""
     target, draft = pair
-    requests = _requests(2, max_new=5, seed=9) + _requests(3, max_new=1)  # the last one ends at prefill
+    requests = random_requests(2, max_new=5, seed=9) + random_requests(3, max_new=1)  # the last one ends at prefill
     for i, req in enumerate(requests):
         req.request_id = i
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
@@ -139,7 +127,7 @@ def test_requests_that_end_at_their_first_token(pair, concurrency):
 
 def test_continuous_batching_and_open_loop_timing(pair):
     target, draft = pair
-    requests = _requests(6, max_new=8)
+    requests = random_requests(6, max_new=8)
     for i, req in enumerate(requests):
         req.arrival_s = 0.02 * i
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from harness.engine import Engine, Request
+from harness.engine import Engine
 from harness.engine.policy import CycleFeedback, DraftStep
 from harness.errors import SpectuneError
 from harness.io import write_json
@@ -25,21 +25,9 @@ from policies.confidence import AdaptiveConfidence, roc_threshold
 from policies.heuristic import HFHeuristic, HFHeuristicTransient
 from policies.registry import POLICIES, make_policy
 from policies.svip import SVIP
-from tests.tiny_models import perturbed, tiny_llama
+from tests.tiny_models import random_requests
 
 GREEDY = SamplingParams(temperature=0)
-
-
-def _requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
-    gen = torch.Generator().manual_seed(seed)
-    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
-            for i in range(count)]
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
-    return target, perturbed(target, scale=0.3, seed=2)
 
 
 def _constant_classifier(path, p_accept: float) -> str:
@@ -77,7 +65,7 @@ def test_every_registered_policy_is_tested(tmp_path):
 def test_policies_keep_greedy_output_and_respect_their_ceiling(pair, tmp_path, concurrency):
     """Greedy: whatever each policy decides, the output is the autoregressive output, token for token."""
     target, draft = pair
-    requests = _requests(3, max_new=9)
+    requests = random_requests(3, max_new=9)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     for node, gamma, ceiling in _cases(tmp_path):
@@ -211,7 +199,7 @@ def test_classifier_stop_in_the_engine_drafts_exactly_where_the_rule_says(pair, 
     policy = AcceptanceClassifier(gamma=8, weights_path=_constant_classifier(tmp_path / "c.json", 0.8),
                                   threshold=0.5)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
-    result = engine.run(_requests(2, max_new=10), policy, 2)
+    result = engine.run(random_requests(2, max_new=10), policy, 2)
     assert {c.num_drafts for c in result.cycles} == {4}
 
 
@@ -242,7 +230,7 @@ def test_transient_schedule_restarts_per_request_while_the_classic_one_carries_o
     transformers' persistent "heuristic" carries its grown value into the next request instead."""
     target, _ = pair
     engine = Engine(target, target, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
-    requests = _requests(3, max_new=20)
+    requests = random_requests(3, max_new=20)
     for concurrency in (1, 2):
         result = engine.run(requests, HFHeuristicTransient(gamma=1, max_gamma=5), concurrency)
         for request in requests:

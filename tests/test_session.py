@@ -6,27 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from harness.engine import Engine, Request
+from harness.engine import Engine
 from harness.engine.policy import DraftLengthPolicy, FixedGamma
 from harness.engine.randomness import KeyedUniforms, request_uniforms
 from harness.sampling import SamplingParams, inverse_cdf
 from harness.sampling.rejection import get_sampler
-from tests.tiny_models import perturbed, tiny_llama
+from tests.tiny_models import random_requests
 
 GREEDY = SamplingParams(temperature=0)
 SAMPLED = SamplingParams(temperature=1.0)
-
-
-def _requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
-    gen = torch.Generator().manual_seed(seed)
-    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
-            for i in range(count)]
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
-    return target, perturbed(target, scale=0.3, seed=2)
 
 
 class Alternating(DraftLengthPolicy):
@@ -47,7 +35,7 @@ class Alternating(DraftLengthPolicy):
 def test_cycles_without_speculation_keep_greedy_output(pair, concurrency):
     """Runs of γ = 0 cycles (one, then two in a row) leave the draft pending tokens it catches up on."""
     target, draft = pair
-    requests = _requests(5, max_new=18)
+    requests = random_requests(5, max_new=18)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     result = engine.run(requests, Alternating((0, 3, 0, 0, 2)), concurrency)
@@ -61,7 +49,7 @@ def test_cycles_without_speculation_keep_greedy_output(pair, concurrency):
 def test_session_driven_by_hand_equals_run(pair):
     """begin_cycle / draft_step / verify, as an environment drives them, give what Engine.run gives."""
     target, draft = pair
-    requests = _requests(4, max_new=12)
+    requests = random_requests(4, max_new=12)
     engine = Engine(target, draft, sampling=SAMPLED, sampler=get_sampler("exact"), device="cpu", seed=7)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, FixedGamma(3), 2).requests}
     session = engine.session(requests, None, 2)
@@ -78,7 +66,7 @@ def test_outcome_at_depth_k_does_not_depend_on_the_depth_chosen(pair, concurrenc
     """Sampled (T = 1), seed 11, 6 requests: in the first cycle of every request the accepted count at γ = k
     equals min(k, accepted at γ = 8) for every k (common random numbers; exact equality, no tolerance)."""
     target, draft = pair
-    requests = _requests(6, max_new=10)  # only first cycles are compared: short requests suffice
+    requests = random_requests(6, max_new=10)  # only first cycles are compared: short requests suffice
     engine = Engine(target, draft, sampling=SAMPLED, sampler=get_sampler("exact"), device="cpu", seed=11)
 
     def first_cycles(gamma: int) -> dict[int, int]:
@@ -132,7 +120,7 @@ def test_cycle_feedback_names_each_rows_slot_and_request(pair):
     target, draft = pair
     engine = Engine(target, draft, sampling=SAMPLED, sampler=get_sampler("exact"), device="cpu", seed=3)
     policy = Recording(2)
-    result = engine.run(_requests(5, max_new=10), policy, 3)
+    result = engine.run(random_requests(5, max_new=10), policy, 3)
     by_cycle: dict[int, dict[int, int]] = {}
     for record in result.cycles:
         by_cycle.setdefault(record.cycle, {})[record.slot] = record.request_id

@@ -12,28 +12,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from harness.engine import Engine, Request
 from harness.engine.policy import FixedGamma
 from harness.engine.traces import TRACE_COLUMNS, expected_accepted, realised_accepted, record
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler
-from tests.tiny_models import perturbed, tiny_llama
+from tests.tiny_models import random_requests
 
 DEPTH = 5
-
-
-def _requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
-    gen = torch.Generator().manual_seed(seed)
-    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
-            for i in range(count)]
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
-    return target, perturbed(target, scale=0.3, seed=2)
 
 
 def _trace(engine: Engine, requests: list[Request], concurrency: int) -> tuple[pd.DataFrame, dict[int, list[int]]]:
@@ -65,7 +52,7 @@ def _compare(engine, requests, concurrency, frame, traced) -> tuple[int, int]:
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_replay_equals_live_at_every_depth_greedy_whole_requests(pair, concurrency):
     target, draft = pair
-    requests = _requests(3, max_new=12)
+    requests = random_requests(3, max_new=12)
     engine = Engine(target, draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
                     device="cpu", seed=0)
     frame, traced = _trace(engine, requests, concurrency)
@@ -78,7 +65,7 @@ def test_replay_equals_live_at_every_depth_greedy_whole_requests(pair, concurren
 def test_replay_equals_live_at_every_depth_sampled(pair, concurrency):
     """T = 1, seed 3, 5 requests × 5 depths; exact equality of accepted counts (no tolerance)."""
     target, draft = pair
-    requests = _requests(5, max_new=10, seed=1)
+    requests = random_requests(5, max_new=10, seed=1)
     engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
                     device="cpu", seed=3)
     frame, traced = _trace(engine, requests, concurrency)
@@ -90,7 +77,7 @@ def test_replay_equals_live_at_every_depth_sampled(pair, concurrency):
 
 def test_trace_columns_and_scores(pair):
     target, draft = pair
-    requests = _requests(2, max_new=10)
+    requests = random_requests(2, max_new=10)
     engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
                     device="cpu", seed=5)
     frame, _ = _trace(engine, requests, 2)

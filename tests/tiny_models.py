@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from harness.engine.records import Request
+
 
 def tiny_llama(vocab: int = 64, hidden: int = 32, layers: int = 2, seed: int = 0, init: float = 0.02,
                dtype: torch.dtype = torch.float64, attn: str = "sdpa") -> LlamaForCausalLM:
@@ -30,3 +32,16 @@ def perturbed(model: LlamaForCausalLM, scale: float, seed: int) -> LlamaForCausa
         for param in copy.parameters():
             param.add_(scale * param.std() * torch.randn(param.shape, generator=generator, dtype=param.dtype))
     return copy
+
+
+def random_requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
+    """``count`` requests with seeded random prompts of 4–8 tokens (ids below ``vocab``)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [Request(i, f"p{i}", "en", torch.randint(0, vocab, (4 + i % 5,), generator=gen).tolist(), max_new)
+            for i in range(count)]
+
+
+def tiny_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    """The engine tests' target and a draft that agrees with it in part (noise of scale 0.3 on every weight)."""
+    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
+    return target, perturbed(target, scale=0.3, seed=2)
