@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -113,3 +114,30 @@ class ProfileSet:
             return index, draft, verify, overhead
         d, s = np.exp(rng.uniform(-self.jitter, self.jitter, size=2))
         return index, draft * d, verify[0] + s * (verify - verify[0]), overhead
+
+
+LIVE_DEPTH_LIMIT = 12  # the depth ceiling of a live environment (no traces bound it)
+
+
+def attach_source(env: Any, backend: str, traces: Any, profile: Any, profile_jitter: float,
+                  allow_profile_mismatch: bool, engine: Any, requests: list | None, concurrency: int,
+                  live_time: str) -> tuple[int, int]:
+    """Give ``env`` what both environments step through: the traces (replay) or the engine and requests (live),
+    and the profile set. Returns (default depth: the traces' max_depth or the live limit, the largest depth
+    allowed: that and the profiles' max_positions - 1)."""
+    if profile is None:
+        raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
+    if backend == "replay":
+        env.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
+        limit = env.traces.max_depth
+    else:
+        if engine is None or not requests:
+            raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
+        if live_time not in ("measured", "profile"):
+            raise SpectuneError(f"live_time={live_time!r} is unknown: choose measured or profile")
+        env.traces, limit = None, LIVE_DEPTH_LIMIT
+        env.engine, env.requests, env.concurrency, env.live_time = engine, list(requests), int(concurrency), live_time
+        env._session = None
+    env.profiles = ProfileSet(profile, profile_jitter, env.traces, allow_profile_mismatch)
+    env.synthetic = env.profiles.synthetic
+    return limit, min(limit, min(p.max_positions for p in env.profiles.profiles) - 1)

@@ -34,7 +34,7 @@ import torch
 from harness.engine.policy import DRAFT_SIGNALS
 from harness.errors import SpectuneError
 from policies.envs import check_backend
-from policies.envs.data import ProfileSet, TraceSet
+from policies.envs.data import attach_source
 from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
 
 REWARDS = ("throughput", "ratio")
@@ -70,28 +70,13 @@ class DraftDepthEnv(gym.Env):
             raise SpectuneError(f"reward={reward!r} is unknown: choose one of {', '.join(REWARDS)}")
         if outcome not in OUTCOMES:
             raise SpectuneError(f"outcome={outcome!r} is unknown: choose one of {', '.join(OUTCOMES)}")
-        if profile is None:
-            raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
         self.reward_kind, self.expected = reward, outcome == "expected"
-        if backend == "replay":
-            self.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
-            limit = self.traces.max_depth
-        else:
-            if engine is None or not requests:
-                raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
-            self.traces, limit = None, 12
-            self.engine, self.requests, self.concurrency = engine, list(requests), int(concurrency)
-            if live_time not in ("measured", "profile"):
-                raise SpectuneError(f"live_time={live_time!r} is unknown: choose measured or profile")
-            self.live_time = live_time
-            self._session = None
-        self.profiles = ProfileSet(profile, profile_jitter, self.traces, allow_profile_mismatch)
+        limit, ceiling = attach_source(self, backend, traces, profile, profile_jitter, allow_profile_mismatch,
+                                       engine, requests, concurrency, live_time)
         self.max_depth = limit if max_depth is None else int(max_depth)
-        positions = min(p.max_positions for p in self.profiles.profiles)
-        if not 1 <= self.max_depth <= min(limit, positions - 1):
-            raise SpectuneError(f"max_depth={max_depth!r} is out of range: must be in 1..{min(limit, positions - 1)} "
+        if not 1 <= self.max_depth <= ceiling:
+            raise SpectuneError(f"max_depth={max_depth!r} is out of range: must be in 1..{ceiling} "
                                 "(the traces' max_depth and the profile's max_positions - 1)")
-        self.synthetic = self.profiles.synthetic
         self.action_space = gym.spaces.Discrete(2)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32)
         self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)

@@ -26,7 +26,7 @@ import torch
 
 from harness.errors import SpectuneError
 from policies.envs import check_backend
-from policies.envs.data import ProfileSet, TraceSet
+from policies.envs.data import attach_source
 from policies.envs.observation import OBS_HIGH, SCALE
 
 
@@ -49,27 +49,11 @@ class VerifySizeEnv(gym.Env):
                  allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
                  concurrency: int = 4, live_time: str = "measured") -> None:
         self.backend = check_backend(backend)
-        if profile is None:
-            raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
-        if backend == "replay":
-            self.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
-            limit = self.traces.max_depth
-        else:
-            if engine is None or not requests:
-                raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
-            if live_time not in ("measured", "profile"):
-                raise SpectuneError(f"live_time={live_time!r} is unknown: choose measured or profile")
-            self.traces, limit = None, 12
-            self.engine, self.requests, self.live_time = engine, list(requests), live_time
-            self.concurrency = int(concurrency)
-            self._session = None
-        self.profiles = ProfileSet(profile, profile_jitter, self.traces, allow_profile_mismatch)
-        self.synthetic = self.profiles.synthetic
+        limit, ceiling = attach_source(self, backend, traces, profile, profile_jitter, allow_profile_mismatch,
+                                       engine, requests, concurrency, live_time)
         depth = limit if draft_depth is None else int(draft_depth)
-        positions = min(p.max_positions for p in self.profiles.profiles)
-        if not 1 <= depth <= min(limit, positions - 1):
-            raise SpectuneError(f"draft_depth={draft_depth!r} is out of range: must be in "
-                                f"1..{min(limit, positions - 1)}")
+        if not 1 <= depth <= ceiling:
+            raise SpectuneError(f"draft_depth={draft_depth!r} is out of range: must be in 1..{ceiling}")
         if levels < 2:
             raise SpectuneError(f"levels={levels!r} is out of range: must be >= 2")
         self.depth, self.levels, self.obs_tokens = depth, int(levels), int(obs_tokens)
