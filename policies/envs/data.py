@@ -49,6 +49,9 @@ class TraceSet:
         self.context_length = first["context_length"].to_numpy(float)
         self.batch_size = first["batch_size"].to_numpy(int)
         self.recent_acceptance = first["recent_acceptance"].to_numpy(float)
+        # slot and request of each entry: what a policy replayed cycle by cycle (policies.replay) is told
+        self.row = first.index.get_level_values(1).to_numpy()
+        self.request_id = first["request_id"].to_numpy(int) if "request_id" in first else np.full(n, -1)
         # Realised accepted at depth k = min(k, leading accepted); expected = Σ_{i≤k} Π_{j≤i} a_j.
         self.leading = np.cumprod(self.accepted, axis=1).sum(1)
         self.expected = np.concatenate([np.zeros((n, 1)), np.cumsum(np.cumprod(self.accept_prob, 1), 1)], 1)

@@ -1,0 +1,163 @@
+"""Replay any draft-length policy on recorded traces, cycle by cycle, as the engine would drive it.
+
+:func:`replay_depths` walks the recorded cycles of a :class:`~policies.envs.data.TraceSet` in trace order and,
+for each one (all its rows: one batch), runs the policy protocol exactly as ``Session.step`` does:
+``begin_cycle(rows)`` gives the ceiling (capped at ``max_depth``; 0 = no speculation, every row depth 0); after
+every draft step but the last, a :class:`~harness.engine.policy.DraftStep` with the recorded signals of that
+position (only those the policy declares in ``policy.signals``, the others ``None``), the recorded context
+lengths in the recorded slots, and the still-drafting rows as ``active``; rows the policy stops draft no further.
+A row's depth is the number of drafts it took. ``observe`` then gets the realised outcome of that depth
+(accepted = min(depth, leading accepted), exact for the recorded cycle, see ``harness.engine.traces``) and the
+profile's cost of the cycle's batch shape: the batch drafts until its deepest row stops and verifies that many
+positions plus one (padded), as the engine does.
+
+The approximation: across cycles the replay follows the recording, not the policy. A live run that stopped a
+cycle elsewhere would start its next cycle at another context (other signals, other outcomes, under batching
+another batch composition); here the next cycle's context, signals and rows are always the recorded ones, which
+were drafted to ``max_depth``. Exact per cycle, approximate per run; the cycle the live engine runs first for
+each request is the recorded one (it starts at the same context), which is what the tests compare.
+
+:func:`replay_table` scores many policies this way with :func:`policies.train.replay_scores` (tokens/s on
+realised outcomes, each entry charged its share of its batch's cost at its own depth, as the depth environment
+charges it), next to a fixed depth and the hindsight oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.errors import SpectuneError
+from harness.profile import Profile
+from policies.envs.data import TraceSet
+from policies.train import oracle_depths, replay_costs, replay_scores
+
+log = logging.getLogger(__name__)
+
+SIGNAL_INDEX = {name: i for i, name in enumerate(DRAFT_SIGNALS)}  # the last axis of TraceSet.signals
+TABLE_COLUMNS = ("policy", "tok_s", "vs_best_fixed_pct", "mean_depth", "acceptance_length", "gap_to_oracle_pct")
+
+
+def check_depth(traces: TraceSet, max_depth: int, profile: Profile) -> int:
+    """``max_depth`` if the traces recorded that deep and the profile verifies max_depth + 1 positions."""
+    limit = min(traces.max_depth, profile.max_positions - 1)
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int | np.integer) or not 1 <= max_depth <= limit:
+        raise SpectuneError(f"max_depth={max_depth!r} is out of range: must be an integer in 1..{limit} (the "
+                            f"traces' max_depth {traces.max_depth}, profile {profile.label!r} verifies up to "
+                            f"{profile.max_positions} positions)")
+    return int(max_depth)
+
+
+def slot_count(traces: TraceSet) -> int:
+    """Slots of the recorded batch (the run's concurrency when the metadata holds it): DraftStep's width."""
+    recorded = int(traces.metadata.get("concurrency") or 0)
+    return max(recorded, int(traces.row.max()) + 1)
+
+
+def _step(policy_signals: frozenset[str], traces: TraceSet, entries: slice, rows: torch.Tensor, slots: int,
+          step: int, running: torch.Tensor, context: torch.Tensor) -> DraftStep:
+    """The DraftStep the engine would show after draft step ``step`` of the recorded cycle ``entries``."""
+    values = {}
+    for name in policy_signals:
+        column = torch.zeros(slots, dtype=torch.float64)  # idle slots: 0 (policies read only busy rows)
+        column[rows] = torch.tensor(traces.signals[entries, step, SIGNAL_INDEX[name]])
+        values[name] = column
+    return DraftStep(step=step, active=running.clone(), context_length=context, batch_size=slots, **values)
+
+
+def _feedback(traces: TraceSet, entries: slice, depths: np.ndarray, profile: Profile) -> CycleFeedback:
+    """What the engine reports after verifying the cycle at these per-row depths (profile costs, padded batch)."""
+    batch, deepest = len(depths), int(depths.max())
+    draft_s = deepest * profile.t_draft(batch)
+    verify_s = profile.t_verify(batch, deepest + 1)
+    accepted = np.minimum(depths, traces.leading[entries])
+    return CycleFeedback([int(d) for d in depths], [int(a) for a in accepted], draft_s, verify_s,
+                         draft_s + verify_s + profile.overhead(batch), rows=[int(r) for r in traces.row[entries]],
+                         request_ids=[int(r) for r in traces.request_id[entries]])
+
+
+def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, max_depth: int, slots: int) -> np.ndarray:
+    """Per-row depths the policy chooses on one recorded cycle (begin_cycle and continue_drafting only)."""
+    rows = torch.tensor(traces.row[entries], dtype=torch.long)
+    gamma = min(int(policy.begin_cycle(len(rows))), max_depth)
+    if gamma <= 0:
+        return np.zeros(len(rows), dtype=int)
+    running = torch.zeros(slots, dtype=torch.bool)
+    running[rows] = True
+    context = torch.zeros(slots, dtype=torch.long)  # idle slots have context 0, as the engine's cleared caches
+    context[rows] = torch.tensor(traces.context_length[entries], dtype=torch.long)
+    drafts = torch.zeros(slots, dtype=torch.long)
+    signals = frozenset(policy.signals)
+    for step in range(gamma):
+        drafts += running.long()
+        if step == gamma - 1:  # the engine offers no decision after the last draft
+            break
+        keep = policy.continue_drafting(_step(signals, traces, entries, rows, slots, step, running, context))
+        if keep is not None:
+            running &= keep.to("cpu", torch.bool)
+            if not bool(running.any()):
+                break
+    return drafts[rows].numpy().astype(int)
+
+
+def replay_depths(policy: DraftLengthPolicy, traces: TraceSet, max_depth: int, profile: Profile) -> np.ndarray:
+    """The depth ``policy`` chooses for every recorded (cycle, row), in TraceSet entry order (see the module).
+
+    ``policy.reset()`` first; ``observe`` after every cycle with the realised outcome and ``profile``'s costs."""
+    max_depth = check_depth(traces, max_depth, profile)
+    slots = slot_count(traces)
+    policy.reset()
+    depths = np.zeros(traces.count, dtype=int)
+    for entries in traces.cycle_slices:
+        depths[entries] = replay_cycle(policy, traces, entries, max_depth, slots)
+        policy.observe(_feedback(traces, entries, depths[entries], profile))
+    return depths
+
+
+def _row(name: str, traces: TraceSet, depths: np.ndarray, rate: float, reference: float, oracle: float) -> dict:
+    accepted = np.minimum(depths, traces.leading)
+    return {"policy": name, "tok_s": rate, "vs_best_fixed_pct": 100 * (rate / reference - 1),
+            "mean_depth": float(depths.mean()), "acceptance_length": float(1 + accepted.mean()),
+            "gap_to_oracle_pct": 100 * (rate / oracle - 1)}
+
+
+def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, profile: Profile, max_depth: int,
+                 fixed_depth: int | None = None) -> pd.DataFrame:
+    """One row per policy (replayed with :func:`replay_depths`), then the reference fixed depth and the oracle.
+
+    Columns: replay tok/s (realised outcomes), % vs the reference fixed depth, mean depth, acceptance length
+    (tokens per cycle and row: 1 + mean accepted), % gap to the hindsight oracle (≤ 0). The reference fixed depth
+    is ``fixed_depth`` when given (chosen beforehand, e.g. on training traces) — then the best fixed depth in
+    hindsight on these traces is listed too — else the best in hindsight. ``attrs`` hold the depths used.
+    """
+    max_depth = check_depth(traces, max_depth, profile)
+    if fixed_depth is not None and not 0 <= fixed_depth <= max_depth:
+        raise SpectuneError(f"fixed_depth={fixed_depth!r} is out of range: must be in 0..{max_depth}")
+    base = replay_scores(traces, profile, max_depth, np.zeros(traces.count, dtype=int))
+    fixed, oracle = np.asarray(base["fixed_tok_s"]), base["oracle_tok_s"]
+    hindsight = int(base["best_fixed_depth"])
+    reference = hindsight if fixed_depth is None else int(fixed_depth)
+    rows = []
+    for name, policy in policies.items():
+        depths = replay_depths(policy, traces, max_depth, profile)
+        scores = replay_scores(traces, profile, max_depth, depths)
+        rows.append(_row(name, traces, depths, scores["policy_tok_s"], fixed[reference], oracle))
+        log.info("replayed %s: %.1f tok/s, mean depth %.2f", name, scores["policy_tok_s"], depths.mean())
+    label = "best fixed depth (hindsight)" if fixed_depth is None else "fixed depth chosen beforehand"
+    rows.append(_row(f"{label}: {reference}", traces, np.full(traces.count, reference), fixed[reference],
+                     fixed[reference], oracle))
+    if fixed_depth is not None:
+        rows.append(_row(f"best fixed depth (hindsight): {hindsight}", traces, np.full(traces.count, hindsight),
+                         fixed[hindsight], fixed[reference], oracle))
+    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
+    best = oracle_depths(tokens, replay_costs(traces, profile, max_depth))
+    rows.append(_row("oracle (hindsight, per cycle)", traces, best, oracle, fixed[reference], oracle))
+    table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    table.attrs.update(reference_depth=reference, hindsight_depth=hindsight, max_depth=max_depth,
+                       profile=profile.label, entries=traces.count)
+    return table
