@@ -65,8 +65,9 @@ class AdaptiveConfidence(DraftLengthPolicy):
     behaviour (its candidate generator, and so the labels and threshold, live for one ``generate`` call: each
     request starts again at ``threshold``); ``scope="run"`` pools the labels of every request of the run.
 
-    The draft at the ceiling is never offered to the policy (the proposer stops there), so its probability is
-    unknown: a rejection at the ceiling gives no label.
+    The draft at the ceiling is not offered to :meth:`continue_drafting` (nothing is left to decide there); its
+    probability comes through :meth:`end_drafting`, so the ceiling position is labelled like the others
+    (accepted: 1, the first rejection: 0).
     """
 
     name = "confidence-adaptive"
@@ -105,15 +106,24 @@ class AdaptiveConfidence(DraftLengthPolicy):
         self.rows.begin_cycle()
         return self.max_gamma
 
-    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+    def _record(self, step: DraftStep) -> None:
         self.rows.on_step(step)
         if step.step == 0 and self.scope == "request":
             for row in self.rows.new_rows:  # a new request starts from the configured threshold
                 self.labels.pop(row, None)
                 self.thresholds.pop(row, None)
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        self._record(step)
         limits = torch.tensor([self.threshold_of(row) for row in range(step.token_prob.shape[0])],
                               dtype=step.token_prob.dtype, device=step.token_prob.device)
         return step.token_prob >= limits
+
+    def end_drafting(self, step: DraftStep) -> None:
+        """Record the last draft step's q(x) when it was not shown to :meth:`continue_drafting` (the ceiling)."""
+        if step.step == len(self.rows.steps):
+            self._record(step)
+        return None
 
     def observe(self, feedback: CycleFeedback) -> None:
         rows = self.rows.observe(feedback)

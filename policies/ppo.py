@@ -10,6 +10,11 @@ environment makes at step 0 ("don't speculate this cycle") is taken in :meth:`PP
 rows the policy already knows (a cycle speculates unless every known row says stop; a new request's first
 cycle always drafts), since the protocol chooses one ceiling per cycle.
 
+With ``size_path`` (a ``size.zip`` of ``policies.train`` at concurrency > 1) the policy also chooses the
+verification budget after drafting, as ``spectune/VerifySize-v0`` does (:class:`PPOSize`): through the protocol's
+``end_drafting`` it keeps the batch's drafted tokens of highest cumulative draft probability, a prefix of each
+row's chain. The cut reads the draft only, so the sampler stays exact.
+
 A file written by ``policies.train`` carries ``spectune.json``: its feature names, actions and the profile it
 was trained for (whole, so ``policy.profile`` may stay unset). A policy trained for another profile than the
 run's ``policy.profile`` (other models or hardware, :data:`harness.profile.MATCH_FIELDS`) is refused unless
@@ -51,12 +56,13 @@ class PPODepth(DraftLengthPolicy):
             experiment, labelled so in ``describe``).
         deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
         seed: seed of the sampled actions when not deterministic.
+        size_path: the verification-size policy file (``size.zip``); ``None``: verify every draft.
     """
 
     name = "ppo"
 
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
-                 allow_profile_mismatch: bool, deterministic: bool, seed: int) -> None:
+                 allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None) -> None:
         if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
             raise SpectuneError(f"gamma={gamma!r} is invalid: the ppo depth ceiling must be an integer >= 1")
         for key, value in (("trust_pickle", trust_pickle), ("allow_profile_mismatch", allow_profile_mismatch),
@@ -93,6 +99,9 @@ class PPODepth(DraftLengthPolicy):
                                 "give policy.profile=PROFILE (the file names no profile of its own)")
         self.profile_arg = profile
         self.signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
+        self.size = PPOSize(size_path, trust_pickle, self.profile, deterministic) if size_path else None
+        if self.size is not None:
+            self.signals = self.signals | {"cum_prob"}
         self.rows = RowTracker()
         self.reset()
 
@@ -120,6 +129,9 @@ class PPODepth(DraftLengthPolicy):
         self.generator = torch.Generator().manual_seed(self.seed)
         self._constant: dict[tuple[int, int, int], dict[str, torch.Tensor]] = {}
         self._recent: torch.Tensor | None = None
+        self._cum: list[tuple[torch.Tensor, torch.Tensor]] = []  # this cycle's (cum_prob, drafting) per step
+        if getattr(self, "size", None) is not None:
+            self.size.generator.manual_seed(self.seed)
 
     # -- features ----------------------------------------------------------------------------------------
     def recent_acceptance(self, batch: int) -> torch.Tensor:
@@ -165,6 +177,7 @@ class PPODepth(DraftLengthPolicy):
     def begin_cycle(self, batch_size: int) -> int:
         """The step-0 decision for the rows known from the last cycle: γ = 0 when every one of them says stop."""
         self.rows.begin_cycle()
+        self._cum = []
         known = sorted(self.rows.expected)
         if not known or len(known) != batch_size:
             return self.max_gamma  # new requests in the batch: speculate (they stop after one draft if told to)
@@ -185,7 +198,25 @@ class PPODepth(DraftLengthPolicy):
             for row in self.rows.new_rows:
                 self.history.pop(row, None)
                 self._recent = None
+        if self.size is not None:
+            self._cum.append((step.cum_prob.detach().to("cpu", torch.float64), step.active.detach().cpu()))
         return self.act(self.observation(step)).to(step.active.device)
+
+    def end_drafting(self, step: DraftStep) -> list[int] | None:
+        """With a size policy: the verification budget's per-slot kept lengths (see :class:`PPOSize`)."""
+        if self.size is None:
+            return None
+        if step.step == len(self._cum):  # the ceiling step: continue_drafting did not see it
+            self._cum.append((step.cum_prob.detach().to("cpu", torch.float64), step.active.detach().cpu()))
+        busy = (step.context_length > 0).cpu()
+        cum = torch.stack([c for c, _ in self._cum], 1)  # [slots, D]
+        drafted = torch.stack([a for _, a in self._cum], 1) & busy[:, None]
+        rows = torch.nonzero(busy).flatten().tolist()
+        kept = self.size.cut(cum[rows].numpy(), drafted[rows].sum(1).numpy())
+        out = [0] * busy.shape[0]
+        for row, k in zip(rows, kept.tolist(), strict=True):
+            out[row] = int(k)
+        return out
 
     def observe(self, feedback: CycleFeedback) -> None:
         self._recent = None
@@ -200,7 +231,90 @@ class PPODepth(DraftLengthPolicy):
         return {"name": self.name, "max_gamma": self.max_gamma, "depth": self.file.describe(),
                 "features": list(self.features), "deterministic": self.deterministic,
                 "profile": self.profile.label if self.profile else None, "profile_arg": self.profile_arg,
-                "profile_mismatch": self.mismatch}
+                "profile_mismatch": self.mismatch, "size": self.size.describe() if self.size else None}
+
+
+SIZE_EXTRA = ("levels", "obs_tokens")  # spectune.json keys of a size policy file
+
+
+class PPOSize:
+    """The verification-size policy of a ``size.zip``: after drafting, how many of the batch's drafted tokens
+    are verified, exactly as ``spectune/VerifySize-v0`` (with per-row depths, ``policies.train_size``) decides.
+
+    Observation (:func:`size_observation`): the drafted tokens' cumulative draft probabilities in decreasing
+    order (``obs_tokens``, zero padded), batch size / 32, c(B), g(D, B) with D the deepest row's drafts.
+    Action a of ``levels``: keep the round(a / (levels − 1) · Σ drafts) most probable tokens (:func:`size_cut`).
+    """
+
+    def __init__(self, path: str, trust_pickle: bool, profile: Profile | None, deterministic: bool) -> None:
+        self.file = read_policy_file(path, "policy.size_path", trust_pickle)
+        extra = self.file.extra
+        missing = [k for k in SIZE_EXTRA if not isinstance(extra.get(k), int) or isinstance(extra.get(k), bool)]
+        if missing:
+            raise SpectuneError(f"policy.size_path={path!r} is invalid: its spectune.json lacks {', '.join(missing)} "
+                                "(write it with python -m policies.train at train.concurrency > 1)")
+        self.levels, self.obs_tokens = int(extra["levels"]), int(extra["obs_tokens"])
+        if self.file.observation_space.shape != (self.obs_tokens + 3,):
+            raise SpectuneError(f"policy.size_path={path!r} is invalid: observation shape "
+                                f"{self.file.observation_space.shape} is not the size environment's "
+                                f"({self.obs_tokens + 3},) for obs_tokens={self.obs_tokens}")
+        if self.file.action_space.n != self.levels or self.file.action_space.start != 0 or self.levels < 2:
+            raise SpectuneError(f"policy.size_path={path!r} is invalid: action space Discrete("
+                                f"{self.file.action_space.n}) is not the size environment's Discrete({self.levels}) "
+                                "budget levels")
+        if profile is None:
+            raise SpectuneError(f"policy.size_path={path!r} reads the costs c and g: give policy.profile=PROFILE")
+        self.profile, self.deterministic, self.path = profile, deterministic, path
+        self._layers = _layers(self.file.actor)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def action(self, obs: np.ndarray) -> int:
+        h = torch.from_numpy(obs).clamp(0, OBS_HIGH)[None]
+        for weight, bias, activation in self._layers:
+            h = torch.nn.functional.linear(h, weight, bias)
+            if activation is not None:
+                h = activation(h)
+        if self.deterministic:
+            return int(h.argmax(-1))
+        return int(torch.multinomial(torch.softmax(h, -1), 1, generator=self.generator))
+
+    def cut(self, cum: np.ndarray, depths: np.ndarray) -> np.ndarray:
+        """Kept lengths of the busy rows, given their cumulative draft probabilities [B, D] and drafts [B]."""
+        batch, deepest = len(depths), int(depths.max(initial=0))
+        obs, order = size_observation(cum, depths, batch, self.profile.c(batch), self.profile.g(deepest, batch),
+                                      self.obs_tokens)
+        return size_cut(order, self.action(obs), self.levels, depths, cum.shape[1])
+
+    def describe(self) -> dict:
+        return {"file": self.file.describe(), "levels": self.levels, "obs_tokens": self.obs_tokens}
+
+
+def size_observation(cum: np.ndarray, depths: np.ndarray, batch: int, c: float, g: float,
+                     obs_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The size policy's observation and the drafted tokens' order (flat indices into ``cum`` [B, D]).
+
+    Only drafted positions (j < depths[b]) count; ties go to earlier rows, then earlier positions (a stable
+    sort), so since cumulative probabilities never grow along a chain each row's kept tokens are a prefix."""
+    width = cum.shape[1] if cum.ndim == 2 else 0
+    drafted = (np.arange(width)[None, :] < np.asarray(depths)[:, None]).ravel()
+    flat = np.asarray(cum, dtype=np.float64).reshape(-1)
+    candidates = np.flatnonzero(drafted)
+    order = candidates[np.argsort(-flat[candidates], kind="stable")]
+    obs = np.zeros(obs_tokens + 3, dtype=np.float32)
+    top = flat[order][:obs_tokens]
+    obs[: len(top)] = top
+    obs[-3:] = (batch / SCALE["batch_size"], c, g)
+    return obs, order
+
+
+def size_cut(order: np.ndarray, action: int, levels: int, depths: np.ndarray, width: int) -> np.ndarray:
+    """Per-row kept lengths for budget level ``action``: the first round(a / (levels−1) · Σ depths) of ``order``
+    (flat indices into a [B, width] grid)."""
+    depths = np.asarray(depths, dtype=int)
+    budget = round(int(action) / (levels - 1) * int(depths.sum()))
+    keep = np.zeros(len(depths) * width, dtype=int)
+    keep[order[:budget]] = 1
+    return keep.reshape(len(depths), width).sum(1)
 
 
 def _layers(actor: torch.nn.Sequential) -> list[tuple[torch.Tensor, torch.Tensor, Callable | None]]:

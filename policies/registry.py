@@ -33,12 +33,13 @@ def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
     if name not in POLICIES:
         raise SpectuneError(f"policy={name!r} is unknown: choose one of {', '.join(sorted(POLICIES))}")
     cls = POLICIES[name]
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "gamma")]
+    parameters = inspect.signature(cls.__init__).parameters
+    accepted = [p for p in parameters if p not in ("self", "gamma")]
     for key in params:
         if key not in accepted:
             raise SpectuneError(f"policy.{key} is not a parameter of policy={name}: "
                                 f"its parameters are {', '.join(accepted) or 'none'}")
-    missing = [key for key in accepted if key not in params]
+    missing = [key for key in accepted if key not in params and parameters[key].default is inspect.Parameter.empty]
     if missing:
         raise SpectuneError(f"policy={name} needs policy.{missing[0]} (set it in conf/policy/{name}.yaml "
                             "or on the command line)")

@@ -12,11 +12,17 @@ Steps, all into the Hydra run directory:
    logs and a progress bar. Every ``train.eval_every`` steps the deterministic policy is scored in replay on the
    validation cycles (a fraction of the training prompts never trained on): tokens/s next to the best fixed depth
    and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``).
-5. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile) for ``policy=ppo
-   policy.depth_path=...``, and ``train.json`` with the final scores and the run's metadata.
+5. At ``train.concurrency`` > 1, the verification-size policy (``policies/train_size.py``): PPO on
+   ``spectune/VerifySize-v0`` replay with the depth policy fixed (each row drafted to the depth policy's replay
+   decision), ``train.size_timesteps`` steps (one step = one batch's budget). Then ``train.rounds`` − 1 more rounds
+   alternate depth and size training (co-adaptive, as LTD). Simplification: the depth environment does not model
+   the size policy's cut, so a later depth round goes on training the depth policy (at its decayed learning rate)
+   on the same environment; the size policy is then re-trained on the new depth decisions.
+6. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile) for ``policy=ppo
+   policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``, ``curves.csv`` (a ``policy``
+   and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
-Not done here (yet): the verification-size policy and its alternating rounds with the depth policy (the engine has
-no hook to cut verification), and live fine-tuning.
+Not done here (yet): live fine-tuning.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class TrainSettings:
     timesteps: int
     eval_every: int
     ppo: dict[str, Any]
+    rounds: int = 1
+    size_timesteps: int = 0
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -84,7 +92,9 @@ class TrainSettings:
                    integer(t.get("profile_repeats"), "train.profile_repeats", lo=1), str(t.get("reward")),
                    str(t.get("outcome")), float(t.get("profile_jitter")),
                    integer(t.get("timesteps"), "train.timesteps", lo=1), integer(t.get("eval_every"),
-                                                                                "train.eval_every", lo=1), ppo)
+                                                                                "train.eval_every", lo=1), ppo,
+                   integer(t.get("rounds", 1), "train.rounds", lo=1),
+                   integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0))
 
 
 class WarmupLinear:
@@ -224,39 +234,51 @@ def _split_validation(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFram
     return frame[~frame["request_id"].isin(held)], frame[frame["request_id"].isin(held)]
 
 
-def run(cfg: DictConfig, run_dir: Path) -> int:
+def _ppo_model(settings: TrainSettings, env: Any, seed: int, run_dir: Path) -> Any:
     from stable_baselines3 import PPO
+
+    ppo = settings.ppo
+    return PPO("MlpPolicy", env, n_steps=int(ppo["n_steps"]), batch_size=int(ppo["batch_size"]),
+               n_epochs=int(ppo["n_epochs"]), gamma=float(ppo["gamma"]),
+               learning_rate=WarmupLinear(float(ppo["learning_rate"]), float(ppo["warmup"])),
+               policy_kwargs={"net_arch": list(ppo["net_arch"])}, seed=seed, device="cpu",
+               tensorboard_log=str(run_dir / "tensorboard"), verbose=0)
+
+
+def _save(model: Any, settings: TrainSettings, path: Path, extra: dict[str, Any]) -> None:
+    """Save with a plain-number learning rate (no pickled schedule code in the file), then annotate."""
+    from policies.sb3_files import annotate_policy_file
+
+    model.learning_rate = float(settings.ppo["learning_rate"])
+    model._setup_lr_schedule()
+    model.save(path)
+    annotate_policy_file(path, extra)
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from policies.envs.depth import DraftDepthEnv
-    from policies.sb3_files import annotate_policy_file
 
     settings = TrainSettings.from_cfg(cfg)
     frame, trace_meta = _traces(settings, cfg, run_dir)
     profile = _profile(settings, cfg, run_dir)
     fit_frame, val_frame = _split_validation(frame, settings.validation)
     fit, val = TraceSet(fit_frame, trace_meta, "training cycles"), TraceSet(val_frame, trace_meta, "validation cycles")
-
-    def env(traces: TraceSet) -> DraftDepthEnv:
-        return DraftDepthEnv("replay", traces, profile, settings.max_depth, settings.reward, settings.outcome,
-                             settings.profile_jitter, settings.allow_profile_mismatch)
-
-    train_env = env(fit)
+    train_env = DraftDepthEnv("replay", fit, profile, settings.max_depth, settings.reward, settings.outcome,
+                              settings.profile_jitter, settings.allow_profile_mismatch)
     val_env = DraftDepthEnv("replay", val, profile, settings.max_depth, settings.reward, "realised", 0.0,
                             settings.allow_profile_mismatch)
     train_env.reset(seed=int(cfg.seed))
-    ppo = settings.ppo
-    model = PPO("MlpPolicy", train_env, n_steps=int(ppo["n_steps"]),
-                batch_size=int(ppo["batch_size"]), n_epochs=int(ppo["n_epochs"]), gamma=float(ppo["gamma"]),
-                learning_rate=WarmupLinear(float(ppo["learning_rate"]), float(ppo["warmup"])),
-                policy_kwargs={"net_arch": list(ppo["net_arch"])}, seed=int(cfg.seed), device="cpu",
-                tensorboard_log=str(run_dir / "tensorboard"), verbose=0)
+    model = _ppo_model(settings, train_env, int(cfg.seed), run_dir)
     curves: list[dict[str, Any]] = []
     latest: list[dict[str, Any]] = [{}]
+    round_index = [1]
 
     def evaluate(step: int) -> dict[str, Any]:
         scores = replay_scores(val, profile, settings.max_depth, policy_depths(model, val_env, val.count))
-        curves.append({"timesteps": step, **{k: v for k, v in scores.items() if k != "fixed_tok_s"}})
+        curves.append({"policy": "depth", "round": round_index[0], "timesteps": step,
+                       **{k: v for k, v in scores.items() if k != "fixed_tok_s"}})
         latest[0] = scores
         log.info("step %6d: replay %.1f tok/s, best fixed depth %d %.1f tok/s (%+.1f%%), oracle %.1f tok/s, "
                  "mean depth %.2f", step, scores["policy_tok_s"], scores["best_fixed_depth"],
@@ -270,27 +292,77 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 evaluate(self.num_timesteps)
             return True
 
+    def train_depth() -> dict[str, Any]:
+        model.learn(settings.timesteps, callback=ReplayEval(), progress_bar=True, tb_log_name="depth",
+                    reset_num_timesteps=round_index[0] == 1)
+        if curves[-1]["timesteps"] != model.num_timesteps or curves[-1]["policy"] != "depth":
+            return evaluate(model.num_timesteps)
+        return latest[0]
+
     evaluate(0)
-    model.learn(settings.timesteps, callback=ReplayEval(), progress_bar=True, tb_log_name="depth")
-    final = evaluate(model.num_timesteps) if curves[-1]["timesteps"] != model.num_timesteps else latest[0]
-    model.learning_rate = float(ppo["learning_rate"])  # a plain number in the file: no pickled schedule code
-    model._setup_lr_schedule()
-    path = run_dir / "depth.zip"
-    model.save(path)
+    final = train_depth()
+    size_final = None
+    if settings.concurrency > 1:
+        size_final = _size_rounds(settings, cfg, run_dir, profile, frame, trace_meta, model, curves, round_index,
+                                  train_depth)
+        final = latest[0]
     synthetic = train_env.synthetic
-    annotate_policy_file(path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
-                                "profile": profile.to_json(), "max_depth": settings.max_depth,
-                                "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
-                                "validation": final})
+    path = run_dir / "depth.zip"
+    _save(model, settings, path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
+                                  "profile": profile.to_json(), "max_depth": settings.max_depth,
+                                  "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
+                                  "validation": final})
     curve_frame = pd.DataFrame(curves)
     write_csv(run_dir / "curves.csv", curve_frame)
-    _plot(curve_frame, run_dir / "curves.png")
+    _plot(curve_frame[curve_frame["policy"] == "depth"], run_dir / "curves.png")
     write_json(run_dir / "train.json", {"settings": asdict(settings), "final_validation": final,
-                                        "synthetic": synthetic, "profile": profile.label,
-                                        "traces_metadata": trace_meta, "metadata": {
+                                        "size_validation": size_final, "synthetic": synthetic,
+                                        "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
                                             **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
-    log.info("wrote %s (policy=ppo policy.depth_path=%s)%s", path, path, f"  [{synthetic}]" if synthetic else "")
+    log.info("wrote %s (policy=ppo policy.depth_path=%s%s)%s", path, path,
+             f" policy.size_path={run_dir / 'size.zip'}" if size_final else "", f"  [{synthetic}]" if synthetic else "")
     return 0
+
+
+def _size_rounds(settings: TrainSettings, cfg: DictConfig, run_dir: Path, profile: Profile, frame: pd.DataFrame,
+                 trace_meta: dict, depth_model: Any, curves: list[dict[str, Any]], round_index: list[int],
+                 train_depth: Any) -> dict[str, Any]:
+    """Size policy with the depth policy fixed, then ``rounds`` − 1 more depth/size rounds; writes size.zip.
+
+    A budget is per batch, and the depth policy's split by prompt cuts batches, so the size policy validates on a
+    seeded random ``train.validation`` fraction of whole recorded cycles and trains on the others. The depth
+    decisions are the deterministic depth policy's on each recorded entry, at the profile's own costs."""
+    from policies.envs.depth import DraftDepthEnv
+    from policies.train_size import DepthFixedSizeEnv, engine_depths, size_extra, train_size
+
+    cycles = np.unique(frame["cycle"])
+    held = cycles[np.random.default_rng(int(cfg.seed)).random(len(cycles)) < settings.validation]
+    in_val = frame["cycle"].isin(set(held.tolist()))
+    fit = TraceSet(frame[~in_val], trace_meta, "size training cycles")
+    val = TraceSet(frame[in_val], trace_meta, "size validation cycles (raise train.validation)")
+    depth_env, depth_val_env = (DraftDepthEnv("replay", t, profile, settings.max_depth, settings.reward, "realised",
+                                              0.0, settings.allow_profile_mismatch) for t in (fit, val))
+
+    if settings.size_timesteps < 1:
+        raise SpectuneError(f"train.size_timesteps={settings.size_timesteps} is invalid: train.concurrency="
+                            f"{settings.concurrency} > 1 trains the size policy, which needs >= 1 step")
+    size_env = DepthFixedSizeEnv(fit, profile, policy_depths(depth_model, depth_env, fit.count),
+                                 profile_jitter=settings.profile_jitter,
+                                 allow_profile_mismatch=settings.allow_profile_mismatch)
+    size_val = DepthFixedSizeEnv(val, profile, policy_depths(depth_model, depth_val_env, val.count),
+                                 allow_profile_mismatch=settings.allow_profile_mismatch)
+    size_env.reset(seed=int(cfg.seed) + 1)
+    model = _ppo_model(settings, size_env, int(cfg.seed) + 1, run_dir)
+    final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, 1, curves)
+    for index in range(2, settings.rounds + 1):
+        round_index[0] = index
+        log.info("round %d of %d: depth policy, then the size policy on its new decisions", index, settings.rounds)
+        train_depth()
+        size_env.row_depths = engine_depths(fit, policy_depths(depth_model, depth_env, fit.count))
+        size_val.row_depths = engine_depths(val, policy_depths(depth_model, depth_val_env, val.count))
+        final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, index, curves)
+    _save(model, settings, run_dir / "size.zip", size_extra(profile, settings.max_depth, final))
+    return final
 
 
 def _plot(frame: pd.DataFrame, path: Path) -> None:

@@ -4,8 +4,9 @@ It lives with the engine so the engine never imports ``policies``: the adaptive 
 implement this protocol from above. :class:`FixedGamma`, the grid's own policy, lives here too.
 
 Per cycle the engine asks :meth:`DraftLengthPolicy.begin_cycle` for a ceiling γ, drafts step by step
-and, after each step, offers the policy the draft's signals so it may stop some rows early; after
-verification it reports what happened through :meth:`DraftLengthPolicy.observe`.
+and, after each step, offers the policy the draft's signals so it may stop some rows early; when drafting ends
+it shows the last step (:meth:`DraftLengthPolicy.end_drafting`, optional), which may cut each row's chain to a
+prefix before verification; after verification it reports what happened through :meth:`DraftLengthPolicy.observe`.
 """
 
 from __future__ import annotations
@@ -93,6 +94,19 @@ class DraftLengthPolicy(ABC):
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
         """Rows that keep drafting after ``step``; ``None`` = all of them (costs no host sync)."""
+        return None
+
+    def end_drafting(self, step: DraftStep) -> list[int] | None:
+        """The cycle's last draft step, once drafting has ended; per-slot kept lengths to verify, or None (all).
+
+        Optional (the default does nothing, and costs nothing: the session calls it, and computes ``signals``
+        for the last step, only for policies that override it). At the ceiling γ this is the only place a
+        policy sees the last step's signals (:meth:`continue_drafting` is not called after it); when drafting
+        ended because every row stopped, ``step`` is the one :meth:`continue_drafting` was just shown. The
+        returned lengths (clamped to each row's drafts) keep a prefix of each row's chain, as a verification
+        budget does. A cut that depends only on the draft (its tokens and signals, never the target) leaves
+        the sampler exact: which drafts are verified is fixed before the target is read.
+        """
         return None
 
     def observe(self, feedback: CycleFeedback) -> None:

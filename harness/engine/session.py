@@ -6,7 +6,8 @@ and the benchmarks drive the same object phase by phase instead:
     session.begin_cycle()            admit arrived requests (prefill → first token); False if none in flight
     session.draft_step(signals)      one draft step for every row (draw with the keyed uniforms)
     session.stop_rows(keep)          rows that draft no further this cycle
-    session.cut(kept)                (optional) verify only a prefix of each row's drafts
+    session.cut(kept)                (optional) verify only a prefix of each row's drafts (Session.step: the
+                                     policy's end_drafting, shown the last draft step, returns them)
     outcome = session.verify()       target scores, exact sampler decides, both caches roll back, tokens emitted
 
 A cycle with no draft step (the policy returned γ = 0: "don't speculate now") is a plain target step for
@@ -305,6 +306,13 @@ class Session:
         self.cycle_index += 1
         return outcome
 
+    def _end_drafting(self, policy: DraftLengthPolicy, state: DraftStep) -> None:
+        """Show the policy the last draft step; apply the cut it returns (clamped to each row's drafts)."""
+        kept = policy.end_drafting(state)
+        if kept is not None:
+            drafted = self.proposer.num_drafts.tolist()
+            self.cut([min(int(k), d) for k, d in zip(kept, drafted, strict=True)])
+
     # -- one cycle with the session's policy ------------------------------------------------------------
     def step(self) -> CycleOutcome | None:
         """One cycle driven by the session's policy (None: nothing was in flight)."""
@@ -313,14 +321,20 @@ class Session:
         policy = self.policy if self.speculative else None
         gamma = policy.begin_cycle(len(self._rows)) if policy is not None else 0
         wanted = frozenset(policy.signals) if policy is not None else frozenset()
+        final = policy is not None and type(policy).end_drafting is not DraftLengthPolicy.end_drafting
+        state = None
         for step in range(gamma):
             last_step = step == gamma - 1
-            signals = self.draft_step(frozenset() if last_step else wanted)
+            signals = self.draft_step(wanted if final or not last_step else frozenset())
             if last_step:
+                state = self.draft_state(signals) if final else None
                 break
-            keep = policy.continue_drafting(self.draft_state(signals))
+            state = self.draft_state(signals)
+            keep = policy.continue_drafting(state)
             if keep is not None and not bool(self.stop_rows(keep).any()):  # host sync, paid by early stoppers
                 break
+        if final and state is not None:
+            self._end_drafting(policy, state)
         outcome = self.verify(gamma)
         if policy is not None:
             rows = outcome.rows

@@ -1,0 +1,152 @@
+"""The verification-size policy of ``policies.train`` (LTD's size policy): replay training, the depth policy fixed.
+
+At concurrency > 1, after the depth policy, PPO learns the budget of ``spectune/VerifySize-v0`` on the training
+cycles, where each row is drafted to the depth the depth policy chooses for it in replay (its deterministic
+decision on that recorded (cycle, row), :func:`policies.train.policy_depths`), not to one fixed depth: that is
+:class:`DepthFixedSizeEnv`. As in the engine, a cycle in which some row drafts gives every row at least one draft
+(the engine stops a row after its first draft at the earliest); a cycle where every row stops at step 0 drafts
+nothing and is a plain target step (no decision to learn, but it is still scored).
+
+The observation and the cut are :func:`policies.ppo.size_observation` and :func:`policies.ppo.size_cut`, the
+functions the engine-side :class:`policies.ppo.PPOSize` calls: one definition for training and use.
+
+Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's budgets against the full budget
+(verify every draft: what the depth policy alone does) and against the best static budget level.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from policies.envs.data import TraceSet
+from policies.envs.verify_size import VerifySizeEnv
+from policies.ppo import size_cut, size_observation
+
+log = logging.getLogger("policies.train")
+
+LEVELS, OBS_TOKENS = 17, 64
+
+
+def engine_depths(traces: TraceSet, depths: np.ndarray) -> np.ndarray:
+    """Per-entry depths as the engine drafts them: in a cycle where some row drafts, every row drafts >= 1."""
+    out = np.asarray(depths, dtype=int).copy()
+    for part in traces.cycle_slices:
+        if out[part].max() > 0:
+            out[part] = np.maximum(out[part], 1)
+    return out
+
+
+class DepthFixedSizeEnv(VerifySizeEnv):
+    """``spectune/VerifySize-v0`` (replay) with per-row drafted depths ``depths`` (one per trace entry) instead of
+    one ``draft_depth``: the budget is a fraction of the drafts Σ d_r, draft time is the deepest row's steps,
+    verification is padded to the longest kept prefix + 1. ``reset(options={"cycle": i})`` replays cycle i."""
+
+    def __init__(self, traces: TraceSet, profile: Any, depths: np.ndarray, levels: int = LEVELS,
+                 obs_tokens: int = OBS_TOKENS, profile_jitter: float = 0.0,
+                 allow_profile_mismatch: bool = False) -> None:
+        super().__init__("replay", traces, profile, None, levels, obs_tokens, profile_jitter, allow_profile_mismatch)
+        self.row_depths = engine_depths(self.traces, depths)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        gym.Env.reset(self, seed=seed)
+        if seed is not None:
+            self._rate.clear()
+        t = self.traces
+        cycle = (options or {}).get("cycle")
+        index = int(cycle) if cycle is not None else int(self.np_random.integers(len(t.cycle_slices)))
+        self._slice = t.cycle_slices[index]
+        self._depths = self.row_depths[self._slice]
+        self._deepest = int(self._depths.max())
+        cum = t.signals[self._slice, : self._deepest, 3]
+        self._batch = cum.shape[0]
+        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, self._batch)
+        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._t_draft / self._t_verify[0],
+                                                  self._t_verify[self._deepest] / self._t_verify[0], self.obs_tokens)
+        return self._obs.copy(), {}
+
+    def cut(self, action: int) -> np.ndarray:
+        return size_cut(self._order, action, self.levels, self._depths, self._deepest)
+
+    def step(self, action):
+        kept = self.cut(action)
+        time_s = self._deepest * self._t_draft + self._t_verify[int(kept.max(initial=0))] + self._overhead
+        tokens = float(np.minimum(kept, self.traces.leading[self._slice]).sum() + self._batch)
+        key = (self._index, self._batch)
+        rate = self._rate.setdefault(key, [self._batch, self._t_verify[0] + self._overhead])  # prior: one AR step
+        reward = tokens - rate[0] / rate[1] * time_s
+        rate[0] += tokens
+        rate[1] += time_s
+        return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
+                                                              "time_s": time_s, "synthetic": self.synthetic}
+
+
+def size_scores(model: Any, env: DepthFixedSizeEnv) -> dict[str, Any]:
+    """Replay tokens/s over every cycle of ``env`` (no jitter): the deterministic policy's budgets, the full budget
+    (every draft verified), and every static budget level."""
+    cycles = len(env.traces.cycle_slices)
+    totals = np.zeros((env.levels, 2))  # per static level: tokens, seconds
+    policy = np.zeros(2)
+    fractions = []
+    for cycle in range(cycles):
+        obs, _ = env.reset(options={"cycle": cycle})
+        action = int(model.predict(obs, deterministic=True)[0]) if model is not None else env.levels - 1
+        fractions.append(action / (env.levels - 1))
+        for level in range(env.levels):
+            env.reset(options={"cycle": cycle})
+            _, _, _, _, info = env.step(level)
+            totals[level] += (info["tokens"], info["time_s"])
+            if level == action:
+                policy += (info["tokens"], info["time_s"])
+    rates = totals[:, 0] / totals[:, 1]
+    best = int(np.argmax(rates))
+    full = float(rates[-1])
+    rate = float(policy[0] / policy[1])
+    return {"policy_tok_s": rate, "full_budget_tok_s": full, "vs_full_budget_pct": 100 * (rate / full - 1),
+            "best_level": best, "best_level_tok_s": float(rates[best]), "mean_budget": float(np.mean(fractions)),
+            "cycles": cycles}
+
+
+def train_size(model: Any, env: DepthFixedSizeEnv, val_env: DepthFixedSizeEnv, timesteps: int, eval_every: int,
+               round_index: int, curves: list[dict[str, Any]]) -> dict[str, Any]:
+    """Train (or go on training) the size PPO ``model`` on ``env`` (the model's own; its ``row_depths`` set for
+    this round); curve rows (``policy="size"``) into ``curves``; returns the final validation scores."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    latest: list[dict[str, Any]] = [{}]
+
+    def evaluate(step: int) -> dict[str, Any]:
+        scores = size_scores(model, val_env)
+        curves.append({"policy": "size", "round": round_index, "timesteps": step, **scores})
+        latest[0] = scores
+        log.info("size round %d step %6d: replay %.1f tok/s, full budget %.1f tok/s (%+.2f%%), best static level "
+                 "%d/%d %.1f tok/s, mean budget %.2f", round_index, step, scores["policy_tok_s"],
+                 scores["full_budget_tok_s"], scores["vs_full_budget_pct"], scores["best_level"], env.levels - 1,
+                 scores["best_level_tok_s"], scores["mean_budget"])
+        return scores
+
+    class ReplayEval(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % eval_every < self.model.n_envs:
+                evaluate(self.num_timesteps)
+            return True
+
+    if round_index == 1:
+        evaluate(0)
+    model.learn(timesteps, callback=ReplayEval(), progress_bar=False, tb_log_name="size",
+                reset_num_timesteps=round_index == 1)
+    if curves[-1]["timesteps"] != model.num_timesteps or curves[-1].get("policy") != "size":
+        return evaluate(model.num_timesteps)
+    return latest[0]
+
+
+def size_extra(profile: Any, max_depth: int, final: dict[str, Any]) -> dict[str, Any]:
+    """``spectune.json`` of ``size.zip``: what :class:`policies.ppo.PPOSize` validates and needs."""
+    return {"kind": "verify-size", "levels": LEVELS, "obs_tokens": OBS_TOKENS,
+            "observation": [f"cum_prob[{i}] (drafted tokens' cumulative draft probability, decreasing, 0-padded)"
+                            for i in range(OBS_TOKENS)] + ["batch_size/32", "c(B)", "g(D, B)"],
+            "actions": [f"budget {a}/{LEVELS - 1} of the drafted tokens" for a in range(LEVELS)],
+            "profile": profile.to_json(), "max_depth": max_depth, "validation": final}
