@@ -6,10 +6,12 @@ for each one (all its rows: one batch), runs the policy protocol exactly as ``Se
 every draft step but the last, a :class:`~harness.engine.policy.DraftStep` with the recorded signals of that
 position (only those the policy declares in ``policy.signals``, the others ``None``), the recorded context
 lengths in the recorded slots, and the still-drafting rows as ``active``; rows the policy stops draft no further.
-A row's depth is the number of drafts it took. ``observe`` then gets the realised outcome of that depth
-(accepted = min(depth, leading accepted), exact for the recorded cycle, see ``harness.engine.traces``) and the
-profile's cost of the cycle's batch shape: the batch drafts until its deepest row stops and verifies that many
-positions plus one (padded), as the engine does.
+When the policy overrides ``end_drafting`` it is shown the last draft step, as the engine shows it, and may keep a
+prefix of each row's chain. A row's depth is the number of drafts verified: those it took, or the prefix kept (a
+cut is then scored as if the row had drafted only that prefix, which undercounts its draft time). ``observe`` then
+gets the realised outcome of that depth (accepted = min(depth, leading accepted), exact for the recorded cycle, see
+``harness.engine.traces``) and the profile's cost of the cycle's batch shape: the batch drafts until its deepest
+row stops and verifies that many positions plus one (padded), as the engine does.
 
 The approximation: across cycles the replay follows the recording, not the policy. A live run that stopped a
 cycle elsewhere would start its next cycle at another context (other signals, other outcomes, under batching
@@ -82,7 +84,7 @@ def _feedback(traces: TraceSet, entries: slice, depths: np.ndarray, profile: Pro
 
 
 def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, max_depth: int, slots: int) -> np.ndarray:
-    """Per-row depths the policy chooses on one recorded cycle (begin_cycle and continue_drafting only)."""
+    """Per-row depths the policy chooses on one recorded cycle (begin_cycle, continue_drafting, end_drafting)."""
     rows = torch.tensor(traces.row[entries], dtype=torch.long)
     gamma = min(int(policy.begin_cycle(len(rows))), max_depth)
     if gamma <= 0:
@@ -93,15 +95,23 @@ def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, ma
     context[rows] = torch.tensor(traces.context_length[entries], dtype=torch.long)
     drafts = torch.zeros(slots, dtype=torch.long)
     signals = frozenset(policy.signals)
+    final = type(policy).end_drafting is not DraftLengthPolicy.end_drafting  # as Session.step decides
+    state = None
     for step in range(gamma):
         drafts += running.long()
-        if step == gamma - 1:  # the engine offers no decision after the last draft
+        if step == gamma - 1:  # no continue/stop decision after the last draft; end_drafting may see it
+            state = _step(signals, traces, entries, rows, slots, step, running, context) if final else None
             break
-        keep = policy.continue_drafting(_step(signals, traces, entries, rows, slots, step, running, context))
+        state = _step(signals, traces, entries, rows, slots, step, running, context)
+        keep = policy.continue_drafting(state)
         if keep is not None:
             running &= keep.to("cpu", torch.bool)
             if not bool(running.any()):
                 break
+    if final and state is not None:
+        kept = policy.end_drafting(state)
+        if kept is not None:  # verify only a prefix of each row's chain
+            drafts = torch.minimum(drafts, torch.tensor([int(k) for k in kept], dtype=torch.long))
     return drafts[rows].numpy().astype(int)
 
 
