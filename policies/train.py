@@ -22,7 +22,9 @@ Steps, all into the Hydra run directory:
    policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``, ``curves.csv`` (a ``policy``
    and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
-Not done here (yet): live fine-tuning.
+7. ``train.live_steps`` > 0: the depth policy goes on training for that many steps on the live environment
+   (``spectune/DraftDepth-v0``, ``backend="live"``: the engine on the training split, real synchronised time;
+   ``policies/train_live.py``), after the replay rounds; its replay score is evaluated again (round ``live``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class TrainSettings:
     ppo: dict[str, Any]
     rounds: int = 1
     size_timesteps: int = 0
+    live_steps: int = 0
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -94,7 +97,8 @@ class TrainSettings:
                    integer(t.get("timesteps"), "train.timesteps", lo=1), integer(t.get("eval_every"),
                                                                                 "train.eval_every", lo=1), ppo,
                    integer(t.get("rounds", 1), "train.rounds", lo=1),
-                   integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0))
+                   integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0),
+                   integer(t.get("live_steps", 0), "train.live_steps", lo=0))
 
 
 class WarmupLinear:
@@ -303,9 +307,17 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     final = train_depth()
     size_final = None
     if settings.concurrency > 1:
-        size_final = _size_rounds(settings, cfg, run_dir, profile, frame, trace_meta, model, curves, round_index,
-                                  train_depth)
+        from policies.train_size import size_rounds
+
+        size_final = size_rounds(settings, cfg, run_dir, profile, frame, trace_meta, model, curves, round_index,
+                                 train_depth)
         final = latest[0]
+    if settings.live_steps:
+        from policies.train_live import live_finetune
+
+        round_index[0] = "live"
+        live_finetune(model, cfg, settings, profile)
+        final = evaluate(model.num_timesteps)
     synthetic = train_env.synthetic
     path = run_dir / "depth.zip"
     _save(model, settings, path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
@@ -322,47 +334,6 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     log.info("wrote %s (policy=ppo policy.depth_path=%s%s)%s", path, path,
              f" policy.size_path={run_dir / 'size.zip'}" if size_final else "", f"  [{synthetic}]" if synthetic else "")
     return 0
-
-
-def _size_rounds(settings: TrainSettings, cfg: DictConfig, run_dir: Path, profile: Profile, frame: pd.DataFrame,
-                 trace_meta: dict, depth_model: Any, curves: list[dict[str, Any]], round_index: list[int],
-                 train_depth: Any) -> dict[str, Any]:
-    """Size policy with the depth policy fixed, then ``rounds`` − 1 more depth/size rounds; writes size.zip.
-
-    A budget is per batch, and the depth policy's split by prompt cuts batches, so the size policy validates on a
-    seeded random ``train.validation`` fraction of whole recorded cycles and trains on the others. The depth
-    decisions are the deterministic depth policy's on each recorded entry, at the profile's own costs."""
-    from policies.envs.depth import DraftDepthEnv
-    from policies.train_size import DepthFixedSizeEnv, engine_depths, size_extra, train_size
-
-    cycles = np.unique(frame["cycle"])
-    held = cycles[np.random.default_rng(int(cfg.seed)).random(len(cycles)) < settings.validation]
-    in_val = frame["cycle"].isin(set(held.tolist()))
-    fit = TraceSet(frame[~in_val], trace_meta, "size training cycles")
-    val = TraceSet(frame[in_val], trace_meta, "size validation cycles (raise train.validation)")
-    depth_env, depth_val_env = (DraftDepthEnv("replay", t, profile, settings.max_depth, settings.reward, "realised",
-                                              0.0, settings.allow_profile_mismatch) for t in (fit, val))
-
-    if settings.size_timesteps < 1:
-        raise SpectuneError(f"train.size_timesteps={settings.size_timesteps} is invalid: train.concurrency="
-                            f"{settings.concurrency} > 1 trains the size policy, which needs >= 1 step")
-    size_env = DepthFixedSizeEnv(fit, profile, policy_depths(depth_model, depth_env, fit.count),
-                                 profile_jitter=settings.profile_jitter,
-                                 allow_profile_mismatch=settings.allow_profile_mismatch)
-    size_val = DepthFixedSizeEnv(val, profile, policy_depths(depth_model, depth_val_env, val.count),
-                                 allow_profile_mismatch=settings.allow_profile_mismatch)
-    size_env.reset(seed=int(cfg.seed) + 1)
-    model = _ppo_model(settings, size_env, int(cfg.seed) + 1, run_dir)
-    final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, 1, curves)
-    for index in range(2, settings.rounds + 1):
-        round_index[0] = index
-        log.info("round %d of %d: depth policy, then the size policy on its new decisions", index, settings.rounds)
-        train_depth()
-        size_env.row_depths = engine_depths(fit, policy_depths(depth_model, depth_env, fit.count))
-        size_val.row_depths = engine_depths(val, policy_depths(depth_model, depth_val_env, val.count))
-        final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, index, curves)
-    _save(model, settings, run_dir / "size.zip", size_extra(profile, settings.max_depth, final))
-    return final
 
 
 def _plot(frame: pd.DataFrame, path: Path) -> None:

@@ -17,11 +17,14 @@ Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pandas as pd
 
+from harness.errors import SpectuneError
 from policies.envs.data import TraceSet
 from policies.envs.verify_size import VerifySizeEnv
 from policies.ppo import size_cut, size_observation
@@ -150,3 +153,43 @@ def size_extra(profile: Any, max_depth: int, final: dict[str, Any]) -> dict[str,
                             for i in range(OBS_TOKENS)] + ["batch_size/32", "c(B)", "g(D, B)"],
             "actions": [f"budget {a}/{LEVELS - 1} of the drafted tokens" for a in range(LEVELS)],
             "profile": profile.to_json(), "max_depth": max_depth, "validation": final}
+
+
+def size_rounds(settings: Any, cfg: Any, run_dir: Path, profile: Any, frame: pd.DataFrame, trace_meta: dict,
+                depth_model: Any, curves: list[dict[str, Any]], round_index: list, train_depth: Any) -> dict[str, Any]:
+    """Size policy with the depth policy fixed, then ``rounds`` − 1 more depth/size rounds; writes size.zip.
+
+    A budget is per batch, and the depth policy's split by prompt cuts batches, so the size policy validates on a
+    seeded random ``train.validation`` fraction of whole recorded cycles and trains on the others. The depth
+    decisions are the deterministic depth policy's on each recorded entry, at the profile's own costs."""
+    from policies.envs.depth import DraftDepthEnv
+    from policies.train import _ppo_model, _save, policy_depths
+
+    cycles = np.unique(frame["cycle"])
+    held = cycles[np.random.default_rng(int(cfg.seed)).random(len(cycles)) < settings.validation]
+    in_val = frame["cycle"].isin(set(held.tolist()))
+    fit = TraceSet(frame[~in_val], trace_meta, "size training cycles")
+    val = TraceSet(frame[in_val], trace_meta, "size validation cycles (raise train.validation)")
+    depth_env, depth_val_env = (DraftDepthEnv("replay", t, profile, settings.max_depth, settings.reward, "realised",
+                                              0.0, settings.allow_profile_mismatch) for t in (fit, val))
+
+    if settings.size_timesteps < 1:
+        raise SpectuneError(f"train.size_timesteps={settings.size_timesteps} is invalid: train.concurrency="
+                            f"{settings.concurrency} > 1 trains the size policy, which needs >= 1 step")
+    size_env = DepthFixedSizeEnv(fit, profile, policy_depths(depth_model, depth_env, fit.count),
+                                 profile_jitter=settings.profile_jitter,
+                                 allow_profile_mismatch=settings.allow_profile_mismatch)
+    size_val = DepthFixedSizeEnv(val, profile, policy_depths(depth_model, depth_val_env, val.count),
+                                 allow_profile_mismatch=settings.allow_profile_mismatch)
+    size_env.reset(seed=int(cfg.seed) + 1)
+    model = _ppo_model(settings, size_env, int(cfg.seed) + 1, run_dir)
+    final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, 1, curves)
+    for index in range(2, settings.rounds + 1):
+        round_index[0] = index
+        log.info("round %d of %d: depth policy, then the size policy on its new decisions", index, settings.rounds)
+        train_depth()
+        size_env.row_depths = engine_depths(fit, policy_depths(depth_model, depth_env, fit.count))
+        size_val.row_depths = engine_depths(val, policy_depths(depth_model, depth_val_env, val.count))
+        final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, index, curves)
+    _save(model, settings, run_dir / "size.zip", size_extra(profile, settings.max_depth, final))
+    return final

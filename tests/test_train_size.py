@@ -259,17 +259,20 @@ def test_size_files_whose_spaces_do_not_match_fail_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_train_cli_at_concurrency_2_writes_a_size_policy_that_policy_ppo_loads(cli, tmp_path, pair):
-    """The whole app on the embedded pair, tiny: 6 prompts at concurrency 2, 256 depth + 256 size steps, 2 rounds."""
+    """The whole app on the embedded pair, tiny: 6 prompts at concurrency 2, 256 depth + 256 size steps, 2 rounds,
+    then 64 steps of live fine-tuning of the depth policy."""
     result = cli("+workload=en", "train.train_prompts=6", "train.heldout_prompts=1", "train.timesteps=256",
                  "train.eval_every=128", "train.max_depth=4", "train.profile_repeats=1", "workload.max_new_tokens=12",
-                 "train.concurrency=2", "train.size_timesteps=256", "train.rounds=2", run_dir=tmp_path,
-                 module="policies.train")
+                 "train.concurrency=2", "train.size_timesteps=256", "train.rounds=2", "train.live_steps=64",
+                 run_dir=tmp_path, module="policies.train")
     assert result.returncode == 0, result.stderr[-2000:]
     with zipfile.ZipFile(tmp_path / "size.zip") as archive:
         extra = json.loads(archive.read("spectune.json"))
     assert extra["levels"] == LEVELS and extra["kind"] == "verify-size"
     curves = pd.read_csv(tmp_path / "curves.csv")
-    assert set(curves["policy"]) == {"depth", "size"} and set(curves["round"]) == {1, 2}
+    assert set(curves["policy"]) == {"depth", "size"} and set(curves["round"].astype(str)) == {"1", "2", "live"}
+    live = curves[curves["round"].astype(str) == "live"]
+    assert len(live) == 1 and live["timesteps"].item() >= 512 + 64  # two depth rounds of 256, then live
     size = curves[curves["policy"] == "size"]
     assert (size["best_level_tok_s"] >= size[["policy_tok_s", "full_budget_tok_s"]].max(axis=1) - 1e-9).all()
     train = json.loads((tmp_path / "train.json").read_text())
