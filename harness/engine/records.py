@@ -86,6 +86,10 @@ class CycleRecord:
     verify_s: float
     rest_s: float
     start_s: float
+    # Host time in the policy's calls this cycle (begin_cycle, continue_drafting, end_drafting, observe); the part
+    # outside the timed draft/verify/rest spans (begin_cycle, observe) is policy_outside_s. 0 for fixed γ.
+    policy_s: float = 0.0
+    policy_outside_s: float = 0.0
 
 
 def _stats(values: list[float] | np.ndarray, name: str) -> dict[str, float | None]:

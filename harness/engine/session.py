@@ -315,13 +315,20 @@ class Session:
 
     # -- one cycle with the session's policy ------------------------------------------------------------
     def step(self) -> CycleOutcome | None:
-        """One cycle driven by the session's policy (None: nothing was in flight)."""
+        """One cycle driven by the session's policy (None: nothing was in flight). The policy's host time is
+        recorded per cycle (``policy_s``; ``policy_outside_s`` of it falls outside the cycle's timed spans)."""
         if not self.begin_cycle():
             return None
         policy = self.policy if self.speculative else None
-        gamma = policy.begin_cycle(len(self._rows)) if policy is not None else 0
-        wanted = frozenset(policy.signals) if policy is not None else frozenset()
-        final = policy is not None and type(policy).end_drafting is not DraftLengthPolicy.end_drafting
+        if policy is None:
+            return self.verify(0)
+        clock = time.perf_counter
+        start = clock()
+        gamma = policy.begin_cycle(len(self._rows))
+        outside = clock() - start
+        inside = 0.0
+        wanted = frozenset(policy.signals)
+        final = type(policy).end_drafting is not DraftLengthPolicy.end_drafting
         state = None
         for step in range(gamma):
             last_step = step == gamma - 1
@@ -330,15 +337,23 @@ class Session:
                 state = self.draft_state(signals) if final else None
                 break
             state = self.draft_state(signals)
+            start = clock()
             keep = policy.continue_drafting(state)
+            inside += clock() - start
             if keep is not None and not bool(self.stop_rows(keep).any()):  # host sync, paid by early stoppers
                 break
         if final and state is not None:
+            start = clock()
             self._end_drafting(policy, state)
+            inside += clock() - start
+        first = len(self.cycles)
         outcome = self.verify(gamma)
-        if policy is not None:
-            rows = outcome.rows
-            policy.observe(CycleFeedback([outcome.num_drafts[r] for r in rows], [outcome.accepted[r] for r in rows],
-                                         outcome.draft_s, outcome.verify_s, outcome.cycle_s, rows=list(rows),
-                                         request_ids=[outcome.request_ids[r] for r in rows]))
+        rows = outcome.rows
+        start = clock()
+        policy.observe(CycleFeedback([outcome.num_drafts[r] for r in rows], [outcome.accepted[r] for r in rows],
+                                     outcome.draft_s, outcome.verify_s, outcome.cycle_s, rows=list(rows),
+                                     request_ids=[outcome.request_ids[r] for r in rows]))
+        outside += clock() - start
+        for record in self.cycles[first:]:
+            record.policy_s, record.policy_outside_s = inside + outside, outside
         return outcome

@@ -1,0 +1,126 @@
+"""The comparison table of ``policies.evaluate``: every policy against the best fixed γ, one row per policy.
+
+Built from the held-out runs of one (language, concurrency): the per-point summaries and request/cycle rows
+of every method, paired by (repeat, prompt) cluster as ``task=bench`` pairs them (``analysis.stats``). The
+headline column is ``vs_best_fixed_pct``: the policy's throughput over the best fixed γ's *on the same
+clusters* (a paired bootstrap CI), where that γ was chosen by a grid search over every γ on the training
+prompts (never on the held-out ones). The oracle's gap comes from replaying the held-out traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.intervals import paired_ratio_interval
+from analysis.stats import clusters
+
+# Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
+COLUMNS = (
+    "language", "concurrency", "policy", "method", "gamma", "best_fixed_gamma", "repeats", "prompts",
+    "tok_s_median", "tok_s", "tok_s_ci95_lo", "tok_s_ci95_hi",
+    "speedup_vs_ar", "speedup_vs_ar_ci95_lo", "speedup_vs_ar_ci95_hi",
+    "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi",
+    "acceptance_length", "per_position_acceptance", "mean_drafts_per_cycle", "no_draft_cycles_pct",
+    "tpot_p50_ms", "tpot_p99_ms", "decision_pct_of_cycle",
+    "replay_tok_s", "replay_vs_best_fixed_pct", "oracle_gap_pct", "oracle_vs_best_fixed_pct",
+)
+
+
+def _cycle_stats(cycles: pd.DataFrame) -> dict[str, float | None]:
+    """Drafts per cycle, the share of cycles that did not speculate, and the policy's decision time as a share
+    of the cycle time (when the engine recorded ``policy_s``), over every repeat's cycles of one method."""
+    if not len(cycles):
+        return {"mean_drafts_per_cycle": None, "no_draft_cycles_pct": None, "decision_pct_of_cycle": None}
+    per_cycle = cycles.drop_duplicates(["repeat", "cycle"]) if "repeat" in cycles else cycles.drop_duplicates("cycle")
+    out: dict[str, float | None] = {"mean_drafts_per_cycle": float(cycles["num_drafts"].mean()),
+                                    "no_draft_cycles_pct": float(100 * (per_cycle["gamma"] == 0).mean())}
+    if "policy_s" in per_cycle:
+        total = (per_cycle["draft_s"] + per_cycle["verify_s"] + per_cycle["rest_s"]
+                 + per_cycle.get("policy_outside_s", 0.0)).sum()
+        out["decision_pct_of_cycle"] = float(100 * per_cycle["policy_s"].sum() / total) if total > 0 else None
+    else:
+        out["decision_pct_of_cycle"] = None
+    return out
+
+
+def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycles: pd.DataFrame,
+                    points: list[dict[str, Any]], labels: Mapping[str, str], best_label: str, *, language: str,
+                    concurrency: int, best_gamma: int, replay: Mapping[str, Mapping[str, float]] | None,
+                    seed: int) -> list[dict[str, Any]]:
+    """One row per method of the held-out runs.
+
+    ``methods`` are ``harness.tasks._repeats.aggregate``'s per-method summaries (throughput and speedup CIs,
+    latencies, acceptance), ``labels`` maps a method label to its policy name, ``best_label`` is the best fixed
+    γ's method, ``replay`` maps a method label to its replay scores on the held-out traces.
+    """
+    ok = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in points if p.get("status") == "ok"}
+    good = requests[[(m, int(r)) in ok for m, r in zip(requests["method"], requests["repeat"], strict=True)]]
+    table = clusters(good, ok)
+    rows = []
+    for entry in methods:
+        label = entry["method"]
+        row: dict[str, Any] = {"language": language, "concurrency": concurrency, "policy": labels.get(label, label),
+                               "method": label, "gamma": int(entry.get("gamma", 0)), "best_fixed_gamma": best_gamma,
+                               "repeats": entry.get("repeats", 0)}
+        if entry.get("status") != "ok":
+            rows.append(row)
+            continue
+        mine = requests[requests["method"] == label]
+        row["prompts"] = int(mine["request_id"].nunique())
+        row["tok_s_median"] = entry.get("output_throughput")
+        row["tok_s"] = entry.get("output_throughput_pooled")
+        row["tok_s_ci95_lo"], row["tok_s_ci95_hi"] = (entry.get("output_throughput_ci95_lo"),
+                                                      entry.get("output_throughput_ci95_hi"))
+        for key in ("", "_ci95_lo", "_ci95_hi"):
+            row[f"speedup_vs_ar{key}"] = entry.get(f"speedup{key}")
+        if label in table.num and best_label in table.num:
+            iv = paired_ratio_interval(table.num[label], table.den[label], table.num[best_label],
+                                       table.den[best_label], seed=seed)
+            row["vs_best_fixed_pct"] = 100 * (iv.estimate - 1)
+            row["vs_best_fixed_pct_ci95_lo"], row["vs_best_fixed_pct_ci95_hi"] = 100 * (iv.lo - 1), 100 * (iv.hi - 1)
+        row["acceptance_length"] = entry.get("spec_decode_acceptance_length")
+        row["per_position_acceptance"] = list(entry.get("spec_decode_per_position_acceptance_rates") or [])
+        row["tpot_p50_ms"] = entry.get("median_tpot_ms")
+        row["tpot_p99_ms"] = entry.get("p99_tpot_ms") if (entry.get("tpot_samples") or 0) >= 100 else None
+        row.update(_cycle_stats(cycles[cycles["method"] == label]))
+        scores = (replay or {}).get(label)
+        if scores:
+            row["replay_tok_s"] = scores["policy_tok_s"]
+            row["replay_vs_best_fixed_pct"] = scores["vs_best_fixed_pct"]
+            row["oracle_gap_pct"] = 100 * (scores["policy_tok_s"] / scores["oracle_tok_s"] - 1)
+            row["oracle_vs_best_fixed_pct"] = scores["oracle_vs_best_fixed_pct"]
+        rows.append(row)
+    return rows
+
+
+def comparison_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows → a frame with every column of :data:`COLUMNS` (missing values NaN/None), in that order."""
+    frame = pd.DataFrame(rows)
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    return frame[list(COLUMNS)]
+
+
+def _num(value: Any, spec: str) -> str:
+    return "–" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
+
+
+def format_comparison(frame: pd.DataFrame) -> str:
+    """The printed table: throughput, speedup vs AR, % vs best fixed γ with its paired CI, acceptance, TPOT,
+    decision time and the oracle's gap."""
+    head = (f"{'lang':<4} {'conc':>4} {'policy':<24} {'tok/s':>7} {'vs AR':>6} {'vs best fixed γ [95% CI]':>26} "
+            f"{'acc.len':>7} {'TPOT p50':>8} {'p99':>6} {'decide%':>7} {'oracle gap':>10}")
+    lines = [head, "-" * len(head)]
+    for row in frame.itertuples(index=False):
+        ci = (f"{_num(row.vs_best_fixed_pct, '+.1f')}% [{_num(row.vs_best_fixed_pct_ci95_lo, '+.1f')}, "
+              f"{_num(row.vs_best_fixed_pct_ci95_hi, '+.1f')}]")
+        lines.append(f"{row.language:<4} {row.concurrency:>4} {str(row.method)[:24]:<24} {_num(row.tok_s, '.1f'):>7} "
+                     f"{_num(row.speedup_vs_ar, '.2f'):>6} {ci:>26} {_num(row.acceptance_length, '.2f'):>7} "
+                     f"{_num(row.tpot_p50_ms, '.2f'):>8} {_num(row.tpot_p99_ms, '.2f'):>6} "
+                     f"{_num(row.decision_pct_of_cycle, '.2f'):>7} {_num(row.oracle_gap_pct, '+.1f'):>10}")
+    return "\n".join(lines)

@@ -1,0 +1,314 @@
+"""`python -m policies.evaluate +workload=it`: every draft-length policy against the best fixed γ, live, on held-out
+prompts — adaptation separated from simply choosing a better γ.
+
+Per language (the workload) and per concurrency in ``evaluate.concurrency``, into the Hydra run directory:
+
+1. Split the workload's seeded shuffle: the first ``train.train_prompts`` train, the next
+   ``train.heldout_prompts`` are held out (the split ``policies.train`` uses). An empty split is an error.
+2. Learned policies: from ``evaluate.policies_from`` (a ``policies.train`` run directory, or an earlier
+   evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
+   (``train/c<N>/``: traces of the training prompts, the measured cost profile, the PPO depth policy, and the
+   acceptance classifier fitted on the same traces).
+3. Grid search on the training prompts over **every** γ in 0..``train.max_depth`` (γ = 0 is autoregressive
+   decoding): the best by throughput is the baseline (``grid.parquet``).
+4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
+   ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method.
+5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the profile: the hindsight
+   bound and each policy's replay score on the same cycles (``policies.replay``).
+6. ``comparison.parquet`` (columns: ``policies.comparison.COLUMNS``), ``comparison.md`` (the printed table),
+   held-out ``requests.parquet``/``cycles.parquet``, ``metadata.json``. Results are rewritten after every step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+from harness.errors import SpectuneError
+from harness.io import write_json, write_parquet, write_text
+from harness.metadata import base_metadata
+from harness.tasks._options import integer
+from harness.tasks._repeats import Grid, aggregate, repeats_option, run_points, schedule
+from policies.comparison import comparison_frame, comparison_rows, format_comparison
+from policies.registry import POLICIES, make_policy
+
+log = logging.getLogger("policies.evaluate")
+CONF = Path(__file__).resolve().parent.parent / "conf"
+AR, FIXED = "ar", "fixed"
+
+
+@dataclass(frozen=True)
+class EvaluateSettings:
+    policies: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    repeats: int
+    grid_repeats: int
+    warmup: int
+    policies_from: str | None
+    max_depth: int
+    train_prompts: int
+    heldout_prompts: int
+    params: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
+        e = cfg.evaluate
+        names = list(e.policies) if isinstance(e.policies, ListConfig | list) else [e.policies]
+        for name in names:
+            if name not in POLICIES or name == FIXED:
+                allowed = ", ".join(sorted(n for n in POLICIES if n != FIXED))
+                raise SpectuneError(f"evaluate.policies contains {name!r}: choose from {allowed} (AR and the best "
+                                    "fixed γ always run)")
+        conc = list(e.concurrency) if isinstance(e.concurrency, ListConfig | list) else [e.concurrency]
+        conc = [integer(c, "evaluate.concurrency", lo=1) for c in conc]
+        if not conc or len(set(conc)) != len(conc):
+            raise SpectuneError(f"evaluate.concurrency={conc} is invalid: one or more distinct integers >= 1")
+        params = OmegaConf.to_container(e.params, resolve=True) if e.get("params") else {}
+        for name in params:
+            if name not in names:
+                raise SpectuneError(f"evaluate.params.{name} is invalid: {name!r} is not in evaluate.policies "
+                                    f"({', '.join(names)})")
+        settings = cls(tuple(names), tuple(conc), repeats_option(e.repeats),
+                       integer(e.grid_repeats, "evaluate.grid_repeats", lo=1), integer(e.warmup, "evaluate.warmup",
+                                                                                     lo=0),
+                       e.get("policies_from"), integer(cfg.train.max_depth, "train.max_depth", lo=1),
+                       integer(cfg.train.train_prompts, "train.train_prompts", lo=1),
+                       integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params)
+        if settings.heldout_prompts == 0:
+            raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
+        if settings.policies_from and not Path(settings.policies_from).is_dir():
+            raise SpectuneError(f"evaluate.policies_from={settings.policies_from!r} is not found: give the run "
+                                "directory of python -m policies.train (with depth.zip)")
+        for name in names:  # parameters checked before any model loads (learned policies' files come later)
+            if name not in ("ppo", "acceptance-classifier"):
+                make_policy(policy_node(name, params.get(name)), settings.max_depth)
+        return settings
+
+
+def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:
+    """A policy's config: conf/policy/<name>.yaml, then ``evaluate.params.<name>``, then the files given."""
+    node = OmegaConf.to_container(OmegaConf.load(CONF / "policy" / f"{name}.yaml"), resolve=True)
+    return {**node, **(params or {}), **files}
+
+
+# -- learned policies -------------------------------------------------------------------------------------
+def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurrency: int,
+             heldout_ids: set[str]) -> Path:
+    """The directory with depth.zip, traces and profile for ``concurrency``: given or trained here."""
+    if settings.policies_from:
+        base = Path(settings.policies_from)
+        found = base / f"c{concurrency}" if (base / f"c{concurrency}" / "depth.zip").is_file() else base
+        if not (found / "depth.zip").is_file():
+            raise SpectuneError(f"evaluate.policies_from={str(base)!r} is invalid: no depth.zip there (nor in "
+                                f"c{concurrency}/)")
+        trained = _train_ids(found)
+        overlap = sorted(trained & heldout_ids)
+        if overlap:
+            raise SpectuneError(f"evaluate.policies_from={str(base)!r} is invalid: it was trained on {len(overlap)} "
+                                f"held-out prompt(s) (e.g. {overlap[0]!r}); use the same split (train.* sizes, seed)")
+        return found
+    from policies import train
+
+    out = run_dir / "train" / f"c{concurrency}"
+    out.mkdir(parents=True, exist_ok=True)
+    sub = cfg.copy()
+    with open_dict(sub):
+        sub.train.concurrency = concurrency
+    log.info("training the learned policies for concurrency %d into %s", concurrency, out)
+    train.run(sub, out)
+    return out
+
+
+def _train_ids(directory: Path) -> set[str]:
+    meta = directory / "traces.metadata.json"
+    if not meta.is_file():
+        return set()
+    split = json.loads(meta.read_text(encoding="utf-8")).get("split", {})
+    return set(split.get("train", []))
+
+
+def _classifier(directory: Path, seed: int) -> Path:
+    out = directory / "classifier.json"
+    if not out.is_file():
+        from policies.fit_classifier import fit_file
+
+        fit_file(directory / "traces.parquet", out, hidden=[], target="accept_prob", epochs=300, seed=seed)
+    return out
+
+
+def _profile(directory: Path) -> Any:
+    from harness.profile import load_profile
+
+    if (directory / "profile.json").is_file():
+        return load_profile(directory / "profile.json")
+    settings = json.loads((directory / "train.json").read_text(encoding="utf-8")).get("settings", {})
+    return load_profile(settings.get("profile"))
+
+
+# -- the steps --------------------------------------------------------------------------------------------
+def _bench_settings(policy: dict[str, Any], concurrency: int, warmup: int) -> Any:
+    from harness.tasks.bench import BenchSettings
+
+    return BenchSettings(gammas=(1,), baseline=True, policy=policy, concurrency=concurrency, request_rate=None,
+                         burstiness=1.0, warmup=warmup)
+
+
+def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], concurrency: int, repeats: int,
+             warmup: int, max_context: int | None, on_point: Any = None) -> Grid:
+    """Every (label, γ, policy node) once per repeat in rotated order (γ = 0: autoregressive)."""
+    from harness.tasks.bench import _run_point
+
+    nodes = {label: node for label, _, node in methods}
+    points = schedule([(label, gamma) for label, gamma, _ in methods], repeats)
+    return run_points(points, lambda label, gamma: _run_point(
+        engine, requests, _bench_settings(nodes[label], concurrency, warmup), label, gamma, max_context),
+        on_point=on_point)
+
+
+def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
+                 seed: int) -> tuple[int, pd.DataFrame]:
+    """Every γ in 0..max_depth on the training prompts: the best by pooled throughput (ties: smaller γ)."""
+    methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_depth + 1)]
+    log.info("grid search on %d training prompts, concurrency %d: γ = 0..%d, %d repeat(s)", len(train), concurrency,
+             settings.max_depth, settings.grid_repeats)
+    grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context)
+    summaries, _ = aggregate(grid, seed=seed)
+    frame = pd.DataFrame([{"concurrency": concurrency, "method": s["method"], "gamma": int(s["gamma"]),
+                           "status": s["status"], "tok_s": s.get("output_throughput_pooled"),
+                           "tok_s_ci95_lo": s.get("output_throughput_ci95_lo"),
+                           "tok_s_ci95_hi": s.get("output_throughput_ci95_hi"),
+                           "acceptance_length": s.get("spec_decode_acceptance_length")} for s in summaries])
+    ok = frame[frame["status"] == "ok"]
+    if not len(ok):
+        raise SpectuneError(f"the grid search failed at every γ (concurrency {concurrency}): see the log")
+    best = ok.sort_values(["tok_s", "gamma"], ascending=[False, True]).iloc[0]
+    log.info("best fixed γ on the training prompts at concurrency %d: %d (%.1f tok/s)", concurrency, best["gamma"],
+             best["tok_s"])
+    return int(best["gamma"]), frame
+
+
+def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profile: Any, policies: dict[str, Any],
+            run_dir: Path) -> dict[str, dict[str, float]]:
+    """Trace the held-out prompts and replay every policy and the oracle on them with ``profile``."""
+    from harness.engine.traces import record
+    from policies.envs.data import TraceSet
+    from policies.train import replay_scores
+
+    frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_depth)
+    write_parquet(run_dir / f"heldout_traces_c{concurrency}.parquet", frame)
+    traces = TraceSet(frame, {}, "held-out traces")
+    try:
+        from policies.replay import replay_depths
+    except ImportError:  # the replay driver is optional: the oracle and fixed depths need only the traces
+        replay_depths = None
+    out = {}
+    for label, policy in policies.items():
+        if policy is None:
+            depths = traces.leading * 0  # AR
+        elif replay_depths is None:
+            continue
+        else:
+            depths = replay_depths(policy, traces, max_depth, profile)
+        out[label] = replay_scores(traces, profile, max_depth, depths)
+    return out
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    from harness.tasks.trace import build_setup, check_depth, workload_requests
+    from policies.train import split_requests
+
+    if not cfg.get("workload"):
+        raise SpectuneError("policies.evaluate needs a workload: add +workload=it|en|zh|es|mix")
+    settings = EvaluateSettings.from_cfg(cfg)
+    with open_dict(cfg):
+        cfg.workload.num_prompts = settings.train_prompts + settings.heldout_prompts
+    setup = build_setup(cfg, "evaluate")
+    train, heldout = split_requests(workload_requests(setup.workload), settings.train_prompts,
+                                    settings.heldout_prompts)
+    check_depth(train + heldout, settings.max_depth, setup.max_context)
+    language = str(cfg.workload.get("language") or setup.workload.name)
+    heldout_ids = {r.prompt_id for r in heldout}
+    metadata = {**setup.metadata, "task": "evaluate", "settings": asdict(settings),
+                "split": {"train": [r.prompt_id for r in train], "heldout": sorted(heldout_ids)}}
+    write_json(run_dir / "metadata.json", metadata)
+    rows: list[dict[str, Any]] = []
+    grids: list[pd.DataFrame] = []
+    frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+
+    def write() -> None:
+        if grids:
+            write_parquet(run_dir / "grid.parquet", pd.concat(grids, ignore_index=True))
+        if frames:
+            write_parquet(run_dir / "requests.parquet", pd.concat([f[0] for f in frames], ignore_index=True))
+            write_parquet(run_dir / "cycles.parquet", pd.concat([f[1] for f in frames], ignore_index=True))
+        if rows:
+            table = comparison_frame(rows)
+            write_parquet(run_dir / "comparison.parquet", table)
+            write_text(run_dir / "comparison.md", format_comparison(table) + "\n")
+
+    seed = int(cfg.seed)
+    for concurrency in settings.concurrency:
+        learned = _trained(cfg, settings, run_dir, concurrency, heldout_ids) if {"ppo", "acceptance-classifier"} & set(
+            settings.policies) else None
+        best, grid = _grid_search(setup.engine, train, settings, concurrency, setup.max_context, seed)
+        grids.append(grid)
+        write()
+        best_label = AR if best == 0 else f"fixed:gamma={best}"
+        methods: list[tuple[str, int, dict]] = [(AR, 0, {"name": FIXED})]
+        if best:
+            methods.append((best_label, best, {"name": FIXED}))
+        labels = {AR: AR, best_label: "best fixed γ"}
+        for name in settings.policies:
+            files: dict[str, Any] = {}
+            if name == "ppo":
+                files = {"depth_path": str(learned / "depth.zip")}
+                if concurrency > 1 and (learned / "size.zip").is_file():  # LTD's size policy, batches only
+                    files["size_path"] = str(learned / "size.zip")
+            elif name == "acceptance-classifier":
+                files = {"weights_path": str(_classifier(learned, seed))}
+            node = policy_node(name, settings.params.get(name), **files)
+            methods.append((name, settings.max_depth, node))
+            labels[name] = name
+        log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
+                 len(methods), settings.repeats)
+        measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
+                            setup.max_context)
+        summaries, _ = aggregate(measured, seed=seed)
+        req, cyc = measured.frames()
+        frames.append((req.assign(concurrency=concurrency), cyc.assign(concurrency=concurrency)))
+        replay = None
+        if learned is not None or settings.policies_from is None:
+            profile = _profile(learned) if learned is not None else None
+            if profile is not None:
+                nodes = {label: (make_policy(node, gamma) if gamma else None) for label, gamma, node in methods}
+                replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, profile, nodes, run_dir)
+        rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
+                                concurrency=concurrency, best_gamma=best, replay=replay, seed=seed)
+        write()
+        log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
+    write_json(run_dir / "metadata.json", {**metadata, "finished": True, **base_metadata()})
+    log.info("results: %s", run_dir)
+    return 0
+
+
+@hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> int:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        return run(cfg, run_dir)
+    except SpectuneError as err:
+        log.error(f"error: {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

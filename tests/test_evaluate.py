@@ -1,0 +1,97 @@
+"""`python -m policies.evaluate`: the two-prompt smoke run of the whole comparison (train, grid search on the
+training prompts, every policy live on the held-out prompts, the oracle in replay), reuse of trained policies,
+and bad input in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from policies.comparison import COLUMNS
+
+# Two training and two held-out English prompts, eight new tokens, depth ceiling 2, a few hundred PPO steps.
+SMOKE = ["+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
+         "train.max_depth=2", "train.validation=0.5", "train.timesteps=128", "train.eval_every=64",
+         "train.ppo.n_steps=64", "train.ppo.batch_size=32", "train.profile_repeats=1", "evaluate.repeats=2",
+         "evaluate.warmup=1", "evaluate.concurrency=[1,2]"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    from tests.conftest import run_cli
+
+    run_dir = tmp_path_factory.mktemp("evaluate") / "run"
+    done = run_cli(*SMOKE, module="policies.evaluate", run_dir=run_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+def test_the_smoke_run_compares_every_policy_to_the_grid_searched_gamma(smoke):
+    table = pd.read_parquet(smoke / "comparison.parquet")
+    assert list(table.columns) == list(COLUMNS)
+    policies = {"ar", "hf-heuristic", "hf-heuristic-transient", "confidence", "confidence-adaptive", "svip", "adaedl",
+                "acceptance-classifier", "bandit", "ppo"}
+    grid = pd.read_parquet(smoke / "grid.parquet")
+    for concurrency in (1, 2):
+        mine = table[table["concurrency"] == concurrency]
+        assert policies <= set(mine["policy"])
+        # the baseline is the grid's best over every γ in 0..max_depth on the training prompts
+        searched = grid[grid["concurrency"] == concurrency]
+        assert sorted(searched["gamma"]) == [0, 1, 2]
+        best = int(searched.sort_values(["tok_s", "gamma"], ascending=[False, True]).iloc[0]["gamma"])
+        assert (mine["best_fixed_gamma"] == best).all()
+        base = mine[mine["method"] == ("ar" if best == 0 else f"fixed:gamma={best}")].iloc[0]
+        assert base["vs_best_fixed_pct"] == pytest.approx(0.0, abs=1e-9)
+        assert base["vs_best_fixed_pct_ci95_lo"] == pytest.approx(0.0, abs=1e-9)
+        # every policy: throughput with its CI, paired % vs the best fixed γ, and the oracle bounds its replay
+        for row in mine.itertuples():
+            assert row.tok_s_ci95_lo <= row.tok_s <= row.tok_s_ci95_hi
+            assert row.vs_best_fixed_pct_ci95_lo <= row.vs_best_fixed_pct <= row.vs_best_fixed_pct_ci95_hi
+            assert row.repeats == 2 and row.prompts == 2
+            assert row.oracle_gap_pct <= 1e-9
+    assert (smoke / "comparison.md").read_text(encoding="utf-8").count("\n") >= 2 * len(policies)
+
+
+def test_held_out_prompts_are_never_trained_on(smoke):
+    meta = json.loads((smoke / "metadata.json").read_text(encoding="utf-8"))
+    train, heldout = set(meta["split"]["train"]), set(meta["split"]["heldout"])
+    assert len(train) == 2 and len(heldout) == 2 and not train & heldout
+    measured = set(pd.read_parquet(smoke / "requests.parquet")["prompt_id"])
+    assert measured == heldout
+    traced = json.loads((smoke / "train/c1/traces.metadata.json").read_text(encoding="utf-8"))["split"]["train"]
+    assert set(traced) == train
+
+
+def test_trained_policies_are_reused_from_a_directory(smoke, cli, tmp_path):
+    done = cli(*SMOKE, "evaluate.concurrency=[1]", "evaluate.policies=[ppo]", f"evaluate.policies_from={smoke}/train",
+               module="policies.evaluate", run_dir=tmp_path / "again")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "again" / "train").exists()  # nothing retrained
+    table = pd.read_parquet(tmp_path / "again" / "comparison.parquet")
+    assert "ppo" in set(table["policy"])
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("evaluate.policies=[nope]", "evaluate.policies contains 'nope'"),
+    ("train.heldout_prompts=0", "train.heldout_prompts=0 is invalid"),
+    ("evaluate.policies_from=/no/such/dir", "evaluate.policies_from='/no/such/dir' is not found"),
+    ("evaluate.concurrency=[0]", "evaluate.concurrency=0"),
+    ("evaluate.params={svip:{h:-1}}", "policy.h"),
+])
+def test_bad_input_fails_in_one_line(cli, tmp_path, override, message):
+    done = cli(*SMOKE, override, module="policies.evaluate", run_dir=tmp_path / "bad")
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], done.stderr[-2000:]
+    assert not (tmp_path / "bad" / "comparison.parquet").exists()
+
+
+def test_policies_trained_on_held_out_prompts_are_refused(smoke, cli, tmp_path):
+    # a split of 1 training prompt and 3 held out: the held-out set includes a prompt the smoke run trained on
+    done = cli(*SMOKE, "train.train_prompts=1", "train.heldout_prompts=3", "evaluate.policies=[ppo]",
+               f"evaluate.policies_from={smoke}/train", module="policies.evaluate", run_dir=tmp_path / "overlap")
+    assert done.returncode != 0
+    assert "it was trained on 1 held-out prompt(s)" in done.stderr + done.stdout
