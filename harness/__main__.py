@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -40,13 +41,20 @@ def check_override_syntax(argv: list[str]) -> None:
             first = str(err).strip().splitlines()[0]
             raise SpectuneError(f"{override} is not a valid override: {first} (quote lists: 'key=[a,b]'; "
                                 "grammar: https://hydra.cc/docs/advanced/override_grammar/basic)") from None
-    if not args.multirun and not any(o.is_sweep_override() for o in parsed):
-        check_keys_exist(args.overrides)
+    # A sweep's jobs share their keys: the first job's overrides stand for all of them.
+    check_keys_exist([_first_job(o) for o in parsed])
+
+
+def _first_job(override: Any) -> str:
+    """The override as the first job of its sweep sees it (``gamma=1,2`` → ``gamma=1``); others unchanged."""
+    if not override.is_sweep_override():
+        return override.input_line
+    return f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"
 
 
 def check_keys_exist(overrides: list[str]) -> None:
-    """A key that is not in the config (``task.alfas=...``) fails in one line naming it (a single run only:
-    a sweep's jobs are composed by Hydra one by one)."""
+    """A key that is not in the config (``task.alfas=...``) fails in one line naming it, before Hydra composes
+    (whose own message is several lines, once per job of a sweep)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException

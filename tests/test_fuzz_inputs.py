@@ -298,3 +298,12 @@ def test_command_line_mistakes_are_one_line_exit_2_and_write_no_result(cli, tmp_
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0] and errors[0] == proc.stderr.strip(), proc.stderr[-2000:]
     assert not list(tmp_path.glob("costmodel.*"))
+
+
+@pytest.mark.parametrize("sweep", ["task.gamma_max=2,3", "task.gamma_max=range(2,4)"])
+def test_an_unknown_key_in_a_sweep_is_one_line_before_any_job_runs(cli, tmp_path, sweep):
+    proc = cli("-m", "task=costmodel", sweep, "task.alfas=[0.5]", f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.strip() == ("error: task.alfas is not a key of the config: check its spelling, or add it "
+                                   "with +task.alfas=..."), proc.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # no job started
