@@ -7,11 +7,11 @@ Steps, all into the Hydra run directory:
 2. Traces: ``train.traces`` (a ``task=trace`` file), or recorded here on the training split at ``train.max_depth``.
 3. Costs: ``train.profile`` (a profile.json or a shipped name such as ``h200-llama3-8b-1b``; another setup's profile
    needs ``train.allow_profile_mismatch=true`` and is labelled synthetic), or measured here (``task=profile``).
-4. PPO (stable-baselines3, MlpPolicy, LTD's settings: n_steps 128, batch 64, 1 epoch, discount 0.99, lr 3e-4 with
-   a warm-up then linear decay) on ``spectune/DraftDepth-v0`` over the training cycles, seeded, with TensorBoard
-   logs and a progress bar. Every ``train.eval_every`` steps the deterministic policy is scored in replay on the
-   validation cycles (a fraction of the training prompts never trained on): tokens/s next to the best fixed depth
-   and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``).
+4. PPO (stable-baselines3, MlpPolicy; n_steps 512, batch 64, 10 epochs, LTD's discount 0.99 and lr 3e-4 with
+   a warm-up then linear decay: conf/train.yaml) on ``spectune/DraftDepth-v0`` over the training cycles, seeded,
+   with TensorBoard logs and a progress bar. Every ``train.eval_every`` steps the deterministic policy is scored
+   in replay on the validation cycles (a fraction of the training prompts never trained on): tokens/s next to the
+   best fixed depth and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``).
 5. At ``train.concurrency`` > 1, the verification-size policy (``policies/train_size.py``): PPO on
    ``spectune/VerifySize-v0`` replay with the depth policy fixed (each row drafted to the depth policy's replay
    decision), ``train.size_timesteps`` steps (one step = one batch's budget). Then ``train.rounds`` − 1 more rounds

@@ -79,10 +79,7 @@ class DepthFixedSizeEnv(VerifySizeEnv):
         time_s = self._deepest * self._t_draft + self._t_verify[int(kept.max(initial=0))] + self._overhead
         tokens = float(np.minimum(kept, self.traces.leading[self._slice]).sum() + self._batch)
         key = (self._index, self._batch)
-        rate = self._rate.setdefault(key, [self._batch, self._t_verify[0] + self._overhead])  # prior: one AR step
-        reward = tokens - rate[0] / rate[1] * time_s
-        rate[0] += tokens
-        rate[1] += time_s
+        reward = self._rate.charge(key, self._batch, self._t_verify[0] + self._overhead, tokens, time_s)  # prior: AR
         return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
                                                               "time_s": time_s, "synthetic": self.synthetic}
 

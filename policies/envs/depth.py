@@ -6,10 +6,10 @@ step, one token. At ``max_depth`` the cycle is verified whatever the action. Obs
 ``observation.py`` (draft signals, position, context, batch, recent acceptance, the profile's c and g).
 
 Reward, at verification only (0 after a draft step): ``tokens − ρ·time`` where ρ is the running tokens/s
-of this environment (per profile and batch size, started at the autoregressive rate: a cycle earns reward
-when it beats the rate so far). Summed over cycles this ranks policies by throughput, which the mean of
-per-cycle ratios does not (it favours short cycles). ``reward="ratio"`` gives LTD's tokens per cycle time
-instead (time in units of the AR step), for comparison.
+of this environment over about its last 2000 cycles (per profile and batch size, started at the autoregressive
+rate: a cycle earns reward when it beats the recent rate; ``rate.py`` says why recent). Summed over cycles
+this ranks policies by throughput, which the mean of per-cycle ratios does not (it favours short cycles).
+``reward="ratio"`` gives LTD's tokens per cycle time instead (time in units of the AR step), for comparison.
 
 At batch b > 1 the agent is one row and the other rows act alike (one shared policy): the row is charged
 its share, 1/b, of each batched draft step it takes and of the padded verification at its depth.
@@ -36,6 +36,7 @@ from harness.errors import SpectuneError
 from policies.envs import check_backend
 from policies.envs.data import attach_source
 from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
+from policies.envs.rate import RunningRate
 
 REWARDS = ("throughput", "ratio")
 OUTCOMES = ("realised", "expected")
@@ -80,7 +81,7 @@ class DraftDepthEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32)
         self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
-        self._rate: dict[tuple[int, int], list[float]] = {}
+        self._rate = RunningRate()
 
     # -- shared ------------------------------------------------------------------------------------------
     def _start(self, batch: int, context: float, recent: float) -> None:
@@ -102,13 +103,10 @@ class DraftDepthEnv(gym.Env):
     def _reward(self, tokens: float, time_s: float) -> float:
         key = (self._index, self._batch)
         share_ar = (self._t_verify[0] + self._overhead) / self._batch
-        rate = self._rate.setdefault(key, [1.0, share_ar])  # prior: one AR step at the profile's rate
-        rho = rate[0] / rate[1]
-        rate[0] += tokens
-        rate[1] += time_s
+        reward = self._rate.charge(key, 1.0, share_ar, tokens, time_s)  # prior: one AR step at the profile's rate
         if self.reward_kind == "ratio":
             return tokens * share_ar / time_s
-        return tokens - rho * time_s
+        return reward
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

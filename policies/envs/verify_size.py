@@ -28,6 +28,7 @@ from harness.errors import SpectuneError
 from policies.envs import check_backend
 from policies.envs.data import attach_source
 from policies.envs.observation import OBS_HIGH, SCALE
+from policies.envs.rate import RunningRate
 
 
 class VerifySizeEnv(gym.Env):
@@ -59,7 +60,7 @@ class VerifySizeEnv(gym.Env):
         self.depth, self.levels, self.obs_tokens = depth, int(levels), int(obs_tokens)
         self.action_space = gym.spaces.Discrete(self.levels)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(self.obs_tokens + 3,), dtype=np.float32)
-        self._rate: dict[tuple[int, int], list[float]] = {}
+        self._rate = RunningRate()
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -107,10 +108,7 @@ class VerifySizeEnv(gym.Env):
                 time_s = outcome.cycle_s
                 info = {"measured_s": outcome.cycle_s}
         key = (self._index, self._batch)
-        rate = self._rate.setdefault(key, [self._batch, self._t_verify[0] + self._overhead])  # prior: one AR step
-        reward = tokens - rate[0] / rate[1] * time_s
-        rate[0] += tokens
-        rate[1] += time_s
+        reward = self._rate.charge(key, self._batch, self._t_verify[0] + self._overhead, tokens, time_s)  # prior: AR
         return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
                                                               "time_s": time_s, "synthetic": self.synthetic, **info}
 
