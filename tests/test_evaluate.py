@@ -95,3 +95,18 @@ def test_policies_trained_on_held_out_prompts_are_refused(smoke, cli, tmp_path):
                f"evaluate.policies_from={smoke}/train", module="policies.evaluate", run_dir=tmp_path / "overlap")
     assert done.returncode != 0
     assert "it was trained on 1 held-out prompt(s)" in done.stderr + done.stdout
+
+
+def test_the_analysis_summary_reads_the_comparison(smoke, cli, tmp_path):
+    from analysis.comparison import load_comparisons, policy_summary
+
+    frame = load_comparisons(smoke)
+    summary = policy_summary(frame)
+    assert len(summary) == len(frame)  # one language: one summary row per (concurrency, policy)
+    for row in summary.itertuples():
+        mine = frame[(frame["concurrency"] == row.concurrency) & (frame["policy"] == row.policy)].iloc[0]
+        assert row.mean_vs_best_fixed_pct == pytest.approx(mine["vs_best_fixed_pct"])
+        assert row.languages_ci_above_0 == int(mine["vs_best_fixed_pct_ci95_lo"] > 0)
+    done = cli(str(smoke), "--out", str(tmp_path / "summary.md"), module="analysis.comparison")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "## Over languages" in (tmp_path / "summary.md").read_text(encoding="utf-8")

@@ -1,0 +1,125 @@
+"""Policies against grid search across languages: ``comparison.parquet`` of ``policies.evaluate`` runs as one frame,
+and the summary the question needs — does a policy beat the best fixed γ, where, by how much, and at what cost.
+
+    python -m analysis.comparison RUN_OR_MULTIRUN_DIR [--out comparison-summary.md]
+
+``load_comparisons`` finds every ``comparison.parquet`` at or below the paths (a multirun over languages is one
+directory) with its run's context (``analysis.load``), refusing runs of different models or hardware unless
+``allow_mixed``. ``policy_summary`` gives, per (concurrency, policy): the mean over languages of the % vs the best
+fixed γ, in how many languages the paired CI lies wholly above 0 and the estimate is ≥ ``goal_pct``, in how many
+the CI lies wholly below ``floor_pct``, the mean decision time and the mean gap to the oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.cli import ArgumentParser, plain_logging
+from analysis.load import Paths, _find, _no_results, check_comparable, read_parquet, run_context
+from harness.errors import SpectuneError
+
+log = logging.getLogger(__name__)
+
+COMPARISON = "comparison.parquet"
+REQUIRED = ("language", "concurrency", "policy", "method", "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo",
+            "vs_best_fixed_pct_ci95_hi")
+
+
+def load_comparisons(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
+    """One row per (run, concurrency, policy) from every ``comparison.parquet`` at or below ``paths``."""
+    runs = _find(paths, COMPARISON)
+    if not runs:
+        raise _no_results(paths, COMPARISON)
+    frames = []
+    for run in runs:
+        frame = read_parquet(run / COMPARISON, REQUIRED)
+        context = pd.DataFrame([run_context(run)] * len(frame), index=frame.index)
+        frames.append(pd.concat([context.drop(columns=[c for c in context if c in frame]), frame], axis=1))
+    out = pd.concat(frames, ignore_index=True)
+    check_comparable(out, allow_mixed)
+    return out
+
+
+def policy_summary(frame: pd.DataFrame, goal_pct: float = 10.0, floor_pct: float = -2.0) -> pd.DataFrame:
+    """Per (concurrency, policy), over languages: see the module docstring. Rows sorted by mean % vs best fixed."""
+    rows = []
+    for (concurrency, policy), group in frame.groupby(["concurrency", "policy"], sort=False):
+        pct = group["vs_best_fixed_pct"].astype(float)
+        lo, hi = group["vs_best_fixed_pct_ci95_lo"].astype(float), group["vs_best_fixed_pct_ci95_hi"].astype(float)
+        rows.append({"concurrency": int(concurrency), "policy": policy, "languages": int(group["language"].nunique()),
+                     "mean_vs_best_fixed_pct": float(pct.mean()),
+                     "min_vs_best_fixed_pct": float(pct.min()), "max_vs_best_fixed_pct": float(pct.max()),
+                     f"languages_ci_above_0_and_ge_{goal_pct:g}pct": int(((lo > 0) & (pct >= goal_pct)).sum()),
+                     "languages_ci_above_0": int((lo > 0).sum()),
+                     f"languages_ci_below_{floor_pct:g}pct": int((hi < floor_pct).sum()),
+                     "mean_speedup_vs_ar": _mean(group, "speedup_vs_ar"),
+                     "mean_decision_pct_of_cycle": _mean(group, "decision_pct_of_cycle"),
+                     "mean_no_draft_cycles_pct": _mean(group, "no_draft_cycles_pct"),
+                     "mean_oracle_gap_pct": _mean(group, "oracle_gap_pct")})
+    out = pd.DataFrame(rows)
+    return out.sort_values(["concurrency", "mean_vs_best_fixed_pct"], ascending=[True, False], ignore_index=True)
+
+
+def _mean(group: pd.DataFrame, column: str) -> float | None:
+    if column not in group:
+        return None
+    values = pd.to_numeric(group[column], errors="coerce").dropna()
+    return float(values.mean()) if len(values) else None
+
+
+def markdown(frame: pd.DataFrame, digits: int = 2) -> str:
+    """A plain Markdown table (no extra dependency); floats rounded, missing values as –."""
+    def cell(value) -> str:
+        if value is None or (isinstance(value, float) and not np.isfinite(value)):
+            return "–"
+        if isinstance(value, float):
+            return f"{value:.{digits}f}"
+        if isinstance(value, list | np.ndarray):
+            return " ".join(f"{v:.2f}" for v in value)
+        return str(value)
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "tok_s", "speedup_vs_ar", "vs_best_fixed_pct",
+                "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi", "acceptance_length", "mean_drafts_per_cycle",
+                "no_draft_cycles_pct", "tpot_p50_ms", "decision_pct_of_cycle", "oracle_gap_pct"]
+
+
+def report(frame: pd.DataFrame) -> str:
+    """The summary over languages, then every language's rows."""
+    parts = ["## Over languages", "", markdown(policy_summary(frame)), "", "## Per language", "",
+             markdown(frame[[c for c in PER_LANGUAGE if c in frame]].sort_values(
+                 ["concurrency", "language", "policy"], kind="stable"))]
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="python -m analysis.comparison", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", help="policies.evaluate run or multirun directories")
+    parser.add_argument("--out", help="also write the report (Markdown) here")
+    parser.add_argument("--allow-mixed", action="store_true", help="pool runs of different models or hardware")
+    args = parser.parse_args(argv)
+    plain_logging()
+    try:
+        text = report(load_comparisons(args.paths, args.allow_mixed))
+    except SpectuneError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 2
+    log.info(text)
+    if args.out:
+        from harness.io import write_text
+
+        write_text(Path(args.out), text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
