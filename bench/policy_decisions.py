@@ -159,7 +159,7 @@ def main() -> None:
                          "pct_of_cycle": 100 * seconds / cycle_s, "draft_step_ms": draft_step_s * 1e3,
                          "cycle_ms": cycle_s * 1e3})
         ppo = make_policy(nodes["ppo"], GAMMA)
-        obs = [ppo.observation(step).numpy() for step in steps[:-1]]
+        obs = [ppo.observation(step) for step in steps[:-1]]
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()

@@ -90,8 +90,8 @@ class PPODepth(DraftLengthPolicy):
                                 f"{self.file.action_space.n}) {list(actions)} is not the depth policy's Discrete(2) "
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
-        self.scale = torch.tensor([SCALE.get(f, 1.0) for f in self.features], dtype=torch.float32)
-        self._layers = _layers(self.file.actor)
+        self.scale = np.array([SCALE.get(f, 1.0) for f in self.features], dtype=np.float32)
+        self._numpy_layers = numpy_layers(_layers(self.file.actor))
         self.mismatch, self.profile = self._profile(depth_path, profile, allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
         if needs_costs and self.profile is None:
@@ -142,35 +142,44 @@ class PPODepth(DraftLengthPolicy):
                 values[row] = accepted / drafted
         return torch.tensor(values, dtype=torch.float64)
 
-    def observation(self, step: DraftStep) -> torch.Tensor:
+    def observation(self, step: DraftStep) -> np.ndarray:
         """[B, F] float32: every row's features after draft step ``step``, scaled as the depth environment's.
 
-        Features that are the same for every row of a step (position, batch, c, g) are computed once per
-        (rows in flight, step, slots) and cached; recent acceptance once per cycle."""
+        Numpy, not torch: on arrays this small each torch call costs microseconds of dispatch, which summed over
+        the draft steps of a cycle was most of the policy's decision time. Features that are the same for every
+        row of a step (position, batch, c, g) are computed once per (rows in flight, step, slots) and cached;
+        recent acceptance once per cycle."""
         slots = step.active.shape[0]
         key = (_busy(step), step.step, slots)
         constant = self._constant.get(key)
         if constant is None:
-            constant = self._constant[key] = {name: FEATURES[name](self, step).to(torch.float32)
+            constant = self._constant[key] = {name: FEATURES[name](self, step).numpy().astype(np.float32)
                                               for name in self.features if name in PER_STEP}
         if "recent_acceptance" in self.features and (self._recent is None or self._recent.shape[0] != slots):
-            self._recent = self.recent_acceptance(slots).to(torch.float32)
-        columns = [constant[name] if name in constant else self._recent if name == "recent_acceptance"
-                   else FEATURES[name](self, step).to("cpu", torch.float32) for name in self.features]
-        return torch.stack(columns, dim=1) / self.scale
+            self._recent = self.recent_acceptance(slots).numpy().astype(np.float32)
+        out = np.empty((slots, len(self.features)), dtype=np.float32)
+        for i, name in enumerate(self.features):
+            if name in constant:
+                out[:, i] = constant[name]
+            elif name == "recent_acceptance":
+                out[:, i] = self._recent
+            else:
+                out[:, i] = FEATURES[name](self, step).detach().cpu().numpy()
+        out /= self.scale
+        return out
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """[B] bool: rows whose action is "continue" (one actor call for all rows)."""
-        h = obs.clamp(0, OBS_HIGH)
-        for weight, bias, activation in self._layers:  # the actor, without nn.Module call overhead
-            h = torch.nn.functional.linear(h, weight, bias)
+    def act(self, obs: np.ndarray) -> torch.Tensor:
+        """[B] bool: rows whose action is "continue" (one actor call for all rows, in numpy)."""
+        h = np.clip(obs, 0, OBS_HIGH)
+        for weight, bias, activation in self._numpy_layers:  # the actor, without torch dispatch
+            h = h @ weight + bias
             if activation is not None:
                 h = activation(h)
-        logits = h
         if self.deterministic:
-            action = logits.argmax(-1)
+            action = torch.from_numpy(h.argmax(-1))
         else:
-            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1)
+            probs = torch.softmax(torch.from_numpy(h), -1)
+            action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
         return action == self.continue_action
 
     # -- the protocol ------------------------------------------------------------------------------------
@@ -315,6 +324,19 @@ def size_cut(order: np.ndarray, action: int, levels: int, depths: np.ndarray, wi
     keep = np.zeros(len(depths) * width, dtype=int)
     keep[order[:budget]] = 1
     return keep.reshape(len(depths), width).sum(1)
+
+
+def numpy_layers(layers: list[tuple[torch.Tensor, torch.Tensor, Callable | None]]
+                 ) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
+    """The actor's layers as (weightᵀ, bias, activation) float32 numpy arrays: x @ Wᵀ + b per layer."""
+    functions = {torch.tanh: np.tanh, torch.relu: lambda x: np.maximum(x, 0)}
+    out = []
+    for weight, bias, activation in layers:
+        if activation is not None and activation not in functions:
+            raise SpectuneError(f"the policy network's activation {activation!r} is not supported: tanh or ReLU")
+        out.append((weight.numpy().T.astype(np.float32), bias.numpy().astype(np.float32),
+                    functions.get(activation)))
+    return out
 
 
 def _layers(actor: torch.nn.Sequential) -> list[tuple[torch.Tensor, torch.Tensor, Callable | None]]:

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import pickle
+import shutil
 import zipfile
 
 import gymnasium
@@ -118,6 +119,26 @@ def test_actor_read_without_unpickling_matches_sb3(trained, monkeypatch):
     assert policy_file.logits(obs).argmax(-1).tolist() == actions.tolist()
     trusted = read_policy_file(path, trust_pickle=True)
     assert trusted.trusted and torch.allclose(trusted.logits(obs), policy_file.logits(obs))
+
+
+def test_the_engine_side_actor_decides_as_sb3_predict(trained, tmp_path):
+    """PPODepth's numpy actor (ReLU, two hidden layers here) gives SB3's deterministic action on 256 random
+    observations, and logits equal to float32 precision."""
+    from policies.ppo import PPODepth, _layers, numpy_layers
+
+    source, model = trained
+    path = tmp_path / "depth.zip"
+    shutil.copy(source, path)
+    annotate_policy_file(path, {"observation": list(FEATURES), "actions": ["stop", "continue"]})
+    policy = PPODepth(4, str(path), False, None, False, True, 0)
+    obs = (np.random.default_rng(0).uniform(0, 1, (256, 2)) * [1.0, 8.0]).astype(np.float32)
+    actions, _ = model.predict(obs, deterministic=True)
+    assert policy.act(obs).tolist() == (actions == 1).tolist()
+    h = obs
+    for weight, bias, activation in numpy_layers(_layers(read_policy_file(path).actor)):
+        h = h @ weight + bias
+        h = activation(h) if activation is not None else h
+    np.testing.assert_allclose(h, read_policy_file(path).logits(torch.from_numpy(obs)).numpy(), atol=1e-5)
 
 
 def test_sb3s_own_blobs_import_only_known_globals(trained):
@@ -254,7 +275,7 @@ def test_ppo_observation_is_the_depth_environments(tmp_path):
     expected = depth_observation(step.token_prob.numpy(), step.entropy.numpy(), step.margin.numpy(),
                                  step.cum_prob.numpy(), 1, step.context_length.numpy(), 2, 0.5, profile.c(2),
                                  profile.g(2, 2))
-    np.testing.assert_allclose(policy.observation(step).numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(policy.observation(step), expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("bias", [5.0, -5.0], ids=["always-continue", "always-stop"])
