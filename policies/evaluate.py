@@ -5,16 +5,18 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 
 1. Split the workload's seeded shuffle: the first ``train.train_prompts`` train, the next
    ``train.heldout_prompts`` are held out (the split ``policies.train`` uses). An empty split is an error.
-2. Learned policies: from ``evaluate.policies_from`` (a ``policies.train`` run directory, or an earlier
+2. Grid search on the training prompts over **every** γ in 0..``train.max_depth`` (γ = 0 is autoregressive
+   decoding): the best by throughput is the baseline (``grid.parquet``, ``grid_c<N>.csv``).
+3. Learned policies: from ``evaluate.policies_from`` (a ``policies.train`` run directory, or an earlier
    evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
-   (``train/c<N>/``: traces of the training prompts, the measured cost profile, the PPO depth policy, and the
-   acceptance classifier fitted on the same traces).
-3. Grid search on the training prompts over **every** γ in 0..``train.max_depth`` (γ = 0 is autoregressive
-   decoding): the best by throughput is the baseline (``grid.parquet``).
+   (``train/c<N>/``: traces of the training prompts, the measured cost profile — with ``evaluate.calibrate``
+   scaled so that replay matches the grid's live throughput (``policies.calibrate``) — the PPO depth policy
+   (and size policy at concurrency > 1), and the acceptance classifier fitted on the same traces).
 4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
    ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method.
-5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the profile: the hindsight
-   bound and each policy's replay score on the same cycles (``policies.replay``).
+5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the (calibrated) profile: the
+   hindsight bound and each policy's replay score on the same cycles (``policies.replay``). ``replay_*`` and
+   ``oracle_*`` columns compare with the best fixed depth *in hindsight on those traces*, not the grid's γ.
 6. ``comparison.parquet`` (columns: ``policies.comparison.COLUMNS``), ``comparison.md`` (the printed table),
    held-out ``requests.parquet``/``cycles.parquet``, ``metadata.json``. Results are rewritten after every step.
 """
@@ -34,7 +36,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness.errors import SpectuneError
-from harness.io import write_json, write_parquet, write_text
+from harness.io import write_csv, write_json, write_parquet, write_text
 from harness.metadata import base_metadata
 from harness.tasks._options import integer
 from harness.tasks._repeats import Grid, aggregate, repeats_option, run_points, schedule
@@ -58,6 +60,7 @@ class EvaluateSettings:
     train_prompts: int
     heldout_prompts: int
     params: dict[str, dict[str, Any]]
+    calibrate: bool = False
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
@@ -82,7 +85,8 @@ class EvaluateSettings:
                                                                                      lo=0),
                        e.get("policies_from"), integer(cfg.train.max_depth, "train.max_depth", lo=1),
                        integer(cfg.train.train_prompts, "train.train_prompts", lo=1),
-                       integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params)
+                       integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params,
+                       _boolean(e.get("calibrate", False), "evaluate.calibrate"))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -94,6 +98,12 @@ class EvaluateSettings:
         return settings
 
 
+def _boolean(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpectuneError(f"{key}={value!r} is invalid: true or false")
+    return value
+
+
 def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:
     """A policy's config: conf/policy/<name>.yaml, then ``evaluate.params.<name>``, then the files given."""
     node = OmegaConf.to_container(OmegaConf.load(CONF / "policy" / f"{name}.yaml"), resolve=True)
@@ -102,7 +112,7 @@ def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -
 
 # -- learned policies -------------------------------------------------------------------------------------
 def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurrency: int,
-             heldout_ids: set[str]) -> Path:
+             heldout_ids: set[str], grid_csv: Path | None) -> Path:
     """The directory with depth.zip, traces and profile for ``concurrency``: given or trained here."""
     if settings.policies_from:
         base = Path(settings.policies_from)
@@ -123,6 +133,8 @@ def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurr
     sub = cfg.copy()
     with open_dict(sub):
         sub.train.concurrency = concurrency
+        if grid_csv is not None:  # the replay's costs made to agree with the live grid on these prompts
+            sub.train.calibrate_to = str(grid_csv)
     log.info("training the learned policies for concurrency %d into %s", concurrency, out)
     train.run(sub, out)
     return out
@@ -148,8 +160,9 @@ def _classifier(directory: Path, seed: int) -> Path:
 def _profile(directory: Path) -> Any:
     from harness.profile import load_profile
 
-    if (directory / "profile.json").is_file():
-        return load_profile(directory / "profile.json")
+    for name in ("profile.calibrated.json", "profile.json"):
+        if (directory / name).is_file():
+            return load_profile(directory / name)
     settings = json.loads((directory / "train.json").read_text(encoding="utf-8")).get("settings", {})
     return load_profile(settings.get("profile"))
 
@@ -257,11 +270,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
     seed = int(cfg.seed)
     for concurrency in settings.concurrency:
-        learned = _trained(cfg, settings, run_dir, concurrency, heldout_ids) if {"ppo", "acceptance-classifier"} & set(
-            settings.policies) else None
         best, grid = _grid_search(setup.engine, train, settings, concurrency, setup.max_context, seed)
         grids.append(grid)
         write()
+        grid_csv = write_csv(run_dir / f"grid_c{concurrency}.csv", grid) if settings.calibrate else None
+        learned = (_trained(cfg, settings, run_dir, concurrency, heldout_ids, grid_csv)
+                   if {"ppo", "acceptance-classifier"} & set(settings.policies) else None)
         best_label = AR if best == 0 else f"fixed:gamma={best}"
         methods: list[tuple[str, int, dict]] = [(AR, 0, {"name": FIXED})]
         if best:

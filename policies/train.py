@@ -72,6 +72,7 @@ class TrainSettings:
     rounds: int = 1
     size_timesteps: int = 0
     live_steps: int = 0
+    calibrate_to: str | None = None
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -98,7 +99,7 @@ class TrainSettings:
                                                                                 "train.eval_every", lo=1), ppo,
                    integer(t.get("rounds", 1), "train.rounds", lo=1),
                    integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0),
-                   integer(t.get("live_steps", 0), "train.live_steps", lo=0))
+                   integer(t.get("live_steps", 0), "train.live_steps", lo=0), t.get("calibrate_to"))
 
 
 class WarmupLinear:
@@ -259,6 +260,28 @@ def _save(model: Any, settings: TrainSettings, path: Path, extra: dict[str, Any]
     annotate_policy_file(path, extra)
 
 
+def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, settings: TrainSettings,
+                run_dir: Path) -> Profile:
+    """``train.calibrate_to``: a grid of live tokens/s per γ on the training prompts (CSV or Parquet with columns
+    gamma, tok_s and optionally concurrency), to which the profile is calibrated (``policies.calibrate``)."""
+    from policies.calibrate import calibrate_profile
+
+    path = Path(settings.calibrate_to)
+    if not path.is_file():
+        raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is not found: give the grid.csv of "
+                            "python -m policies.evaluate (live tokens/s per γ on the same training prompts)")
+    grid = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    if "concurrency" in grid:
+        grid = grid[grid["concurrency"] == settings.concurrency]
+    missing = [c for c in ("gamma", "tok_s") if c not in grid]
+    if missing or not len(grid):
+        raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is invalid: it needs rows with columns "
+                            f"gamma and tok_s at concurrency {settings.concurrency}")
+    calibrated, _ = calibrate_profile(profile, TraceSet(frame, trace_meta, "training traces"), grid)
+    write_json(run_dir / "profile.calibrated.json", calibrated.to_json())
+    return calibrated
+
+
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -267,6 +290,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     settings = TrainSettings.from_cfg(cfg)
     frame, trace_meta = _traces(settings, cfg, run_dir)
     profile = _profile(settings, cfg, run_dir)
+    if settings.calibrate_to:
+        profile = _calibrated(profile, frame, trace_meta, settings, run_dir)
     fit_frame, val_frame = _split_validation(frame, settings.validation)
     fit, val = TraceSet(fit_frame, trace_meta, "training cycles"), TraceSet(val_frame, trace_meta, "validation cycles")
     train_env = DraftDepthEnv("replay", fit, profile, settings.max_depth, settings.reward, settings.outcome,
