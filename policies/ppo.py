@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, acceptance_trials
 from harness.errors import SpectuneError
 from harness.profile import Profile, load_profile, profile_mismatch
 from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
@@ -125,7 +125,7 @@ class PPODepth(DraftLengthPolicy):
 
     def reset(self) -> None:
         self.rows.reset()
-        self.history: dict[int, tuple[int, int]] = {}  # slot -> (accepted, drafted) over its request's cycles
+        self.history: dict[int, tuple[int, int]] = {}  # slot -> (accepted, trials) over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
         self._constant: dict[tuple[int, int, int], dict[str, torch.Tensor]] = {}
         self._recent: torch.Tensor | None = None
@@ -135,11 +135,12 @@ class PPODepth(DraftLengthPolicy):
 
     # -- features ----------------------------------------------------------------------------------------
     def recent_acceptance(self, batch: int) -> torch.Tensor:
-        """Accepted / drafted over each row's previous cycles of its request (0.5 before any)."""
+        """Accepted / acceptance trials over each row's previous cycles of its request (0.5 before any; see
+        :func:`harness.engine.policy.acceptance_trials`), as the traces record it."""
         values = [0.5] * batch
-        for row, (accepted, drafted) in self.history.items():
-            if row < batch and drafted:
-                values[row] = accepted / drafted
+        for row, (accepted, trials) in self.history.items():
+            if row < batch and trials:
+                values[row] = accepted / trials
         return torch.tensor(values, dtype=torch.float64)
 
     def observation(self, step: DraftStep) -> np.ndarray:
@@ -233,8 +234,8 @@ class PPODepth(DraftLengthPolicy):
         if rows is None:
             return
         for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
-            old_accepted, old_drafted = self.history.get(row, (0, 0))
-            self.history[row] = (old_accepted + accepted, old_drafted + drafts)
+            old_accepted, old_trials = self.history.get(row, (0, 0))
+            self.history[row] = (old_accepted + accepted, old_trials + acceptance_trials(accepted, drafts))
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "depth": self.file.describe(),

@@ -92,6 +92,21 @@ def test_trace_columns_and_scores(pair):
     assert realised_accepted(np.array([True, True, False, True]), 4) == 2
     assert realised_accepted(np.array([True, True, True]), 2) == 2
     assert (frame.groupby("request_id")["recent_acceptance"].first() == 0.5).all()
+    # later cycles: accepted / (accepted + rejections) over the request's earlier cycles, whatever the depth
+    per_cycle = frame.groupby(["request_id", "cycle"], sort=True).agg(
+        lead=("accepted", lambda s: int(np.cumprod(s.to_numpy()).sum())), recent=("recent_acceptance", "first"))
+    for _, cycles in per_cycle.groupby(level=0):
+        lead = cycles["lead"].to_numpy()
+        trials = lead + (lead < DEPTH)
+        expected = np.cumsum(lead)[:-1] / np.cumsum(trials)[:-1]
+        np.testing.assert_allclose(cycles["recent"].to_numpy()[1:], expected)
+
+
+def test_acceptance_trials_count_the_first_rejection_only():
+    from harness.engine.policy import acceptance_trials
+
+    assert acceptance_trials(2, 4) == 3 and acceptance_trials(4, 4) == 4 and acceptance_trials(0, 1) == 1
+    assert acceptance_trials(0, 0) == 0  # no draft, no test
 
 
 @pytest.mark.slow

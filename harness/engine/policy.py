@@ -29,6 +29,16 @@ DRAFT_SIGNALS: dict[str, str] = {
 }
 
 
+def acceptance_trials(accepted: int, drafted: int) -> int:
+    """Acceptance tests a cycle really ran: its accepted drafts plus the first rejection, if there was one.
+
+    Σ accepted / Σ trials estimates the per-token acceptance rate whatever depth the cycles drafted (the censored
+    geometric estimate); Σ accepted / Σ drafted does not: it falls with the depth, so a policy trained on traces
+    drafted to the ceiling would see a lower "recent acceptance" than the same requests give it live.
+    """
+    return accepted + (1 if accepted < drafted else 0)
+
+
 @dataclass(frozen=True)
 class DraftStep:
     """What a policy may read after draft step ``step`` (0-based; the draft position is ``step + 1``).

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS
+from harness.engine.policy import DRAFT_SIGNALS, acceptance_trials
 from harness.engine.records import Request
 from harness.engine.session import CycleOutcome, Session
 
@@ -95,11 +95,11 @@ def record(session: Session, requests: list[Request], max_depth: int) -> pd.Data
         outcome = session.verify()
         signals = {name: torch.stack([s[name] for s in steps], 1) for name in DRAFT_SIGNALS}
         chunks.append(cycle_rows(outcome, signals, by_id, recent, max_depth))
-        for row in outcome.rows:  # recent acceptance: accepted / drafted over the request's previous cycles
+        for row in outcome.rows:  # recent acceptance: accepted / acceptance trials over the request's previous cycles
             rid = outcome.request_ids[row]
             total = drafted.setdefault(rid, [0, 0])
             total[0] += outcome.accepted[row]
-            total[1] += outcome.num_drafts[row]
+            total[1] += acceptance_trials(outcome.accepted[row], outcome.num_drafts[row])
             recent[rid] = total[0] / total[1]
     if not chunks:
         return pd.DataFrame({name: pd.Series(dtype=kind if kind != "str" else object)

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS
+from harness.engine.policy import DRAFT_SIGNALS, acceptance_trials
 from harness.errors import SpectuneError
 from policies.envs import check_backend
 from policies.envs.data import attach_source
@@ -177,6 +177,6 @@ class DraftDepthEnv(gym.Env):
         for r in outcome.rows:
             done = self._recent.setdefault(outcome.request_ids[r], [0, 0])
             done[0] += outcome.accepted[r]
-            done[1] += outcome.num_drafts[r]
+            done[1] += acceptance_trials(outcome.accepted[r], outcome.num_drafts[r])
         self._rid = rid
         return float(outcome.emitted[row]), outcome.cycle_s / len(outcome.rows)

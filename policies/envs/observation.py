@@ -13,7 +13,7 @@ idx   name                   value (scaling)
 4     position               draft steps taken this cycle / 10 (LTD's step/10)
 5     context_length         tokens in the row's sequence before the cycle / 1000 (LTD's seq_len/1000)
 6     batch_size             rows in flight / 32
-7     recent_acceptance      accepted / drafted over the row's previous cycles (0.5 before any)
+7     recent_acceptance      accepted / (accepted + rejections) over the row's previous cycles (0.5 before any)
 8     c                      profile's draft step over AR step, c(b)
 9     g                      profile's verification of one more position, g(position + 1, b)
 ====  =====================  ==========================================================================
