@@ -128,20 +128,21 @@ class PPODepth(DraftLengthPolicy):
         self.history: dict[int, tuple[int, int]] = {}  # slot -> (accepted, trials) over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
         self._constant: dict[tuple[int, int, int], dict[str, torch.Tensor]] = {}
-        self._recent: torch.Tensor | None = None
+        self._recent: np.ndarray | None = None
+        self._in_flight = 0
         self._cum: list[tuple[torch.Tensor, torch.Tensor]] = []  # this cycle's (cum_prob, drafting) per step
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
 
     # -- features ----------------------------------------------------------------------------------------
-    def recent_acceptance(self, batch: int) -> torch.Tensor:
+    def recent_acceptance(self, batch: int) -> np.ndarray:
         """Accepted / acceptance trials over each row's previous cycles of its request (0.5 before any; see
         :func:`harness.engine.policy.acceptance_trials`), as the traces record it."""
         values = [0.5] * batch
         for row, (accepted, trials) in self.history.items():
             if row < batch and trials:
                 values[row] = accepted / trials
-        return torch.tensor(values, dtype=torch.float64)
+        return np.asarray(values, dtype=np.float64)
 
     def observation(self, step: DraftStep) -> np.ndarray:
         """[B, F] float32: every row's features after draft step ``step``, scaled as the depth environment's.
@@ -151,13 +152,13 @@ class PPODepth(DraftLengthPolicy):
         row of a step (position, batch, c, g) are computed once per (rows in flight, step, slots) and cached;
         recent acceptance once per cycle."""
         slots = step.active.shape[0]
-        key = (_busy(step), step.step, slots)
+        key = (self._in_flight or _busy(step), step.step, slots)
         constant = self._constant.get(key)
         if constant is None:
             constant = self._constant[key] = {name: FEATURES[name](self, step).numpy().astype(np.float32)
                                               for name in self.features if name in PER_STEP}
         if "recent_acceptance" in self.features and (self._recent is None or self._recent.shape[0] != slots):
-            self._recent = self.recent_acceptance(slots).numpy().astype(np.float32)
+            self._recent = self.recent_acceptance(slots).astype(np.float32)
         out = np.empty((slots, len(self.features)), dtype=np.float32)
         for i, name in enumerate(self.features):
             if name in constant:
@@ -165,7 +166,8 @@ class PPODepth(DraftLengthPolicy):
             elif name == "recent_acceptance":
                 out[:, i] = self._recent
             else:
-                out[:, i] = FEATURES[name](self, step).detach().cpu().numpy()
+                value = FEATURES[name](self, step)
+                out[:, i] = value.numpy() if value.device.type == "cpu" else value.cpu().numpy()
         out /= self.scale
         return out
 
@@ -188,6 +190,7 @@ class PPODepth(DraftLengthPolicy):
         """The step-0 decision for the rows known from the last cycle: γ = 0 when every one of them says stop."""
         self.rows.begin_cycle()
         self._cum = []
+        self._in_flight = batch_size  # rows in flight this cycle: the environment's batch_size
         known = sorted(self.rows.expected)
         if not known or len(known) != batch_size:
             return self.max_gamma  # new requests in the batch: speculate (they stop after one draft if told to)
@@ -377,7 +380,7 @@ FEATURES: dict[str, Callable[[PPODepth, DraftStep], torch.Tensor]] = {
     "position": lambda policy, step: _full(step, step.step + 1),
     "context_length": lambda policy, step: step.context_length,
     "batch_size": lambda policy, step: _full(step, _busy(step)),
-    "recent_acceptance": lambda policy, step: policy.recent_acceptance(step.active.shape[0]),
+    "recent_acceptance": lambda policy, step: torch.from_numpy(policy.recent_acceptance(step.active.shape[0])),
     "c": lambda policy, step: _full(step, policy.profile.c(_busy(step))),
     "g": _g,
 }
