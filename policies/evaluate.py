@@ -25,20 +25,19 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
+import numpy as np
 import pandas as pd
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_json, write_parquet, write_text
 from harness.metadata import base_metadata
-from harness.tasks._options import integer
+from harness.tasks._options import flag, integer
 from harness.tasks._repeats import Grid, aggregate, repeats_option, run_points, schedule
 from policies.comparison import comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy
@@ -86,7 +85,7 @@ class EvaluateSettings:
                        e.get("policies_from"), integer(cfg.train.max_depth, "train.max_depth", lo=1),
                        integer(cfg.train.train_prompts, "train.train_prompts", lo=1),
                        integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params,
-                       _boolean(e.get("calibrate", False), "evaluate.calibrate"))
+                       flag(e.get("calibrate", False), "evaluate.calibrate"))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -96,12 +95,6 @@ class EvaluateSettings:
             if name not in ("ppo", "acceptance-classifier"):
                 make_policy(policy_node(name, params.get(name)), settings.max_depth)
         return settings
-
-
-def _boolean(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise SpectuneError(f"{key}={value!r} is invalid: true or false")
-    return value
 
 
 def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:
@@ -176,15 +169,14 @@ def _bench_settings(policy: dict[str, Any], concurrency: int, warmup: int) -> An
 
 
 def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], concurrency: int, repeats: int,
-             warmup: int, max_context: int | None, on_point: Any = None) -> Grid:
+             warmup: int, max_context: int | None) -> Grid:
     """Every (label, γ, policy node) once per repeat in rotated order (γ = 0: autoregressive)."""
     from harness.tasks.bench import _run_point
 
     nodes = {label: node for label, _, node in methods}
     points = schedule([(label, gamma) for label, gamma, _ in methods], repeats)
     return run_points(points, lambda label, gamma: _run_point(
-        engine, requests, _bench_settings(nodes[label], concurrency, warmup), label, gamma, max_context),
-        on_point=on_point)
+        engine, requests, _bench_settings(nodes[label], concurrency, warmup), label, gamma, max_context))
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
@@ -214,23 +206,16 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
     """Trace the held-out prompts and replay every policy and the oracle on them with ``profile``."""
     from harness.engine.traces import record
     from policies.envs.data import TraceSet
+    from policies.replay import replay_depths
     from policies.train import replay_scores
 
     frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_depth)
     write_parquet(run_dir / f"heldout_traces_c{concurrency}.parquet", frame)
     traces = TraceSet(frame, {}, "held-out traces")
-    try:
-        from policies.replay import replay_depths
-    except ImportError:  # the replay driver is optional: the oracle and fixed depths need only the traces
-        replay_depths = None
     out = {}
     for label, policy in policies.items():
-        if policy is None:
-            depths = traces.leading * 0  # AR
-        elif replay_depths is None:
-            continue
-        else:
-            depths = replay_depths(policy, traces, max_depth, profile)
+        depths = np.zeros(traces.count, dtype=int) if policy is None else replay_depths(policy, traces, max_depth,
+                                                                                          profile)
         out[label] = replay_scores(traces, profile, max_depth, depths)
     return out
 
@@ -300,11 +285,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         req, cyc = measured.frames()
         frames.append((req.assign(concurrency=concurrency), cyc.assign(concurrency=concurrency)))
         replay = None
-        if learned is not None or settings.policies_from is None:
-            profile = _profile(learned) if learned is not None else None
-            if profile is not None:
-                nodes = {label: (make_policy(node, gamma) if gamma else None) for label, gamma, node in methods}
-                replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, profile, nodes, run_dir)
+        if learned is not None:  # the oracle needs the profile the learned policies were trained with
+            nodes = {label: (make_policy(node, gamma) if gamma else None) for label, gamma, node in methods}
+            replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, _profile(learned), nodes,
+                             run_dir)
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
                                 concurrency=concurrency, best_gamma=best, replay=replay, seed=seed)
         write()
@@ -316,12 +300,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        return run(cfg, run_dir)
-    except SpectuneError as err:
-        log.error(f"error: {err}")
-        sys.exit(2)
+    from policies.train import run_job
+
+    return run_job(run, cfg, log)
 
 
 if __name__ == "__main__":

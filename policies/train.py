@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -283,8 +284,6 @@ def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, setting
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from stable_baselines3.common.callbacks import BaseCallback
-
     from policies.envs.depth import DraftDepthEnv
 
     settings = TrainSettings.from_cfg(cfg)
@@ -315,14 +314,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                  scores["mean_depth"])
         return scores
 
-    class ReplayEval(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.num_timesteps % settings.eval_every < self.model.n_envs:
-                evaluate(self.num_timesteps)
-            return True
-
     def train_depth() -> dict[str, Any]:
-        model.learn(settings.timesteps, callback=ReplayEval(), progress_bar=True, tb_log_name="depth",
+        model.learn(settings.timesteps, callback=every(settings.eval_every, evaluate), progress_bar=True,
+                    tb_log_name="depth",
                     reset_num_timesteps=round_index[0] == 1)
         if curves[-1]["timesteps"] != model.num_timesteps or curves[-1]["policy"] != "depth":
             return evaluate(model.num_timesteps)
@@ -378,14 +372,32 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
+def run_job(job: Callable[[DictConfig, Path], int], cfg: DictConfig, logger: logging.Logger) -> int:
+    """The body of a policies Hydra app (``policies.train``, ``policies.evaluate``): ``job`` in the run directory,
+    bad input as one ``error:`` line and exit code 2."""
+    try:
+        return job(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except SpectuneError as err:
+        logger.error(f"error: {err}")
+        sys.exit(2)
+
+
+def every(steps: int, evaluate: Callable[[int], Any]) -> Any:
+    """An SB3 callback calling ``evaluate(num_timesteps)`` every ``steps`` environment steps (replay curves)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Periodic(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % steps < self.model.n_envs:
+                evaluate(self.num_timesteps)
+            return True
+
+    return Periodic()
+
+
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        return run(cfg, run_dir)
-    except SpectuneError as err:
-        log.error(f"error: {err}")
-        sys.exit(2)
+    return run_job(run, cfg, log)
 
 
 if __name__ == "__main__":

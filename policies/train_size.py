@@ -114,7 +114,7 @@ def train_size(model: Any, env: DepthFixedSizeEnv, val_env: DepthFixedSizeEnv, t
                round_index: int, curves: list[dict[str, Any]]) -> dict[str, Any]:
     """Train (or go on training) the size PPO ``model`` on ``env`` (the model's own; its ``row_depths`` set for
     this round); curve rows (``policy="size"``) into ``curves``; returns the final validation scores."""
-    from stable_baselines3.common.callbacks import BaseCallback
+    from policies.train import every
 
     latest: list[dict[str, Any]] = [{}]
 
@@ -128,15 +128,9 @@ def train_size(model: Any, env: DepthFixedSizeEnv, val_env: DepthFixedSizeEnv, t
                  scores["best_level_tok_s"], scores["mean_budget"])
         return scores
 
-    class ReplayEval(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.num_timesteps % eval_every < self.model.n_envs:
-                evaluate(self.num_timesteps)
-            return True
-
     if round_index == 1:
         evaluate(0)
-    model.learn(timesteps, callback=ReplayEval(), progress_bar=False, tb_log_name="size",
+    model.learn(timesteps, callback=every(eval_every, evaluate), progress_bar=False, tb_log_name="size",
                 reset_num_timesteps=round_index == 1)
     if curves[-1]["timesteps"] != model.num_timesteps or curves[-1].get("policy") != "size":
         return evaluate(model.num_timesteps)
