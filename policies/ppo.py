@@ -173,17 +173,7 @@ class PPODepth(DraftLengthPolicy):
 
     def act(self, obs: np.ndarray) -> torch.Tensor:
         """[B] bool: rows whose action is "continue" (one actor call for all rows, in numpy)."""
-        h = np.clip(obs, 0, OBS_HIGH)
-        for weight, bias, activation in self._numpy_layers:  # the actor, without torch dispatch
-            h = h @ weight + bias
-            if activation is not None:
-                h = activation(h)
-        if self.deterministic:
-            action = torch.from_numpy(h.argmax(-1))
-        else:
-            probs = torch.softmax(torch.from_numpy(h), -1)
-            action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
-        return action == self.continue_action
+        return actor_actions(self._numpy_layers, obs, self.deterministic, self.generator) == self.continue_action
 
     # -- the protocol ------------------------------------------------------------------------------------
     def begin_cycle(self, batch_size: int) -> int:
@@ -278,18 +268,11 @@ class PPOSize:
         if profile is None:
             raise SpectuneError(f"policy.size_path={path!r} reads the costs c and g: give policy.profile=PROFILE")
         self.profile, self.deterministic, self.path = profile, deterministic, path
-        self._layers = _layers(self.file.actor)
+        self._numpy_layers = numpy_layers(_layers(self.file.actor))
         self.generator = torch.Generator().manual_seed(0)
 
     def action(self, obs: np.ndarray) -> int:
-        h = torch.from_numpy(obs).clamp(0, OBS_HIGH)[None]
-        for weight, bias, activation in self._layers:
-            h = torch.nn.functional.linear(h, weight, bias)
-            if activation is not None:
-                h = activation(h)
-        if self.deterministic:
-            return int(h.argmax(-1))
-        return int(torch.multinomial(torch.softmax(h, -1), 1, generator=self.generator))
+        return int(actor_actions(self._numpy_layers, obs[None], self.deterministic, self.generator)[0])
 
     def cut(self, cum: np.ndarray, depths: np.ndarray) -> np.ndarray:
         """Kept lengths of the busy rows, given their cumulative draft probabilities [B, D] and drafts [B]."""
@@ -328,6 +311,20 @@ def size_cut(order: np.ndarray, action: int, levels: int, depths: np.ndarray, wi
     keep = np.zeros(len(depths) * width, dtype=int)
     keep[order[:budget]] = 1
     return keep.reshape(len(depths), width).sum(1)
+
+
+def actor_actions(layers: list[tuple[np.ndarray, np.ndarray, Callable | None]], obs: np.ndarray,
+                  deterministic: bool, generator: torch.Generator) -> torch.Tensor:
+    """[B] actions of an SB3 actor (``numpy_layers``) on observations [B, F] clipped to the environments' Box:
+    the argmax of the logits, or a draw from their softmax with ``generator``."""
+    h = np.clip(obs, 0, OBS_HIGH)
+    for weight, bias, activation in layers:  # the actor, without torch dispatch
+        h = h @ weight + bias
+        if activation is not None:
+            h = activation(h)
+    if deterministic:
+        return torch.from_numpy(h.argmax(-1))
+    return torch.multinomial(torch.softmax(torch.from_numpy(h), -1), 1, generator=generator).squeeze(1)
 
 
 def numpy_layers(layers: list[tuple[torch.Tensor, torch.Tensor, Callable | None]]

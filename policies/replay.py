@@ -95,7 +95,7 @@ def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, ma
     context[rows] = torch.tensor(traces.context_length[entries], dtype=torch.long)
     drafts = torch.zeros(slots, dtype=torch.long)
     signals = frozenset(policy.signals)
-    final = type(policy).end_drafting is not DraftLengthPolicy.end_drafting  # as Session.step decides
+    final = policy.reads_last_step  # as Session.step decides
     state = None
     for step in range(gamma):
         drafts += running.long()

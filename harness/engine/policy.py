@@ -106,6 +106,11 @@ class DraftLengthPolicy(ABC):
         """Rows that keep drafting after ``step``; ``None`` = all of them (costs no host sync)."""
         return None
 
+    @property
+    def reads_last_step(self) -> bool:
+        """Whether this policy overrides :meth:`end_drafting` (only then is the last step's signals computed)."""
+        return type(self).end_drafting is not DraftLengthPolicy.end_drafting
+
     def end_drafting(self, step: DraftStep) -> list[int] | None:
         """The cycle's last draft step, once drafting has ended; per-slot kept lengths to verify, or None (all).
 

@@ -328,7 +328,7 @@ class Session:
         outside = clock() - start
         inside = 0.0
         wanted = frozenset(policy.signals)
-        final = type(policy).end_drafting is not DraftLengthPolicy.end_drafting
+        final = policy.reads_last_step
         state = None
         for step in range(gamma):
             last_step = step == gamma - 1
