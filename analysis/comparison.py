@@ -16,33 +16,22 @@ import logging
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis.cli import ArgumentParser, plain_logging
-from analysis.load import Paths, _find, _no_results, check_comparable, read_parquet, run_context
+from analysis.load import Paths, _load_table
+from analysis.report import markdown_table
 from harness.errors import SpectuneError
 
 log = logging.getLogger(__name__)
 
 COMPARISON = "comparison.parquet"
-REQUIRED = ("language", "concurrency", "policy", "method", "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo",
-            "vs_best_fixed_pct_ci95_hi")
+FLOAT = "{:.2f}"
 
 
 def load_comparisons(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, concurrency, policy) from every ``comparison.parquet`` at or below ``paths``."""
-    runs = _find(paths, COMPARISON)
-    if not runs:
-        raise _no_results(paths, COMPARISON)
-    frames = []
-    for run in runs:
-        frame = read_parquet(run / COMPARISON, REQUIRED)
-        context = pd.DataFrame([run_context(run)] * len(frame), index=frame.index)
-        frames.append(pd.concat([context.drop(columns=[c for c in context if c in frame]), frame], axis=1))
-    out = pd.concat(frames, ignore_index=True)
-    check_comparable(out, allow_mixed)
-    return out
+    return _load_table(paths, COMPARISON, allow_mixed, marker=COMPARISON)
 
 
 def policy_summary(frame: pd.DataFrame, goal_pct: float = 10.0, floor_pct: float = -2.0) -> pd.DataFrame:
@@ -72,22 +61,6 @@ def _mean(group: pd.DataFrame, column: str) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-def markdown(frame: pd.DataFrame, digits: int = 2) -> str:
-    """A plain Markdown table (no extra dependency); floats rounded, missing values as –."""
-    def cell(value) -> str:
-        if value is None or (isinstance(value, float) and not np.isfinite(value)):
-            return "–"
-        if isinstance(value, float):
-            return f"{value:.{digits}f}"
-        if isinstance(value, list | np.ndarray):
-            return " ".join(f"{v:.2f}" for v in value)
-        return str(value)
-
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "tok_s", "speedup_vs_ar", "vs_best_fixed_pct",
                 "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi", "acceptance_length", "mean_drafts_per_cycle",
                 "no_draft_cycles_pct", "tpot_p50_ms", "decision_pct_of_cycle", "oracle_gap_pct"]
@@ -95,9 +68,10 @@ PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "tok_s"
 
 def report(frame: pd.DataFrame) -> str:
     """The summary over languages, then every language's rows."""
-    parts = ["## Over languages", "", markdown(policy_summary(frame)), "", "## Per language", "",
-             markdown(frame[[c for c in PER_LANGUAGE if c in frame]].sort_values(
-                 ["concurrency", "language", "policy"], kind="stable"))]
+    per_language = frame[[c for c in PER_LANGUAGE if c in frame]].sort_values(["concurrency", "language", "policy"],
+                                                                              kind="stable", ignore_index=True)
+    parts = ["## Over languages", "", markdown_table(policy_summary(frame), FLOAT), "", "## Per language", "",
+             markdown_table(per_language, FLOAT)]
     return "\n".join(parts) + "\n"
 
 

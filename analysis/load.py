@@ -38,6 +38,8 @@ REQUIRED = {
     "requests.parquet": ("method", "request_id", "prompt_id", "status", "ttft_ms", "tpot_ms", "output_tokens"),
     "cycles.parquet": ("method", "cycle", "request_id", "gamma", "num_drafts", "accepted", "emitted"),
     TRACES: ("cycle", "row", "position", "accept_prob", "accepted"),
+    "comparison.parquet": ("language", "concurrency", "policy", "method", "vs_best_fixed_pct",
+                           "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi"),
 }
 # What makes two runs comparable: same models (and weights) and same hardware and execution path.
 MODEL_KEYS = ("target", "target_revision", "target_sha256", "draft", "draft_revision", "draft_sha256", "dtype")
@@ -227,8 +229,9 @@ def load_points(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     return frame
 
 
-def _load_table(paths: Paths, name: str, allow_mixed: bool) -> pd.DataFrame:
-    runs = [r for r in find_runs(paths) if (r / name).exists()]
+def _load_table(paths: Paths, name: str, allow_mixed: bool, marker: str = SUMMARY) -> pd.DataFrame:
+    """``name`` of every run at or below ``paths`` (a run: a directory holding ``marker``), with its run context."""
+    runs = [r for r in _find(paths, marker) if (r / name).exists()]
     if not runs:
         raise _no_results(paths, name)
     frames = []
