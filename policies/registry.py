@@ -17,12 +17,13 @@ from policies.bandit import UCBBandit
 from policies.classifier import AcceptanceClassifier
 from policies.confidence import AdaptiveConfidence, ConfidenceStop
 from policies.heuristic import HFHeuristic, HFHeuristicTransient
+from policies.model_based import ModelBased
 from policies.ppo import PPODepth
 from policies.svip import SVIP
 
 POLICIES: dict[str, type[DraftLengthPolicy]] = {cls.name: cls for cls in (
     FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, SVIP, AdaEDL,
-    AcceptanceClassifier, UCBBandit, PPODepth,
+    AcceptanceClassifier, UCBBandit, ModelBased, PPODepth,
 )}
 
 

@@ -52,6 +52,8 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
         ({"name": "acceptance-classifier", "weights_path": _constant_classifier(tmp_path / "c.json", 0.8),
           "threshold": 0.5}, 5, 5),
         ({"name": "bandit", "min_gamma": 0, "exploration": 1.0}, 4, 4),
+        ({"name": "model-based", "min_gamma": 0, "prior_strength": 8.0, "cost_halflife": 64.0,
+          "verify_slope": 0.05}, 4, 4),
     ]
 
 
@@ -106,6 +108,12 @@ def test_policy_files_compose_and_build(compose_config, tmp_path):
     ({"name": "bandit", "min_gamma": 5, "exploration": 1.0}, 3, "min_gamma"),
     ({"name": "bandit", "min_gamma": 1, "exploration": -1}, 3, "exploration"),
     ({"name": "svip", "h": 0.3, "tau": 1}, 3, "tau"),
+    ({"name": "model-based", "min_gamma": 4, "prior_strength": 8.0, "cost_halflife": 64.0, "verify_slope": 0.05}, 3,
+     "min_gamma"),
+    ({"name": "model-based", "min_gamma": 0, "prior_strength": -1, "cost_halflife": 64.0, "verify_slope": 0.05}, 3,
+     "prior_strength"),
+    ({"name": "model-based", "min_gamma": 0, "prior_strength": 8.0, "cost_halflife": 0.5, "verify_slope": 0.05}, 3,
+     "cost_halflife"),
 ])
 def test_bad_parameters_fail_in_one_line_naming_the_value(node, gamma, key):
     with pytest.raises(SpectuneError) as err:

@@ -1,0 +1,207 @@
+"""A model-based draft length: each request's acceptance by position, plugged into the cost model, argmax speed.
+
+The cost model's S(γ) = E(γ) / cost(γ), with E the tokens a cycle is expected to emit. Here E is built from
+per-position acceptance rates of the request itself, shrunk towards the rates pooled over every request while
+it has few observations of its own, and the costs are the ones this run pays, measured from its own cycles:
+the time of one draft step, the verification as an affine function of the positions verified, and the rest of
+the cycle, each per batch size. Every cycle each row drafts the γ that maximises its expected tokens per second
+(γ = 0, a plain target step, when no γ pays). No draft signal is read: the decision is made once per cycle,
+and rows are stopped at their own γ without a host sync at steps where no row stops.
+
+It is the model-based baseline a learned policy has to beat: if reinforcement learning cannot do better than
+"estimate acceptance, plug it into the cost model", it adds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, acceptance_trials
+from harness.errors import SpectuneError
+from policies.rows import RowTracker
+
+# The acceptance rate assumed at position 1 before any cycle was observed; a position not yet observed
+# assumes the pooled rate of the position before it (acceptance is roughly flat along a chain).
+ACCEPTANCE_PRIOR = 0.5
+
+
+def expected_tokens(rates: np.ndarray) -> np.ndarray:
+    """E(γ) for γ = 0..len(rates): 1 + Σ_{k ≤ γ} Π_{j ≤ k} rates_j (rates_j: acceptance at position j given
+    every earlier draft accepted). With a constant rate α this is the cost model's (1 − α^(γ+1)) / (1 − α)."""
+    return np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(rates))])
+
+
+class _Ewm:
+    """An exponentially weighted mean with a half-life in updates (costs drift with load and cache size)."""
+
+    def __init__(self, halflife: float) -> None:
+        self.keep = 0.5 ** (1.0 / halflife)
+        self.weight = 0.0
+        self.total = 0.0
+
+    def update(self, value: float) -> None:
+        self.weight = self.keep * self.weight + 1.0
+        self.total = self.keep * self.total + value
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.weight
+
+
+class CycleCosts:
+    """What a cycle costs at one batch size, measured from the run's own cycles (synchronised seconds)."""
+
+    def __init__(self, halflife: float, verify_slope: float) -> None:
+        self.halflife, self.verify_slope = halflife, verify_slope
+        self.step = _Ewm(halflife)  # one draft step
+        self.rest = _Ewm(halflife)  # the cycle's own work outside drafting and verification
+        self.verify: dict[int, _Ewm] = {}  # positions verified -> verification time
+
+    def observe(self, steps: int, feedback: CycleFeedback) -> None:
+        if steps > 0:
+            self.step.update(feedback.draft_s / steps)
+        self.verify.setdefault(steps + 1, _Ewm(self.halflife)).update(feedback.verify_s)
+        self.rest.update(max(0.0, feedback.cycle_s - feedback.draft_s - feedback.verify_s))
+
+    def verify_s(self, positions: np.ndarray) -> np.ndarray:
+        """Verification time at each number of positions: a least-squares line through the measured means
+        (slope ≥ 0); with one size measured, the prior slope as a fraction of that time per position."""
+        n = np.array(sorted(self.verify), dtype=float)
+        t = np.array([self.verify[int(k)].mean for k in n])
+        if len(n) >= 2:
+            slope, intercept = np.polyfit(n, t, 1)
+            if slope < 0:
+                slope, intercept = 0.0, float(t.mean())
+        else:
+            slope = self.verify_slope * t[0]
+            intercept = t[0] - slope * n[0]
+        return np.maximum(intercept + slope * positions, 1e-9)
+
+    def cycle_s(self, depths: np.ndarray) -> np.ndarray:
+        """A whole cycle at each depth: draft steps, verification of depth + 1 positions, the rest."""
+        step = self.step.mean if self.step.weight else 0.0
+        return depths * step + self.verify_s(depths + 1.0) + self.rest.mean
+
+
+class ModelBased(DraftLengthPolicy):
+    """argmax over γ ∈ ``min_gamma``..γ of E_request(γ) / cost(γ), per row, every cycle (the grid's γ is the ceiling).
+
+    ``prior_strength`` is how many observations of its own a request needs to weigh as much as the pooled rates;
+    ``cost_halflife`` (cycles) how fast the measured costs follow a change; ``verify_slope`` the verification's
+    cost per extra position, as a fraction of the measured verification, until two sizes have been measured.
+    Until a batch size has been measured the row drafts the ceiling (which measures the deep end first).
+    """
+
+    name = "model-based"
+
+    def __init__(self, gamma: int, min_gamma: int, prior_strength: float, cost_halflife: float,
+                 verify_slope: float) -> None:
+        if not (isinstance(gamma, int) and isinstance(min_gamma, int) and not isinstance(min_gamma, bool)
+                and 0 <= min_gamma <= gamma and gamma >= 1):
+            raise SpectuneError(f"model-based gamma={gamma!r}, policy.min_gamma={min_gamma!r} are invalid: "
+                                "need integers with 0 <= min_gamma <= gamma and gamma >= 1")
+        for key, value, low in (("prior_strength", prior_strength, 0.0), ("cost_halflife", cost_halflife, 1.0),
+                                ("verify_slope", verify_slope, 0.0)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value < low:
+                raise SpectuneError(f"policy.{key}={value!r} is invalid: must be a finite number >= {low:g}")
+        self.ceiling, self.min_gamma = gamma, min_gamma
+        self.prior_strength, self.cost_halflife, self.verify_slope = float(prior_strength), float(cost_halflife), \
+            float(verify_slope)
+        self.reset()
+
+    def reset(self) -> None:
+        self.rows = RowTracker()
+        size = self.ceiling + 1  # index k = position k (1-based); index 0 unused
+        self.pooled = np.zeros((2, size))  # [accepted, trials] per position, every request
+        self.requests: dict[int, np.ndarray] = {}  # request id -> [accepted, trials] per position
+        self.slot_request: dict[int, int] = {}  # slot -> request id it held in the last cycle
+        self.costs: dict[int, CycleCosts] = {}
+        self.limits: dict[int, int] = {}  # slot -> γ chosen this cycle
+        self.default = self.ceiling  # γ for a row whose request is new this cycle
+        self.steps = 0
+
+    # -- estimates ----------------------------------------------------------------------------------------
+    def pooled_rates(self) -> np.ndarray:
+        rates, prior = np.empty(self.ceiling), ACCEPTANCE_PRIOR
+        for k in range(1, self.ceiling + 1):
+            accepted, trials = self.pooled[:, k]
+            rates[k - 1] = prior = (accepted + self.prior_strength * prior) / (trials + self.prior_strength) \
+                if trials + self.prior_strength > 0 else prior
+        return rates
+
+    def rates(self, request_id: int | None, pooled: np.ndarray) -> np.ndarray:
+        own = self.requests.get(request_id) if request_id is not None else None
+        if own is None:
+            return pooled
+        accepted, trials = own[0, 1:], own[1, 1:]
+        return (accepted + self.prior_strength * pooled) / np.maximum(trials + self.prior_strength, 1e-12)
+
+    def choose(self, rates: np.ndarray, costs: CycleCosts | None) -> int:
+        if costs is None:
+            return self.ceiling
+        depths = np.arange(self.min_gamma, self.ceiling + 1)
+        speed = expected_tokens(rates)[depths] / costs.cycle_s(depths.astype(float))
+        return int(depths[int(np.argmax(speed))])  # ties to the smaller γ
+
+    def costs_at(self, batch_size: int) -> CycleCosts | None:
+        if not self.costs:
+            return None
+        nearest = min(self.costs, key=lambda b: (abs(b - batch_size), b))
+        return self.costs[nearest]
+
+    # -- the protocol -------------------------------------------------------------------------------------
+    def begin_cycle(self, batch_size: int) -> int:
+        self.rows.begin_cycle()
+        costs, pooled = self.costs_at(batch_size), self.pooled_rates()
+        self.default = self.choose(pooled, costs)
+        self.limits = {slot: self.choose(self.rates(request, pooled), costs)
+                       for slot, request in self.slot_request.items()}
+        ceiling = max([self.default, *self.limits.values()])
+        if ceiling == 0:
+            return 0
+        # At least 2 so that step 0 is shown (new requests are seen there); rows stop at their own γ.
+        return min(self.ceiling, max(2, ceiling))
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
+        if step.step == 0:
+            self.rows.on_step(step)
+            busy = self.rows.busy_rows()
+            self.limits = {row: self.default if row in self.rows.new_rows else self.limits.get(row, self.default)
+                           for row in busy}
+            self.limits = {row: max(1, gamma) for row, gamma in self.limits.items()}  # step 0 is drafted already
+        if all(gamma > step.step + 1 for gamma in self.limits.values()):
+            return None  # nobody stops here: no host sync
+        limit = torch.tensor([self.limits.get(row, 0) for row in range(step.active.shape[0])],
+                             device=step.active.device)
+        return limit > step.step + 1
+
+    def observe(self, feedback: CycleFeedback) -> None:
+        slots = self.rows.observe(feedback)
+        requests = feedback.request_ids
+        steps = max(feedback.num_drafts, default=0)
+        batch = len(feedback.num_drafts)
+        if batch:
+            self.costs.setdefault(batch, CycleCosts(self.cost_halflife, self.verify_slope)).observe(steps, feedback)
+        if requests is None:
+            return
+        for index, (request, drafted, accepted) in enumerate(
+                zip(requests, feedback.num_drafts, feedback.num_accepted, strict=True)):
+            counts = self.requests.setdefault(request, np.zeros((2, self.ceiling + 1)))
+            tried = acceptance_trials(accepted, drafted)
+            counts[1, 1:tried + 1] += 1
+            counts[0, 1:accepted + 1] += 1
+            self.pooled[1, 1:tried + 1] += 1
+            self.pooled[0, 1:accepted + 1] += 1
+            if slots is not None:
+                self.slot_request[slots[index]] = request
+        if slots is not None:
+            self.slot_request = {slot: self.slot_request[slot] for slot in slots}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "ceiling": self.ceiling, "min_gamma": self.min_gamma,
+                "prior_strength": self.prior_strength, "cost_halflife": self.cost_halflife,
+                "verify_slope": self.verify_slope, "costs": "measured in this run", "per": "request"}

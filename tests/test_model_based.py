@@ -1,0 +1,92 @@
+"""The model-based baseline: E(γ) from per-position acceptance, costs measured from the run's own cycles, and the
+argmax of expected tokens per second — known answers on hand-built cycles, then live on the tiny pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.engine import Engine
+from harness.engine.policy import CycleFeedback, DraftStep
+from harness.sampling import SamplingParams
+from harness.sampling.rejection import get_sampler
+from policies.model_based import ModelBased, expected_tokens
+from tests.tiny_models import random_requests
+
+
+def _policy(gamma: int = 6, min_gamma: int = 0) -> ModelBased:
+    return ModelBased(gamma=gamma, min_gamma=min_gamma, prior_strength=4.0, cost_halflife=16.0, verify_slope=0.05)
+
+
+def _step0(policy: ModelBased, context: list[int]) -> torch.Tensor | None:
+    batch = len(context)
+    return policy.continue_drafting(DraftStep(step=0, active=torch.ones(batch, dtype=torch.bool),
+                                              context_length=torch.tensor(context), batch_size=batch))
+
+
+def _cycle(policy: ModelBased, drafts: list[int], accepted: list[int], step_s: float, verify_s: float,
+           rest_s: float = 0.0, requests: list[int] | None = None, context: list[int] | None = None) -> None:
+    """Run one cycle through the protocol: begin, show step 0, observe the outcome. ``context`` (each row's
+    tokens, advanced in place by accepted + 1) keeps the rows' requests continuing; None: new each cycle."""
+    batch = len(drafts)
+    policy.begin_cycle(batch)
+    _step0(policy, context or [10] * batch)
+    if context is not None:
+        context[:] = [c + a + 1 for c, a in zip(context, accepted, strict=True)]
+    steps = max(drafts)
+    policy.observe(CycleFeedback(drafts, accepted, steps * step_s, verify_s, steps * step_s + verify_s + rest_s,
+                                 rows=list(range(batch)), request_ids=requests or list(range(batch))))
+
+
+def test_expected_tokens_is_the_cost_models_closed_form_at_a_constant_rate():
+    alpha, gamma = 0.7, 6
+    got = expected_tokens(np.full(gamma, alpha))
+    assert np.allclose(got, [(1 - alpha ** (g + 1)) / (1 - alpha) for g in range(gamma + 1)], rtol=0, atol=1e-12)
+
+
+def test_cheap_drafts_that_are_always_accepted_draft_to_the_ceiling():
+    policy = _policy()
+    for _ in range(20):  # step 0.1 ms, verification 10 ms at 7 positions: every draft accepted
+        _cycle(policy, [6], [6], step_s=1e-4, verify_s=1e-2)
+    assert policy.begin_cycle(1) == 6
+
+
+def test_drafts_that_are_never_accepted_stop_speculation():
+    policy = _policy()
+    for _ in range(40):  # step 3 ms beside a 10 ms verification, nothing accepted: γ = 0 is fastest
+        _cycle(policy, [6], [0], step_s=3e-3, verify_s=1e-2)
+    assert policy.begin_cycle(1) == 0
+
+
+def test_each_request_gets_its_own_depth():
+    """Two requests in flight: one whose drafts are always accepted, one whose drafts never are."""
+    policy = _policy(min_gamma=1)
+    context = [10, 10]
+    for _ in range(30):
+        _cycle(policy, [6, 6], [6, 0], step_s=1e-3, verify_s=1e-2, requests=[7, 8], context=context)
+    assert policy.begin_cycle(2) == 6
+    keep = _step0(policy, context)
+    assert policy.limits == {0: 6, 1: 1}
+    assert keep is not None and keep.tolist() == [True, False]
+
+
+def test_the_verification_line_is_fitted_from_measured_sizes():
+    policy = _policy()
+    for drafts, verify in (([1], 0.010), ([3], 0.014), ([5], 0.018)):  # 2 ms per position
+        for _ in range(5):
+            _cycle(policy, drafts, [0], step_s=1e-3, verify_s=verify)
+    costs = policy.costs[1]
+    assert np.allclose(costs.verify_s(np.array([1.0, 2.0, 7.0])), [0.008, 0.010, 0.020], atol=1e-9)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_live_runs_choose_within_the_ceiling_and_learn_costs(pair, concurrency):
+    target, draft = pair
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
+                    device="cpu", seed=0)
+    policy = _policy(gamma=5)
+    result = engine.run(random_requests(4, max_new=12), policy, concurrency)
+    assert all(0 <= c.num_drafts <= c.gamma <= 5 for c in result.cycles)
+    assert policy.costs and all(c.step.weight > 0 for c in policy.costs.values())
+    assert policy.pooled[1, 1] > 0  # position 1 was tested
