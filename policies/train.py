@@ -74,6 +74,7 @@ class TrainSettings:
     size_timesteps: int = 0
     live_steps: int = 0
     calibrate_to: str | None = None
+    live_time: str = "measured"
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -100,7 +101,14 @@ class TrainSettings:
                                                                                 "train.eval_every", lo=1), ppo,
                    integer(t.get("rounds", 1), "train.rounds", lo=1),
                    integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0),
-                   integer(t.get("live_steps", 0), "train.live_steps", lo=0), t.get("calibrate_to"))
+                   integer(t.get("live_steps", 0), "train.live_steps", lo=0), t.get("calibrate_to"),
+                   _live_time(t.get("live_time", "measured")))
+
+
+def _live_time(value: Any) -> str:
+    if value not in ("measured", "profile"):
+        raise SpectuneError(f"train.live_time={value!r} is invalid: choose measured or profile")
+    return str(value)
 
 
 class WarmupLinear:

@@ -29,7 +29,7 @@ def live_finetune(model: Any, cfg: DictConfig, settings: Any, profile: Any) -> N
     train, _ = split_requests(workload_requests(setup.workload), settings.train_prompts, settings.heldout_prompts)
     env = DraftDepthEnv("live", profile=profile, max_depth=settings.max_depth, reward=settings.reward,
                         allow_profile_mismatch=settings.allow_profile_mismatch, engine=setup.engine, requests=train,
-                        concurrency=settings.concurrency)
+                        concurrency=settings.concurrency, live_time=settings.live_time)
     env.reset(seed=int(cfg.seed))
     model.set_env(env)
     log.info("live fine-tuning: %d steps on %d training prompts at concurrency %d", settings.live_steps, len(train),
