@@ -72,6 +72,10 @@ class Profile:
                                 f"1..{self.max_positions}")
         return float(self._at(self.t_verify_s, batch)[positions - 1])
 
+    def verify_times(self, batch: int) -> np.ndarray:
+        """t_verify at ``batch`` rows for n = 1..max_positions ([max_positions] seconds)."""
+        return self._at(self.t_verify_s, batch)
+
     def overhead(self, batch: int) -> float:
         return float(self._at(self.overhead_s, batch))
 

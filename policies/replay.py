@@ -19,7 +19,7 @@ another batch composition); here the next cycle's context, signals and rows are 
 were drafted to ``max_depth``. Exact per cycle, approximate per run; the cycle the live engine runs first for
 each request is the recorded one (it starts at the same context), which is what the tests compare.
 
-:func:`replay_table` scores many policies this way with :func:`policies.train.replay_scores` (tokens/s on
+:func:`replay_table` scores many policies this way with :func:`replay_scores` (tokens/s on
 realised outcomes, each entry charged its share of its batch's cost at its own depth, as the depth environment
 charges it), next to a fixed depth and the hindsight oracle.
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,12 +38,55 @@ from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolic
 from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.envs.data import TraceSet
-from policies.train import oracle_depths, replay_costs, replay_scores
 
 log = logging.getLogger(__name__)
 
 SIGNAL_INDEX = {name: i for i, name in enumerate(DRAFT_SIGNALS)}  # the last axis of TraceSet.signals
 TABLE_COLUMNS = ("policy", "tok_s", "vs_best_fixed_pct", "mean_depth", "acceptance_length", "gap_to_oracle_pct")
+
+
+def replay_costs(traces: TraceSet, profile: Profile, max_depth: int) -> np.ndarray:
+    """[N, max_depth + 1] seconds charged to each recorded (cycle, row) at each depth, as the environment does."""
+    out = np.zeros((traces.count, max_depth + 1))
+    for batch in np.unique(traces.batch_size):
+        rows = traces.batch_size == batch
+        b = int(batch)
+        out[rows] = [(k * profile.t_draft(b) + profile.t_verify(b, k + 1) + profile.overhead(b)) / b
+                     for k in range(max_depth + 1)]
+    return out
+
+
+def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50) -> np.ndarray:
+    """The hindsight-best depth of every recorded cycle for total tokens / total time (Dinkelbach's method):
+    with ρ the rate so far, each cycle takes argmax_k tokens_k − ρ·cost_k; ρ ← the new rate, until it stops
+    rising. Exact for this ratio objective. Under greedy decoding and cheap verification it is the cycle's first
+    mismatch; when verifying more positions costs more than it returns it stops earlier."""
+    rate, depths = 0.0, np.zeros(len(tokens), dtype=int)
+    index = np.arange(len(tokens))
+    for _ in range(iterations):
+        depths = np.argmax(tokens - rate * costs, axis=1)
+        new = float(tokens[index, depths].sum() / costs[index, depths].sum())
+        if new <= rate * (1 + 1e-12):
+            break
+        rate = new
+    return depths
+
+
+def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray) -> dict[str, Any]:
+    """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, and of the
+    hindsight oracle (:func:`oracle_depths`)."""
+    costs = replay_costs(traces, profile, max_depth)
+    index = np.arange(traces.count)
+    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
+    fixed = tokens.sum(0) / costs.sum(0)
+    best = int(np.argmax(fixed))
+    oracle = oracle_depths(tokens, costs)
+    rate = float(tokens[index, depths].sum() / costs[index, depths].sum())
+    oracle_rate = float(tokens[index, oracle].sum() / costs[index, oracle].sum())
+    return {"policy_tok_s": rate, "best_fixed_depth": best, "best_fixed_tok_s": float(fixed[best]),
+            "oracle_tok_s": oracle_rate, "vs_best_fixed_pct": 100 * (rate / fixed[best] - 1),
+            "oracle_vs_best_fixed_pct": 100 * (oracle_rate / fixed[best] - 1), "mean_depth": float(np.mean(depths)),
+            "fixed_tok_s": fixed.tolist()}
 
 
 def check_depth(traces: TraceSet, max_depth: int, profile: Profile) -> int:

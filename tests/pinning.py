@@ -83,10 +83,11 @@ def compose(config: str, *overrides: str) -> Any:
 
 def open_engine() -> tuple[Any, list]:
     """The engine on the embedded pair and the workload's requests (models loaded once)."""
-    from harness.tasks.trace import build_setup, workload_requests
+    from harness.measure import requests_of
+    from workloads.setup import open_setup
 
-    setup = build_setup(compose("config", *WORKLOAD), "pinning")
-    return setup.engine, workload_requests(setup.workload)
+    setup = open_setup(compose("config", *WORKLOAD), "pinning")
+    return setup.engine, requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
 
 
 def make(node: dict | None, gamma: int) -> Any:
@@ -125,8 +126,7 @@ def replay(frame: pd.DataFrame, depth_zip: Path) -> dict[str, Any]:
     """Replay scores (tokens/s charged by the profile) of each policy, fixed depth and the oracle on the traces."""
     from harness.profile import load_profile
     from policies.envs.data import TraceSet
-    from policies.replay import replay_depths, replay_table
-    from policies.train import replay_scores
+    from policies.replay import replay_depths, replay_scores, replay_table
 
     profile = load_profile(PROFILE)
     traces = TraceSet(frame, {"concurrency": 2}, "pinning traces")

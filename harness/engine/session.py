@@ -25,20 +25,37 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-from harness.engine.clock import MemoryTracker
+from harness.engine.clock import DeviceClock, MemoryTracker
+from harness.engine.kv import SlotKV
 from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from harness.engine.proposer import DraftProposer, Proposal
 from harness.engine.randomness import KeyedUniforms
 from harness.engine.records import CycleRecord, Request, RequestRecord
 from harness.engine.scorer import TargetScorer
-from harness.sampling import draw
+from harness.sampling import SamplingParams, draw
+from harness.sampling.rejection import RejectionSampler
 
-if TYPE_CHECKING:
-    from harness.engine.engine import Engine
+
+class EngineParts(Protocol):
+    """What a session runs on: the models, sampling, sampler, device and clock, and the cache factory
+    (:class:`~harness.engine.engine.Engine` is one; the session never needs the engine's loop)."""
+
+    target: torch.nn.Module
+    draft: torch.nn.Module | None
+    sampling: SamplingParams
+    sampler: RejectionSampler
+    device: torch.device
+    clock: DeviceClock
+    eos: set[int]
+    seed: int
+    compact_waste: float
+    vocab_size: int | None
+
+    def cache(self, model: torch.nn.Module, batch: int) -> SlotKV: ...
 
 
 @dataclass
@@ -71,6 +88,16 @@ class CycleOutcome:
         return self.draft_s + self.verify_s + self.rest_s
 
 
+@dataclass(frozen=True)
+class CycleView:
+    """The open cycle as a driver sees it (the live environments): which slots are busy, each busy slot's context
+    length before the cycle, and the request each busy slot serves."""
+
+    rows: list[int]
+    context_length: torch.Tensor  # [B] tokens in each slot's sequence before the cycle (0: idle slot)
+    request_ids: dict[int, int]  # busy slot -> request id
+
+
 @dataclass
 class RunRecords:
     requests: list[RequestRecord]
@@ -93,15 +120,15 @@ class Session:
     """
 
     @torch.inference_mode()
-    def __init__(self, engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
+    def __init__(self, engine: EngineParts, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
                  on_finish: Callable[[RequestRecord], None] | None = None, keep_laws: bool = False) -> None:
         self.engine, self.policy, self.batch = engine, policy, concurrency
         self.speculative = engine.draft is not None
         self.on_finish, self.keep_laws = on_finish, keep_laws
         self.clock, self.device, self.sampling = engine.clock, engine.device, engine.sampling
-        self.scorer = TargetScorer(engine.target, engine._kv(engine.target, concurrency), engine.sampling,
+        self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size)
-        self.proposer = (DraftProposer(engine.draft, engine._kv(engine.draft, concurrency), engine.sampling,
+        self.proposer = (DraftProposer(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
                                        engine.vocab_size) if self.speculative else None)
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
         if policy is not None:
@@ -203,6 +230,13 @@ class Session:
         self._open = True
         self._started = False
         return True
+
+    @property
+    def cycle(self) -> CycleView | None:
+        """The open cycle (between :meth:`begin_cycle` and :meth:`verify`), or None when none is open."""
+        if not self._open:
+            return None
+        return CycleView(list(self._rows), self._context, {row: self.slots[row].request_id for row in self._rows})
 
     @property
     def depth(self) -> int:

@@ -106,7 +106,7 @@ class ProfileSet:
         key = (index, batch)
         if key not in self._cache:
             p = self.profiles[index]
-            self._cache[key] = (p.t_draft(batch), p._at(p.t_verify_s, batch), p.overhead(batch))
+            self._cache[key] = (p.t_draft(batch), p.verify_times(batch), p.overhead(batch))
         return self._cache[key]
 
     def sample(self, rng: np.random.Generator, batch: int) -> tuple[int, float, np.ndarray, float]:
@@ -117,6 +117,15 @@ class ProfileSet:
             return index, draft, verify, overhead
         d, s = np.exp(rng.uniform(-self.jitter, self.jitter, size=2))
         return index, draft * d, verify[0] + s * (verify - verify[0]), overhead
+
+
+BACKENDS = ("replay", "live")
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise SpectuneError(f"backend={backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
+    return backend
 
 
 LIVE_DEPTH_LIMIT = 12  # the depth ceiling of a live environment (no traces bound it)

@@ -33,8 +33,7 @@ import torch
 
 from harness.engine.policy import DRAFT_SIGNALS, acceptance_trials
 from harness.errors import SpectuneError
-from policies.envs import check_backend
-from policies.envs.data import attach_source
+from policies.envs.data import attach_source, check_backend
 from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
 from policies.envs.rate import RunningRate
 
@@ -148,7 +147,7 @@ class DraftDepthEnv(gym.Env):
 
     # -- live backend ------------------------------------------------------------------------------------
     def _live_reset(self, restart: bool) -> None:
-        if self._session is not None and self._session._open:
+        if self._session is not None and self._session.cycle is not None:
             self._session.verify()  # an abandoned episode: finish its cycle
         if restart or self._session is None:
             self._session = self.engine.session(self.requests, None, self.concurrency)
@@ -158,11 +157,10 @@ class DraftDepthEnv(gym.Env):
                 self._session = self.engine.session(self.requests, None, self.concurrency)
             if self._session.begin_cycle():
                 break
-        session = self._session
-        self._row = session._rows[0]
-        rid = session.slots[self._row].request_id
-        done = self._recent.get(rid, [0, 0])
-        self._start(len(session._rows), float(session._context[self._row]),
+        cycle = self._session.cycle
+        self._row = cycle.rows[0]
+        done = self._recent.get(cycle.request_ids[self._row], [0, 0])
+        self._start(len(cycle.rows), float(cycle.context_length[self._row]),
                     done[0] / done[1] if done[1] else 0.5)
 
     def _live_draft(self) -> None:
@@ -172,7 +170,7 @@ class DraftDepthEnv(gym.Env):
     @torch.inference_mode()
     def _live_verify(self) -> tuple[float, float]:
         session, row = self._session, self._row
-        rid = session.slots[row].request_id
+        rid = session.cycle.request_ids[row]
         outcome = session.verify(self._depth)
         for r in outcome.rows:
             done = self._recent.setdefault(outcome.request_ids[r], [0, 0])

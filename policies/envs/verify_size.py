@@ -25,8 +25,7 @@ import numpy as np
 import torch
 
 from harness.errors import SpectuneError
-from policies.envs import check_backend
-from policies.envs.data import attach_source
+from policies.envs.data import attach_source, check_backend
 from policies.envs.observation import OBS_HIGH, SCALE
 from policies.envs.rate import RunningRate
 
@@ -114,7 +113,7 @@ class VerifySizeEnv(gym.Env):
 
     def _live_draft(self, restart: bool) -> np.ndarray:
         """Open the next cycle of the live session and draft ``depth`` tokens on every row; [B, D] cum_prob."""
-        if self._session is not None and self._session._open:
+        if self._session is not None and self._session.cycle is not None:
             self._session.verify()  # an abandoned episode: finish its cycle
         if restart or self._session is None:
             self._session = self.engine.session(self.requests, None, self.concurrency)
@@ -123,6 +122,6 @@ class VerifySizeEnv(gym.Env):
                 self._session = self.engine.session(self.requests, None, self.concurrency)
             if self._session.begin_cycle():
                 break
-        self._rows = self._session._rows
+        self._rows = self._session.cycle.rows
         steps = [self._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(self.depth)]
         return torch.stack(steps, 1)[self._rows].double().numpy()
