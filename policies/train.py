@@ -6,12 +6,14 @@ Steps, all into the Hydra run directory:
    ``train.heldout_prompts`` are held out (``policies.evaluate``'s, never traced here). An empty split is an error.
 2. Traces: ``train.traces`` (a ``task=trace`` file), or recorded here on the training split at ``train.max_depth``.
 3. Costs: ``train.profile`` (a profile.json or a shipped name such as ``h200-llama3-8b-1b``; another setup's profile
-   needs ``train.allow_profile_mismatch=true`` and is labelled synthetic), or measured here (``task=profile``).
+   needs ``train.allow_profile_mismatch=true`` and is labelled synthetic), or measured here on the same loaded
+   models (:func:`harness.profiling.measure_profile`, as ``task=profile`` does; ``profile.json``).
 4. PPO (stable-baselines3, MlpPolicy; n_steps 512, batch 64, 10 epochs, LTD's discount 0.99 and lr 3e-4 with
    a warm-up then linear decay: conf/train.yaml) on ``spectune/DraftDepth-v0`` over the training cycles, seeded,
    with TensorBoard logs and a progress bar. Every ``train.eval_every`` steps the deterministic policy is scored
    in replay on the validation cycles (a fraction of the training prompts never trained on): tokens/s next to the
-   best fixed depth and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``).
+   best fixed depth and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``, and TensorBoard's
+   ``replay/*`` scalars: :class:`policies.training.EvalCallback`).
 5. At ``train.concurrency`` > 1, the verification-size policy (``policies/train_size.py``): PPO on
    ``spectune/VerifySize-v0`` replay with the depth policy fixed (each row drafted to the depth policy's replay
    decision), ``train.size_timesteps`` steps (one step = one batch's budget). Then ``train.rounds`` − 1 more rounds
@@ -23,8 +25,12 @@ Steps, all into the Hydra run directory:
    and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
 7. ``train.live_steps`` > 0: the depth policy goes on training for that many steps on the live environment
-   (``spectune/DraftDepth-v0``, ``backend="live"``: the engine on the training split, real synchronised time;
-   ``policies/train_live.py``), after the replay rounds; its replay score is evaluated again (round ``live``).
+   (``spectune/DraftDepth-v0``, ``backend="live"``: the engine on the training split, real synchronised time, or
+   the profile's costs with ``train.live_time=profile``; ``policies/train_live.py``), after the replay rounds; its
+   replay score is evaluated again (round ``live``).
+
+:func:`run` reads as these stages, each taking values and returning values; the models are loaded once per
+process (:func:`harness.measure.load_models`) for the traces, the profile and the live stage.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ import pandas as pd
 
 from harness.errors import SpectuneError
 from policies.envs.data import TraceSet
+from policies.envs.observation import size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
-from policies.ppo import size_cut, size_observation
 from policies.training import DepthTraining, EvalCallback, policy_depths, ppo_model, save_policy
 
 log = logging.getLogger("policies.train")
@@ -68,9 +68,9 @@ class DepthFixedSizeEnv(VerifySizeEnv):
         self._deepest = int(self._depths.max())
         cum = t.signals[self._slice, : self._deepest, 3]
         self._batch = cum.shape[0]
-        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, self._batch)
-        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._t_draft / self._t_verify[0],
-                                                  self._t_verify[self._deepest] / self._t_verify[0], self.obs_tokens)
+        self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
+        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._costs.c,
+                                                  self._costs.g(self._deepest), self.obs_tokens)
         return self._obs.copy(), {}
 
     def cut(self, action: int) -> np.ndarray:
@@ -78,10 +78,10 @@ class DepthFixedSizeEnv(VerifySizeEnv):
 
     def step(self, action):
         kept = self.cut(action)
-        time_s = self._deepest * self._t_draft + self._t_verify[int(kept.max(initial=0))] + self._overhead
+        time_s = self._costs.cycle_s(self._deepest, int(kept.max(initial=0)))
         tokens = float(np.minimum(kept, self.traces.leading[self._slice]).sum() + self._batch)
         key = (self._index, self._batch)
-        reward = self._rate.charge(key, self._batch, self._t_verify[0] + self._overhead, tokens, time_s)  # prior: AR
+        reward = self._rate.charge(key, self._batch, self._costs.ar_s, tokens, time_s)  # prior: AR
         return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
                                                               "time_s": time_s, "synthetic": self.synthetic}
 

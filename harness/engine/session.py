@@ -31,7 +31,7 @@ import torch
 
 from harness.engine.clock import DeviceClock, MemoryTracker
 from harness.engine.kv import SlotKV
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from harness.engine.proposer import DraftProposer, Proposal
 from harness.engine.randomness import KeyedUniforms
 from harness.engine.records import CycleRecord, Request, RequestRecord
@@ -340,13 +340,6 @@ class Session:
         self.cycle_index += 1
         return outcome
 
-    def _end_drafting(self, policy: DraftLengthPolicy, state: DraftStep) -> None:
-        """Show the policy the last draft step; apply the cut it returns (clamped to each row's drafts)."""
-        kept = policy.end_drafting(state)
-        if kept is not None:
-            drafted = self.proposer.num_drafts.tolist()
-            self.cut([min(int(k), d) for k, d in zip(kept, drafted, strict=True)])
-
     # -- one cycle with the session's policy ------------------------------------------------------------
     def step(self) -> CycleOutcome | None:
         """One cycle driven by the session's policy (None: nothing was in flight). The policy's host time is
@@ -358,28 +351,10 @@ class Session:
             return self.verify(0)
         clock = time.perf_counter
         start = clock()
+        policy.before_cycle(list(self._rows), [self.slots[row].request_id for row in self._rows])
         gamma = policy.begin_cycle(len(self._rows))
         outside = clock() - start
-        inside = 0.0
-        wanted = frozenset(policy.signals)
-        final = policy.reads_last_step
-        state = None
-        for step in range(gamma):
-            last_step = step == gamma - 1
-            signals = self.draft_step(wanted if final or not last_step else frozenset())
-            if last_step:
-                state = self.draft_state(signals) if final else None
-                break
-            state = self.draft_state(signals)
-            start = clock()
-            keep = policy.continue_drafting(state)
-            inside += clock() - start
-            if keep is not None and not bool(self.stop_rows(keep).any()):  # host sync, paid by early stoppers
-                break
-        if final and state is not None:
-            start = clock()
-            self._end_drafting(policy, state)
-            inside += clock() - start
+        inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)
         first = len(self.cycles)
         outcome = self.verify(gamma)
         rows = outcome.rows
@@ -391,3 +366,20 @@ class Session:
         for record in self.cycles[first:]:
             record.policy_s, record.policy_outside_s = inside + outside, outside
         return outcome
+
+
+class _LiveCycle:
+    """The session's open cycle as :func:`~harness.engine.policy.draft_cycle` drives it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def draft(self, signals: frozenset[str]) -> DraftStep:
+        return self.session.draft_state(self.session.draft_step(signals))
+
+    def stop(self, keep: torch.Tensor) -> bool:
+        return bool(self.session.stop_rows(keep).any())
+
+    def cut(self, kept: list[int]) -> None:
+        drafted = self.session.proposer.num_drafts.tolist()
+        self.session.cut([min(int(k), d) for k, d in zip(kept, drafted, strict=True)])

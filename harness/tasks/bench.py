@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from analysis.bench_table import bench_table, format_ranking, format_table
 from harness import hardware as hw
 from harness import resume
+from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
@@ -65,9 +66,7 @@ class BenchSettings:
         raw = cfg.gamma
         gammas = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
         for g in gammas:
-            if not (isinstance(g, int) and not isinstance(g, bool) and g >= 1):
-                raise SpectuneError(f"gamma={g!r} is invalid: each γ must be an integer >= 1 "
-                                    "(the AR baseline is task.baseline=true)")
+            check_gamma(g, "each γ of the grid (the AR baseline is task.baseline=true)")
         if len(set(gammas)) != len(gammas):
             raise SpectuneError(f"gamma={list(gammas)} is invalid: each γ may appear once")
         baseline = cfg.task.baseline
