@@ -253,7 +253,8 @@ class PPOSize:
     """The verification-size policy of a ``size.zip``: after drafting, how many of the batch's drafted tokens
     are verified, exactly as ``spectune/VerifySize-v0`` (with per-row depths, ``policies.train_size``) decides.
 
-    Observation (:func:`size_observation`): the drafted tokens' cumulative draft probabilities in decreasing
+    Observation (:func:`~policies.envs.observation.size_observation`): the drafted tokens' cumulative draft
+    probabilities in decreasing
     order (``obs_tokens``, zero padded), batch size / 32, c(B), g(D, B) with D the deepest row's drafts.
     Action a of ``levels``: keep the round(a / (levels − 1) · Σ drafts) most probable tokens (:func:`size_cut`).
     """

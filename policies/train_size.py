@@ -7,7 +7,7 @@ decision on that recorded (cycle, row), :func:`policies.training.policy_depths`)
 (the engine stops a row after its first draft at the earliest); a cycle where every row stops at step 0 drafts
 nothing and is a plain target step (no decision to learn, but it is still scored).
 
-The observation and the cut are :func:`policies.ppo.size_observation` and :func:`policies.ppo.size_cut`, the
+The observation and the cut are :func:`policies.envs.observation.size_observation` and ``size_cut``, the
 functions the engine-side :class:`policies.ppo.PPOSize` calls: one definition for training and use.
 
 Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's budgets against the full budget
