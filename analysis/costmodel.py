@@ -276,8 +276,3 @@ def fit(profile: Profile | Mapping[str, Any] | str | Path, traces: pd.DataFrame,
         gammas = range(1, min(len(joint), profile.max_positions - 1) + 1)
     return predict(joint, profile, gammas, batch_size)
 
-
-if __name__ == "__main__":  # python -m analysis.costmodel --profile P --traces T RUN_DIR
-    from analysis.costmodel_cli import main
-
-    raise SystemExit(main())

@@ -229,7 +229,7 @@ def load_points(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     return frame
 
 
-def _load_table(paths: Paths, name: str, allow_mixed: bool, marker: str = SUMMARY) -> pd.DataFrame:
+def load_table(paths: Paths, name: str, allow_mixed: bool, marker: str = SUMMARY) -> pd.DataFrame:
     """``name`` of every run at or below ``paths`` (a run: a directory holding ``marker``), with its run context."""
     runs = [r for r in _find(paths, marker) if (r / name).exists()]
     if not runs:
@@ -246,12 +246,12 @@ def _load_table(paths: Paths, name: str, allow_mixed: bool, marker: str = SUMMAR
 
 def load_requests(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, method, request) from ``requests.parquet``, with the run context."""
-    return _load_table(paths, "requests.parquet", allow_mixed)
+    return load_table(paths, "requests.parquet", allow_mixed)
 
 
 def load_cycles(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, method, cycle, request) from ``cycles.parquet``, with the run context."""
-    return _load_table(paths, "cycles.parquet", allow_mixed)
+    return load_table(paths, "cycles.parquet", allow_mixed)
 
 
 def load_traces(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:

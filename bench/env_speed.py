@@ -19,10 +19,10 @@ from hydra import compose, initialize_config_dir
 
 from harness.engine import Engine
 from harness.engine.traces import record
+from harness.measure import requests_of
 from harness.models.loading import load_pair
 from harness.profile import Profile
 from harness.sampling.rejection import get_sampler
-from harness.tasks.trace import workload_requests
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
 from workloads.loader import load_workload
@@ -53,7 +53,7 @@ def main() -> None:
     torch.set_num_threads(1)  # one core
     pair = load_pair(TINY, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
     workload = load_workload(workload_cfg("en", args.prompts), pair.tokenizer)
-    requests = workload_requests(workload)
+    requests = requests_of(workload.prompts, workload.max_new_tokens)
     engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler("exact"), device="cpu",
                     seed=1, vocab_size=pair.vocab_size)
     frame = record(engine.session(requests, None, 1, keep_laws=True), requests, DEPTH)

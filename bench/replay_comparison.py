@@ -42,13 +42,15 @@ from omegaconf import DictConfig
 
 from harness.engine.traces import record
 from harness.io import write_csv, write_json, write_parquet, write_text
+from harness.measure import requests_of
 from harness.profile import check_profile, load_profile
-from harness.tasks.trace import build_setup, workload_requests
 from policies import train as ppo_train
 from policies.classifier import fit_classifier, save_classifier
 from policies.envs.data import TraceSet
 from policies.registry import make_policy
-from policies.replay import replay_table
+from policies.replay import replay_scores, replay_table
+from policies.training import split_requests
+from workloads.setup import open_setup
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = ("h200-llama3-8b-1b", "h200-llama3-8b-160m", "tiny-cpu-2core-vm")
@@ -68,8 +70,9 @@ def config(language: str, args: argparse.Namespace, *overrides: str) -> DictConf
 
 def record_splits(language: str, args: argparse.Namespace, work: Path) -> dict[str, Path]:
     """Trace the training and held-out splits of ``language`` (each to its own directory, with metadata)."""
-    setup = build_setup(config(language, args), "trace")
-    train, heldout = ppo_train.split_requests(workload_requests(setup.workload), args.train, args.heldout)
+    setup = open_setup(config(language, args), "trace")
+    train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens), args.train,
+                                    args.heldout)
     out = {}
     for split, requests in (("train", train), ("heldout", heldout)):
         if split == "heldout" and language != "en":
@@ -167,7 +170,7 @@ def main() -> None:
     for name in PROFILES:
         profile = load_profile(name)
         label = check_profile(profile, {k: heldout.metadata.get(k, {}) for k in ("models", "hardware")}, True)
-        chosen = ppo_train.replay_scores(train_traces, profile, args.max_depth,
+        chosen = replay_scores(train_traces, profile, args.max_depth,
                                          np.zeros(train_traces.count, dtype=int))["best_fixed_depth"]
         table = replay_table(policies_for(name, ppos, classifier, args.max_depth), heldout, profile, args.max_depth,
                              fixed_depth=chosen)

@@ -28,11 +28,11 @@ from scipy import stats
 from harness.engine import Engine
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.engine.traces import record
+from harness.measure import requests_of
 from harness.models.loading import load_pair
 from harness.profile import Profile
+from harness.profiling import measure_costs
 from harness.sampling.rejection import get_sampler
-from harness.tasks.profile import measure_costs
-from harness.tasks.trace import workload_requests
 from policies import ConfidenceStop, FixedGamma
 from workloads.loader import load_workload
 
@@ -80,7 +80,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pair = load_pair(TINY, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
     workload = load_workload(workload_cfg("en", args.prompts), pair.tokenizer)
-    requests = workload_requests(workload)
+    requests = requests_of(workload.prompts, workload.max_new_tokens)
     for r in requests:
         r.max_new_tokens = args.max_new
     engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler("exact"), device="cpu",

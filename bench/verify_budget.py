@@ -40,10 +40,10 @@ def score(traces: TraceSet, profile, levels=LEVELS) -> list[tuple[str, float, fl
         batch = piece.stop - piece.start
         leading = traces.leading[piece]
         cum = traces.signals[piece, :depth, 3]
-        t_draft, overhead = profile.t_draft(batch), profile.overhead(batch)
+        costs = profile.costs(batch)
         for d in range(0, depth + 1):
             tokens = float(np.minimum(leading, d).sum() + batch)
-            time_s = d * t_draft + profile.t_verify(batch, d + 1) + overhead
+            time_s = costs.cycle_s(d)
             acc = rows.setdefault(f"depth {d}", [0.0, 0.0])
             acc[0] += tokens
             acc[1] += time_s
@@ -54,7 +54,7 @@ def score(traces: TraceSet, profile, levels=LEVELS) -> list[tuple[str, float, fl
             keep[order[: round(level * batch * depth)]] = True
             kept = keep.reshape(batch, depth).sum(1)
             tokens = float(np.minimum(kept, leading).sum() + batch)
-            time_s = depth * t_draft + profile.t_verify(batch, int(kept.max()) + 1) + overhead
+            time_s = costs.cycle_s(depth, int(kept.max()))
             if tokens / time_s > cycle_best[0] / cycle_best[1]:
                 cycle_best = (tokens, time_s)
             if any(abs(level - f) < 1e-9 for f in levels):

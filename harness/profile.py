@@ -34,6 +34,36 @@ MATCH_FIELDS = ("models.target.name_or_path", "models.draft.name_or_path", "hard
                 "hardware.device_name", "hardware.dtype", "hardware.execution_path")
 
 
+@dataclass(frozen=True)
+class CycleCosts:
+    """What one batch shape costs (seconds): a draft step, the verification of n = 1..max_positions positions and
+    the per-cycle overhead. The cost of a cycle is defined here, once (:meth:`cycle_s`); replays, environments and
+    the profile itself charge through it."""
+
+    t_draft: float
+    t_verify: np.ndarray  # [max_positions]: n = 1, 2, ...
+    overhead: float
+
+    def cycle_s(self, drafted: int, verified: int | None = None) -> float:
+        """``drafted`` draft steps, the verification of ``verified`` drafts (default: all drafted; padded to the
+        batch's longest) plus one position, and the overhead."""
+        return drafted * self.t_draft + self.t_verify[drafted if verified is None else verified] + self.overhead
+
+    @property
+    def ar_s(self) -> float:
+        """One autoregressive step: a target step of one position and the overhead."""
+        return self.t_verify[0] + self.overhead
+
+    @property
+    def c(self) -> float:
+        """A draft step over an autoregressive step, c(b)."""
+        return self.t_draft / self.t_verify[0]
+
+    def g(self, drafts: int) -> float:
+        """Verification of ``drafts`` + 1 positions over one, g(drafts, b)."""
+        return self.t_verify[drafts] / self.t_verify[0]
+
+
 @dataclass
 class Profile:
     label: str
@@ -72,6 +102,10 @@ class Profile:
                                 f"1..{self.max_positions}")
         return float(self._at(self.t_verify_s, batch)[positions - 1])
 
+    def verify_times(self, batch: int) -> np.ndarray:
+        """t_verify at ``batch`` rows for n = 1..max_positions ([max_positions] seconds)."""
+        return self._at(self.t_verify_s, batch)
+
     def overhead(self, batch: int) -> float:
         return float(self._at(self.overhead_s, batch))
 
@@ -84,9 +118,16 @@ class Profile:
     def o(self, batch: int) -> float:
         return self.overhead(batch) / self.t_verify(batch, 1)
 
+    def costs(self, batch: int) -> CycleCosts:
+        """The costs of a cycle at ``batch`` rows."""
+        return CycleCosts(self.t_draft(batch), self.verify_times(batch), self.overhead(batch))
+
     def cycle_s(self, depth: int, batch: int) -> float:
-        """A whole cycle: ``depth`` draft steps, verification of depth+1 positions, the overhead."""
-        return depth * self.t_draft(batch) + self.t_verify(batch, depth + 1) + self.overhead(batch)
+        """A whole cycle at ``batch`` rows: ``depth`` draft steps, verification of depth+1 positions, the overhead."""
+        if not 0 <= depth < self.max_positions:
+            raise SpectuneError(f"depth={depth} is out of range: profile {self.label!r} covers "
+                                f"0..{self.max_positions - 1}")
+        return float(self.costs(batch).cycle_s(depth))
 
     def scaled(self, draft: float = 1.0, verify_slope: float = 1.0, overhead: float = 1.0,
                label: str | None = None) -> Profile:

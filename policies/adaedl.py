@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 
 
@@ -30,8 +30,7 @@ class AdaEDL(DraftLengthPolicy):
 
     def __init__(self, gamma: int, c_e: float, lam: float, epsilon: float, beta: float, lam_min: float,
                  lam_max: float) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: the adaedl ceiling must be an integer >= 1")
+        check_gamma(gamma, "the adaedl ceiling")
         self.c_e = _number("c_e", c_e, 1e-9, 1e9)
         self.lam_min = _number("lam_min", lam_min, 0.0, 1.0)
         self.lam_max = _number("lam_max", lam_max, self.lam_min, 1.0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, check_gamma
 from harness.errors import SpectuneError
 
 
@@ -24,8 +24,8 @@ class UCBBandit(DraftLengthPolicy):
     name = "bandit"
 
     def __init__(self, gamma: int, min_gamma: int, exploration: float) -> None:
-        if not (isinstance(gamma, int) and isinstance(min_gamma, int) and not isinstance(min_gamma, bool)
-                and 0 <= min_gamma <= gamma and gamma >= 1):
+        check_gamma(gamma, "the bandit's largest arm")
+        if not (isinstance(min_gamma, int) and not isinstance(min_gamma, bool) and 0 <= min_gamma <= gamma):
             raise SpectuneError(f"bandit gamma={gamma!r}, policy.min_gamma={min_gamma!r} are invalid: "
                                 "need integers with 0 <= min_gamma <= gamma and gamma >= 1")
         if isinstance(exploration, bool) or not isinstance(exploration, int | float) or exploration < 0:

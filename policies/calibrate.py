@@ -31,7 +31,7 @@ from scipy.optimize import nnls
 from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.envs.data import TraceSet
-from policies.train import replay_costs
+from policies.replay import replay_costs
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.metadata import base_metadata
@@ -135,8 +135,7 @@ class AcceptanceClassifier(DraftLengthPolicy):
     name = "acceptance-classifier"
 
     def __init__(self, gamma: int, weights_path: str, threshold: float) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: the acceptance-classifier ceiling must be >= 1")
+        check_gamma(gamma, "the acceptance-classifier ceiling")
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 < threshold < 1.0:
             raise SpectuneError(f"policy.threshold={threshold!r} is invalid: must be a number in (0, 1)")
         if not weights_path:

@@ -1,7 +1,7 @@
 """The comparison table of ``policies.evaluate``: every policy against the best fixed γ, one row per policy.
 
 Built from the held-out runs of one (language, concurrency): the per-point summaries and request/cycle rows
-of every method, paired by (repeat, prompt) cluster as ``task=bench`` pairs them (``analysis.stats``). The
+of every method, paired by (repeat, prompt) cluster as ``task=bench`` pairs them (``harness.stats.compare``). The
 headline column is ``vs_best_fixed_pct``: the policy's throughput over the best fixed γ's *on the same
 clusters* (a paired bootstrap CI), where that γ was chosen by a grid search over every γ on the training
 prompts (never on the held-out ones). The oracle's gap comes from replaying the held-out traces.
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import paired_ratio_interval
-from analysis.stats import clusters
+from harness.stats.compare import clusters
+from harness.stats.intervals import paired_ratio_interval
 
 # Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
 COLUMNS = (
@@ -53,7 +53,7 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
                     seed: int) -> list[dict[str, Any]]:
     """One row per method of the held-out runs.
 
-    ``methods`` are ``harness.tasks._repeats.aggregate``'s per-method summaries (throughput and speedup CIs,
+    ``methods`` are ``harness.measure.aggregate``'s per-method summaries (throughput and speedup CIs,
     latencies, acceptance), ``labels`` maps a method label to its policy name, ``best_label`` is the best fixed
     γ's method, ``replay`` maps a method label to its replay scores on the held-out traces.
     """

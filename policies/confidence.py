@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 from policies.rows import RowTracker
 
@@ -21,8 +21,7 @@ class ConfidenceStop(DraftLengthPolicy):
     signals = frozenset({"token_prob"})
 
     def __init__(self, gamma: int, threshold: float) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: the confidence policy's ceiling must be >= 1")
+        check_gamma(gamma, "the confidence policy's ceiling")
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
             raise SpectuneError(f"policy.threshold={threshold!r} is invalid: must be a number in [0, 1]")
         self.max_gamma, self.threshold = gamma, float(threshold)
@@ -75,8 +74,7 @@ class AdaptiveConfidence(DraftLengthPolicy):
     SCOPES = ("request", "run")
 
     def __init__(self, gamma: int, threshold: float, fn_weight: float, min_samples: int, scope: str) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: the confidence-adaptive ceiling must be >= 1")
+        check_gamma(gamma, "the confidence-adaptive ceiling")
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
             raise SpectuneError(f"policy.threshold={threshold!r} is invalid: must be a number in [0, 1]")
         if isinstance(fn_weight, bool) or not isinstance(fn_weight, int | float) or not fn_weight > 0:

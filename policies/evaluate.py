@@ -36,9 +36,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_json, write_parquet, write_text
+from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
-from harness.tasks._options import flag, integer
-from harness.tasks._repeats import Grid, aggregate, repeats_option, run_points, schedule
+from harness.options import flag, integer
 from policies.comparison import comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy
 
@@ -161,22 +161,17 @@ def _profile(directory: Path) -> Any:
 
 
 # -- the steps --------------------------------------------------------------------------------------------
-def _bench_settings(policy: dict[str, Any], concurrency: int, warmup: int) -> Any:
-    from harness.tasks.bench import BenchSettings
-
-    return BenchSettings(gammas=(1,), baseline=True, policy=policy, concurrency=concurrency, request_rate=None,
-                         burstiness=1.0, warmup=warmup)
-
-
 def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], concurrency: int, repeats: int,
              warmup: int, max_context: int | None) -> Grid:
     """Every (label, γ, policy node) once per repeat in rotated order (γ = 0: autoregressive)."""
-    from harness.tasks.bench import _run_point
-
     nodes = {label: node for label, _, node in methods}
-    points = schedule([(label, gamma) for label, gamma, _ in methods], repeats)
-    return run_points(points, lambda label, gamma: _run_point(
-        engine, requests, _bench_settings(nodes[label], concurrency, warmup), label, gamma, max_context))
+
+    def point(label: str, gamma: int) -> Frames:
+        policy = make_policy(nodes[label], gamma) if gamma else None
+        return measure_point(engine, requests, policy, label, gamma, concurrency=concurrency, warmup=warmup,
+                             max_context=max_context)
+
+    return run_points(schedule([(label, gamma) for label, gamma, _ in methods], repeats), point)
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
@@ -206,8 +201,7 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
     """Trace the held-out prompts and replay every policy and the oracle on them with ``profile``."""
     from harness.engine.traces import record
     from policies.envs.data import TraceSet
-    from policies.replay import replay_depths
-    from policies.train import replay_scores
+    from policies.replay import replay_depths, replay_scores
 
     frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_depth)
     write_parquet(run_dir / f"heldout_traces_c{concurrency}.parquet", frame)
@@ -221,17 +215,18 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from harness.tasks.trace import build_setup, check_depth, workload_requests
-    from policies.train import split_requests
+    from harness.measure import check_depth, requests_of
+    from policies.training import split_requests
+    from workloads.setup import open_setup
 
     if not cfg.get("workload"):
         raise SpectuneError("policies.evaluate needs a workload: add +workload=it|en|zh|es|mix")
     settings = EvaluateSettings.from_cfg(cfg)
     with open_dict(cfg):
         cfg.workload.num_prompts = settings.train_prompts + settings.heldout_prompts
-    setup = build_setup(cfg, "evaluate")
-    train, heldout = split_requests(workload_requests(setup.workload), settings.train_prompts,
-                                    settings.heldout_prompts)
+    setup = open_setup(cfg, "evaluate")
+    train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
+                                    settings.train_prompts, settings.heldout_prompts)
     check_depth(train + heldout, settings.max_depth, setup.max_context)
     language = str(cfg.workload.get("language") or setup.workload.name)
     heldout_ids = {r.prompt_id for r in heldout}

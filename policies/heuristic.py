@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 from policies.rows import RowTracker
 
@@ -18,7 +18,8 @@ class HFHeuristic(DraftLengthPolicy):
     name = "hf-heuristic"
 
     def __init__(self, gamma: int, max_gamma: int) -> None:
-        if not (isinstance(gamma, int) and isinstance(max_gamma, int) and 1 <= gamma <= max_gamma):
+        check_gamma(gamma, "the hf-heuristic start")
+        if not (isinstance(max_gamma, int) and not isinstance(max_gamma, bool) and gamma <= max_gamma):
             raise SpectuneError(f"hf-heuristic gamma={gamma!r}, policy.max_gamma={max_gamma!r} are invalid: "
                                 "need integers with 1 <= gamma <= max_gamma")
         self.start, self.max_gamma, self.gamma = gamma, max_gamma, gamma
@@ -48,7 +49,8 @@ class HFHeuristicTransient(DraftLengthPolicy):
     name = "hf-heuristic-transient"
 
     def __init__(self, gamma: int, max_gamma: int) -> None:
-        if not (isinstance(gamma, int) and isinstance(max_gamma, int) and 1 <= gamma <= max_gamma):
+        check_gamma(gamma, "the hf-heuristic-transient start")
+        if not (isinstance(max_gamma, int) and not isinstance(max_gamma, bool) and gamma <= max_gamma):
             raise SpectuneError(f"hf-heuristic-transient gamma={gamma!r}, policy.max_gamma={max_gamma!r} are invalid: "
                                 "need integers with 1 <= gamma <= max_gamma")
         self.start, self.max_gamma = gamma, max_gamma

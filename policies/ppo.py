@@ -30,10 +30,17 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, acceptance_trials
+from harness.engine.policy import (
+    DRAFT_SIGNALS,
+    AcceptanceHistory,
+    CycleFeedback,
+    DraftLengthPolicy,
+    DraftStep,
+    check_gamma,
+)
 from harness.errors import SpectuneError
 from harness.profile import Profile, load_profile, profile_mismatch
-from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
+from policies.envs.observation import OBS_FIELDS, OBS_HIGH, scale_depth, size_cut, size_observation
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 
@@ -63,8 +70,7 @@ class PPODepth(DraftLengthPolicy):
 
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: the ppo depth ceiling must be an integer >= 1")
+        check_gamma(gamma, "the ppo depth ceiling")
         for key, value in (("trust_pickle", trust_pickle), ("allow_profile_mismatch", allow_profile_mismatch),
                            ("deterministic", deterministic)):
             if not isinstance(value, bool):
@@ -90,7 +96,6 @@ class PPODepth(DraftLengthPolicy):
                                 f"{self.file.action_space.n}) {list(actions)} is not the depth policy's Discrete(2) "
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
-        self.scale = np.array([SCALE.get(f, 1.0) for f in self.features], dtype=np.float32)
         self._numpy_layers = numpy_layers(_layers(self.file.actor))
         self.mismatch, self.profile = self._profile(depth_path, profile, allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
@@ -125,11 +130,13 @@ class PPODepth(DraftLengthPolicy):
 
     def reset(self) -> None:
         self.rows.reset()
-        self.history: dict[int, tuple[int, int]] = {}  # slot -> (accepted, trials) over its request's cycles
+        self.history = AcceptanceHistory()  # per slot, over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
         self._constant: dict[tuple[int, int, int], dict[str, torch.Tensor]] = {}
         self._recent: np.ndarray | None = None
         self._in_flight = 0
+        self._serving: dict[int, int] = {}  # slot -> request it served last cycle (before_cycle)
+        self._new_request = False  # a slot of the coming cycle took a new request
         self._cum: list[tuple[torch.Tensor, torch.Tensor]] = []  # this cycle's (cum_prob, drafting) per step
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
@@ -138,14 +145,11 @@ class PPODepth(DraftLengthPolicy):
     def recent_acceptance(self, batch: int) -> np.ndarray:
         """Accepted / acceptance trials over each row's previous cycles of its request (0.5 before any; see
         :func:`harness.engine.policy.acceptance_trials`), as the traces record it."""
-        values = [0.5] * batch
-        for row, (accepted, trials) in self.history.items():
-            if row < batch and trials:
-                values[row] = accepted / trials
-        return np.asarray(values, dtype=np.float64)
+        return np.asarray([self.history.rate(row) for row in range(batch)], dtype=np.float64)
 
     def observation(self, step: DraftStep) -> np.ndarray:
-        """[B, F] float32: every row's features after draft step ``step``, scaled as the depth environment's.
+        """[B, F] float32: every row's features after draft step ``step``, scaled by the environment's own
+        :func:`~policies.envs.observation.scale_depth`.
 
         Numpy, not torch: on arrays this small each torch call costs microseconds of dispatch, which summed over
         the draft steps of a cycle was most of the policy's decision time. Features that are the same for every
@@ -155,11 +159,11 @@ class PPODepth(DraftLengthPolicy):
         key = (self._in_flight or _busy(step), step.step, slots)
         constant = self._constant.get(key)
         if constant is None:
-            constant = self._constant[key] = {name: FEATURES[name](self, step).numpy().astype(np.float32)
+            constant = self._constant[key] = {name: FEATURES[name](self, step).numpy()
                                               for name in self.features if name in PER_STEP}
         if "recent_acceptance" in self.features and (self._recent is None or self._recent.shape[0] != slots):
-            self._recent = self.recent_acceptance(slots).astype(np.float32)
-        out = np.empty((slots, len(self.features)), dtype=np.float32)
+            self._recent = self.recent_acceptance(slots)
+        out = np.empty((slots, len(self.features)), dtype=np.float64)
         for i, name in enumerate(self.features):
             if name in constant:
                 out[:, i] = constant[name]
@@ -168,22 +172,28 @@ class PPODepth(DraftLengthPolicy):
             else:
                 value = FEATURES[name](self, step)
                 out[:, i] = value.numpy() if value.device.type == "cpu" else value.cpu().numpy()
-        out /= self.scale
-        return out
+        return scale_depth(out, self.features)
 
     def act(self, obs: np.ndarray) -> torch.Tensor:
         """[B] bool: rows whose action is "continue" (one actor call for all rows, in numpy)."""
         return actor_actions(self._numpy_layers, obs, self.deterministic, self.generator) == self.continue_action
 
     # -- the protocol ------------------------------------------------------------------------------------
+    def before_cycle(self, rows: list[int], request_ids: list[int]) -> None:
+        serving = dict(zip(rows, request_ids, strict=True))
+        self._new_request = any(self._serving.get(row) != rid for row, rid in serving.items())
+        self._serving = serving
+
     def begin_cycle(self, batch_size: int) -> int:
         """The step-0 decision for the rows known from the last cycle: γ = 0 when every one of them says stop."""
         self.rows.begin_cycle()
         self._cum = []
         self._in_flight = batch_size  # rows in flight this cycle: the environment's batch_size
         known = sorted(self.rows.expected)
-        if not known or len(known) != batch_size:
-            return self.max_gamma  # new requests in the batch: speculate (they stop after one draft if told to)
+        if not known or len(known) != batch_size or self._new_request:
+            # New requests in the batch (a free slot filled, or a finished request replaced: before_cycle says so;
+            # the context and acceptance history known are not theirs): speculate, they stop after one draft if told.
+            return self.max_gamma
         width = max(known) + 1
         context = torch.zeros(width, dtype=torch.long)
         context[known] = torch.tensor([self.rows.expected[r] for r in known])
@@ -199,7 +209,7 @@ class PPODepth(DraftLengthPolicy):
         if step.step == 0:
             self.rows.on_step(step)
             for row in self.rows.new_rows:
-                self.history.pop(row, None)
+                self.history.forget(row)
                 self._recent = None
         if self.size is not None:
             self._cum.append((step.cum_prob.detach().to("cpu", torch.float64), step.active.detach().cpu()))
@@ -227,8 +237,7 @@ class PPODepth(DraftLengthPolicy):
         if rows is None:
             return
         for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
-            old_accepted, old_trials = self.history.get(row, (0, 0))
-            self.history[row] = (old_accepted + accepted, old_trials + acceptance_trials(accepted, drafts))
+            self.history.add(row, accepted, drafts)
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "depth": self.file.describe(),
@@ -244,7 +253,8 @@ class PPOSize:
     """The verification-size policy of a ``size.zip``: after drafting, how many of the batch's drafted tokens
     are verified, exactly as ``spectune/VerifySize-v0`` (with per-row depths, ``policies.train_size``) decides.
 
-    Observation (:func:`size_observation`): the drafted tokens' cumulative draft probabilities in decreasing
+    Observation (:func:`~policies.envs.observation.size_observation`): the drafted tokens' cumulative draft
+    probabilities in decreasing
     order (``obs_tokens``, zero padded), batch size / 32, c(B), g(D, B) with D the deepest row's drafts.
     Action a of ``levels``: keep the round(a / (levels − 1) · Σ drafts) most probable tokens (:func:`size_cut`).
     """
@@ -283,34 +293,6 @@ class PPOSize:
 
     def describe(self) -> dict:
         return {"file": self.file.describe(), "levels": self.levels, "obs_tokens": self.obs_tokens}
-
-
-def size_observation(cum: np.ndarray, depths: np.ndarray, batch: int, c: float, g: float,
-                     obs_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """The size policy's observation and the drafted tokens' order (flat indices into ``cum`` [B, D]).
-
-    Only drafted positions (j < depths[b]) count; ties go to earlier rows, then earlier positions (a stable
-    sort), so since cumulative probabilities never grow along a chain each row's kept tokens are a prefix."""
-    width = cum.shape[1] if cum.ndim == 2 else 0
-    drafted = (np.arange(width)[None, :] < np.asarray(depths)[:, None]).ravel()
-    flat = np.asarray(cum, dtype=np.float64).reshape(-1)
-    candidates = np.flatnonzero(drafted)
-    order = candidates[np.argsort(-flat[candidates], kind="stable")]
-    obs = np.zeros(obs_tokens + 3, dtype=np.float32)
-    top = flat[order][:obs_tokens]
-    obs[: len(top)] = top
-    obs[-3:] = (batch / SCALE["batch_size"], c, g)
-    return obs, order
-
-
-def size_cut(order: np.ndarray, action: int, levels: int, depths: np.ndarray, width: int) -> np.ndarray:
-    """Per-row kept lengths for budget level ``action``: the first round(a / (levels−1) · Σ depths) of ``order``
-    (flat indices into a [B, width] grid)."""
-    depths = np.asarray(depths, dtype=int)
-    budget = round(int(action) / (levels - 1) * int(depths.sum()))
-    keep = np.zeros(len(depths) * width, dtype=int)
-    keep[order[:budget]] = 1
-    return keep.reshape(len(depths), width).sum(1)
 
 
 def actor_actions(layers: list[tuple[np.ndarray, np.ndarray, Callable | None]], obs: np.ndarray,

@@ -1,8 +1,10 @@
 """Replay any draft-length policy on recorded traces, cycle by cycle, as the engine would drive it.
 
 :func:`replay_depths` walks the recorded cycles of a :class:`~policies.envs.data.TraceSet` in trace order and,
-for each one (all its rows: one batch), runs the policy protocol exactly as ``Session.step`` does:
-``begin_cycle(rows)`` gives the ceiling (capped at ``max_depth``; 0 = no speculation, every row depth 0); after
+for each one (all its rows: one batch), runs the policy protocol as ``Session.step`` does — ``before_cycle`` and
+``begin_cycle``, then the engine's own drafting loop (:func:`harness.engine.policy.draft_cycle`) over a
+:class:`RecordedCycle`: ``begin_cycle(rows)`` gives the ceiling (capped at ``max_depth``; 0 = no speculation,
+every row depth 0); after
 every draft step but the last, a :class:`~harness.engine.policy.DraftStep` with the recorded signals of that
 position (only those the policy declares in ``policy.signals``, the others ``None``), the recorded context
 lengths in the recorded slots, and the still-drafting rows as ``active``; rows the policy stops draft no further.
@@ -19,7 +21,9 @@ another batch composition); here the next cycle's context, signals and rows are 
 were drafted to ``max_depth``. Exact per cycle, approximate per run; the cycle the live engine runs first for
 each request is the recorded one (it starts at the same context), which is what the tests compare.
 
-:func:`replay_table` scores many policies this way with :func:`policies.train.replay_scores` (tokens/s on
+The replay's accounting lives here too: :func:`replay_costs` (each entry's share of its batch's cycle cost at every
+depth, :meth:`harness.profile.CycleCosts.cycle_s`), :func:`oracle_depths` (the hindsight-best depths) and
+:func:`replay_scores`. :func:`replay_table` scores many policies this way with :func:`replay_scores` (tokens/s on
 realised outcomes, each entry charged its share of its batch's cost at its own depth, as the depth environment
 charges it), next to a fixed depth and the hindsight oracle.
 """
@@ -28,21 +32,65 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.envs.data import TraceSet
-from policies.train import oracle_depths, replay_costs, replay_scores
 
 log = logging.getLogger(__name__)
 
 SIGNAL_INDEX = {name: i for i, name in enumerate(DRAFT_SIGNALS)}  # the last axis of TraceSet.signals
 TABLE_COLUMNS = ("policy", "tok_s", "vs_best_fixed_pct", "mean_depth", "acceptance_length", "gap_to_oracle_pct")
+
+
+def replay_costs(traces: TraceSet, profile: Profile, max_depth: int) -> np.ndarray:
+    """[N, max_depth + 1] seconds charged to each recorded (cycle, row) at each depth, as the environment does."""
+    out = np.zeros((traces.count, max_depth + 1))
+    for batch in np.unique(traces.batch_size):
+        rows = traces.batch_size == batch
+        b = int(batch)
+        costs = profile.costs(b)
+        out[rows] = [costs.cycle_s(k) / b for k in range(max_depth + 1)]
+    return out
+
+
+def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50) -> np.ndarray:
+    """The hindsight-best depth of every recorded cycle for total tokens / total time (Dinkelbach's method):
+    with ρ the rate so far, each cycle takes argmax_k tokens_k − ρ·cost_k; ρ ← the new rate, until it stops
+    rising. Exact for this ratio objective. Under greedy decoding and cheap verification it is the cycle's first
+    mismatch; when verifying more positions costs more than it returns it stops earlier."""
+    rate, depths = 0.0, np.zeros(len(tokens), dtype=int)
+    index = np.arange(len(tokens))
+    for _ in range(iterations):
+        depths = np.argmax(tokens - rate * costs, axis=1)
+        new = float(tokens[index, depths].sum() / costs[index, depths].sum())
+        if new <= rate * (1 + 1e-12):
+            break
+        rate = new
+    return depths
+
+
+def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray) -> dict[str, Any]:
+    """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, and of the
+    hindsight oracle (:func:`oracle_depths`)."""
+    costs = replay_costs(traces, profile, max_depth)
+    index = np.arange(traces.count)
+    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
+    fixed = tokens.sum(0) / costs.sum(0)
+    best = int(np.argmax(fixed))
+    oracle = oracle_depths(tokens, costs)
+    rate = float(tokens[index, depths].sum() / costs[index, depths].sum())
+    oracle_rate = float(tokens[index, oracle].sum() / costs[index, oracle].sum())
+    return {"policy_tok_s": rate, "best_fixed_depth": best, "best_fixed_tok_s": float(fixed[best]),
+            "oracle_tok_s": oracle_rate, "vs_best_fixed_pct": 100 * (rate / fixed[best] - 1),
+            "oracle_vs_best_fixed_pct": 100 * (oracle_rate / fixed[best] - 1), "mean_depth": float(np.mean(depths)),
+            "fixed_tok_s": fixed.tolist()}
 
 
 def check_depth(traces: TraceSet, max_depth: int, profile: Profile) -> int:
@@ -75,44 +123,54 @@ def _step(policy_signals: frozenset[str], traces: TraceSet, entries: slice, rows
 def _feedback(traces: TraceSet, entries: slice, depths: np.ndarray, profile: Profile) -> CycleFeedback:
     """What the engine reports after verifying the cycle at these per-row depths (profile costs, padded batch)."""
     batch, deepest = len(depths), int(depths.max())
-    draft_s = deepest * profile.t_draft(batch)
-    verify_s = profile.t_verify(batch, deepest + 1)
+    costs = profile.costs(batch)
     accepted = np.minimum(depths, traces.leading[entries])
-    return CycleFeedback([int(d) for d in depths], [int(a) for a in accepted], draft_s, verify_s,
-                         draft_s + verify_s + profile.overhead(batch), rows=[int(r) for r in traces.row[entries]],
+    return CycleFeedback([int(d) for d in depths], [int(a) for a in accepted], deepest * costs.t_draft,
+                         float(costs.t_verify[deepest]), float(costs.cycle_s(deepest)),
+                         rows=[int(r) for r in traces.row[entries]],
                          request_ids=[int(r) for r in traces.request_id[entries]])
 
 
+class RecordedCycle:
+    """A recorded cycle as :func:`~harness.engine.policy.draft_cycle` drives it: each draft step shows the recorded
+    signals of that position (those asked for; the others ``None``), the recorded context lengths in the recorded
+    slots, and the rows still drafting as ``active``; ``drafts`` counts each slot's drafts (after a cut, the prefix
+    kept)."""
+
+    def __init__(self, traces: TraceSet, entries: slice, slots: int) -> None:
+        self.traces, self.entries, self.slots = traces, entries, slots
+        self.rows = torch.tensor(traces.row[entries], dtype=torch.long)
+        self.running = torch.zeros(slots, dtype=torch.bool)
+        self.running[self.rows] = True
+        self.context = torch.zeros(slots, dtype=torch.long)  # idle slots have context 0, as the engine's caches
+        self.context[self.rows] = torch.tensor(traces.context_length[entries], dtype=torch.long)
+        self.drafts = torch.zeros(slots, dtype=torch.long)
+        self.steps = 0
+
+    def draft(self, signals: frozenset[str]) -> DraftStep:
+        self.drafts += self.running.long()
+        self.steps += 1
+        return _step(signals, self.traces, self.entries, self.rows, self.slots, self.steps - 1, self.running,
+                     self.context)
+
+    def stop(self, keep: torch.Tensor) -> bool:
+        self.running &= keep.to("cpu", torch.bool)
+        return bool(self.running.any())
+
+    def cut(self, kept: list[int]) -> None:
+        self.drafts = torch.minimum(self.drafts, torch.tensor([int(k) for k in kept], dtype=torch.long))
+
+
 def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, max_depth: int, slots: int) -> np.ndarray:
-    """Per-row depths the policy chooses on one recorded cycle (begin_cycle, continue_drafting, end_drafting)."""
-    rows = torch.tensor(traces.row[entries], dtype=torch.long)
-    gamma = min(int(policy.begin_cycle(len(rows))), max_depth)
+    """Per-row depths the policy chooses on one recorded cycle (begin_cycle, then the engine's drafting loop)."""
+    count = entries.stop - entries.start
+    policy.before_cycle([int(r) for r in traces.row[entries]], [int(r) for r in traces.request_id[entries]])
+    gamma = min(int(policy.begin_cycle(count)), max_depth)
     if gamma <= 0:
-        return np.zeros(len(rows), dtype=int)
-    running = torch.zeros(slots, dtype=torch.bool)
-    running[rows] = True
-    context = torch.zeros(slots, dtype=torch.long)  # idle slots have context 0, as the engine's cleared caches
-    context[rows] = torch.tensor(traces.context_length[entries], dtype=torch.long)
-    drafts = torch.zeros(slots, dtype=torch.long)
-    signals = frozenset(policy.signals)
-    final = policy.reads_last_step  # as Session.step decides
-    state = None
-    for step in range(gamma):
-        drafts += running.long()
-        if step == gamma - 1:  # no continue/stop decision after the last draft; end_drafting may see it
-            state = _step(signals, traces, entries, rows, slots, step, running, context) if final else None
-            break
-        state = _step(signals, traces, entries, rows, slots, step, running, context)
-        keep = policy.continue_drafting(state)
-        if keep is not None:
-            running &= keep.to("cpu", torch.bool)
-            if not bool(running.any()):
-                break
-    if final and state is not None:
-        kept = policy.end_drafting(state)
-        if kept is not None:  # verify only a prefix of each row's chain
-            drafts = torch.minimum(drafts, torch.tensor([int(k) for k in kept], dtype=torch.long))
-    return drafts[rows].numpy().astype(int)
+        return np.zeros(count, dtype=int)
+    cycle = RecordedCycle(traces, entries, slots)
+    draft_cycle(policy, gamma, cycle)
+    return cycle.drafts[cycle.rows].numpy().astype(int)
 
 
 def replay_depths(policy: DraftLengthPolicy, traces: TraceSet, max_depth: int, profile: Profile) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.policy import DraftLengthPolicy, DraftStep
+from harness.engine.policy import DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 
 
@@ -20,8 +20,7 @@ class SVIP(DraftLengthPolicy):
     signals = frozenset({"entropy"})
 
     def __init__(self, gamma: int, h: float) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: the svip ceiling must be an integer >= 1")
+        check_gamma(gamma, "the svip ceiling")
         if isinstance(h, bool) or not isinstance(h, int | float) or not h > 0:
             raise SpectuneError(f"policy.h={h!r} is invalid: must be a number > 0 (a bound on sqrt(entropy in nats))")
         self.max_gamma, self.h = gamma, float(h)

@@ -2,7 +2,8 @@
 
 The environment is ``spectune/DraftDepth-v0`` with ``backend="live"``: the engine's session over the training split
 at ``train.concurrency``, rewards from real synchronised time (the replay's approximation, that the next cycle's
-context comes from the recording, is gone). The observation and action spaces are the replay's, so the same model
+context comes from the recording, is gone), or with ``train.live_time=profile`` from the profile's cost of each
+cycle (deterministic). The observation and action spaces are the replay's, so the same model
 goes on learning (``reset_num_timesteps=False``: the learning-rate schedule continues from where it was).
 """
 
@@ -11,27 +12,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from omegaconf import DictConfig, open_dict
-
 log = logging.getLogger("policies.train")
 
 
-def live_finetune(model: Any, cfg: DictConfig, settings: Any, profile: Any) -> None:
-    """``settings.live_steps`` PPO steps of ``model`` on the live depth environment of this setup."""
-    from harness.tasks.trace import build_setup, workload_requests
+def live_finetune(model: Any, engine: Any, requests: list, settings: Any, profile: Any, seed: int) -> None:
+    """``settings.live_steps`` PPO steps of ``model`` on the live depth environment over ``requests`` (the training
+    split) at ``settings.concurrency``; rewards from ``settings.live_time`` (measured, or the profile's costs)."""
     from policies.envs.depth import DraftDepthEnv
-    from policies.train import split_requests
 
-    live_cfg = cfg.copy()
-    with open_dict(live_cfg):
-        live_cfg.workload.num_prompts = settings.train_prompts + settings.heldout_prompts
-    setup = build_setup(live_cfg, "train")
-    train, _ = split_requests(workload_requests(setup.workload), settings.train_prompts, settings.heldout_prompts)
     env = DraftDepthEnv("live", profile=profile, max_depth=settings.max_depth, reward=settings.reward,
-                        allow_profile_mismatch=settings.allow_profile_mismatch, engine=setup.engine, requests=train,
-                        concurrency=settings.concurrency)
-    env.reset(seed=int(cfg.seed))
+                        allow_profile_mismatch=settings.allow_profile_mismatch, engine=engine, requests=requests,
+                        concurrency=settings.concurrency, live_time=settings.live_time)
+    env.reset(seed=seed)
     model.set_env(env)
-    log.info("live fine-tuning: %d steps on %d training prompts at concurrency %d", settings.live_steps, len(train),
+    log.info("live fine-tuning: %d steps on %d training prompts at concurrency %d", settings.live_steps, len(requests),
              settings.concurrency)
     model.learn(settings.live_steps, progress_bar=True, tb_log_name="depth-live", reset_num_timesteps=False)

@@ -2,12 +2,12 @@
 
 At concurrency > 1, after the depth policy, PPO learns the budget of ``spectune/VerifySize-v0`` on the training
 cycles, where each row is drafted to the depth the depth policy chooses for it in replay (its deterministic
-decision on that recorded (cycle, row), :func:`policies.train.policy_depths`), not to one fixed depth: that is
+decision on that recorded (cycle, row), :func:`policies.training.policy_depths`), not to one fixed depth: that is
 :class:`DepthFixedSizeEnv`. As in the engine, a cycle in which some row drafts gives every row at least one draft
 (the engine stops a row after its first draft at the earliest); a cycle where every row stops at step 0 drafts
 nothing and is a plain target step (no decision to learn, but it is still scored).
 
-The observation and the cut are :func:`policies.ppo.size_observation` and :func:`policies.ppo.size_cut`, the
+The observation and the cut are :func:`policies.envs.observation.size_observation` and ``size_cut``, the
 functions the engine-side :class:`policies.ppo.PPOSize` calls: one definition for training and use.
 
 Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's budgets against the full budget
@@ -16,6 +16,7 @@ Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's 
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ import pandas as pd
 
 from harness.errors import SpectuneError
 from policies.envs.data import TraceSet
+from policies.envs.observation import size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
-from policies.ppo import size_cut, size_observation
+from policies.training import DepthTraining, EvalCallback, policy_depths, ppo_model, save_policy
 
 log = logging.getLogger("policies.train")
 
@@ -66,9 +68,9 @@ class DepthFixedSizeEnv(VerifySizeEnv):
         self._deepest = int(self._depths.max())
         cum = t.signals[self._slice, : self._deepest, 3]
         self._batch = cum.shape[0]
-        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, self._batch)
-        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._t_draft / self._t_verify[0],
-                                                  self._t_verify[self._deepest] / self._t_verify[0], self.obs_tokens)
+        self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
+        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._costs.c,
+                                                  self._costs.g(self._deepest), self.obs_tokens)
         return self._obs.copy(), {}
 
     def cut(self, action: int) -> np.ndarray:
@@ -76,10 +78,10 @@ class DepthFixedSizeEnv(VerifySizeEnv):
 
     def step(self, action):
         kept = self.cut(action)
-        time_s = self._deepest * self._t_draft + self._t_verify[int(kept.max(initial=0))] + self._overhead
+        time_s = self._costs.cycle_s(self._deepest, int(kept.max(initial=0)))
         tokens = float(np.minimum(kept, self.traces.leading[self._slice]).sum() + self._batch)
         key = (self._index, self._batch)
-        reward = self._rate.charge(key, self._batch, self._t_verify[0] + self._overhead, tokens, time_s)  # prior: AR
+        reward = self._rate.charge(key, self._batch, self._costs.ar_s, tokens, time_s)  # prior: AR
         return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
                                                               "time_s": time_s, "synthetic": self.synthetic}
 
@@ -114,27 +116,28 @@ def train_size(model: Any, env: DepthFixedSizeEnv, val_env: DepthFixedSizeEnv, t
                round_index: int, curves: list[dict[str, Any]]) -> dict[str, Any]:
     """Train (or go on training) the size PPO ``model`` on ``env`` (the model's own; its ``row_depths`` set for
     this round); curve rows (``policy="size"``) into ``curves``; returns the final validation scores."""
-    from policies.train import every
-
-    latest: list[dict[str, Any]] = [{}]
-
-    def evaluate(step: int) -> dict[str, Any]:
-        scores = size_scores(model, val_env)
-        curves.append({"policy": "size", "round": round_index, "timesteps": step, **scores})
-        latest[0] = scores
-        log.info("size round %d step %6d: replay %.1f tok/s, full budget %.1f tok/s (%+.2f%%), best static level "
-                 "%d/%d %.1f tok/s, mean budget %.2f", round_index, step, scores["policy_tok_s"],
-                 scores["full_budget_tok_s"], scores["vs_full_budget_pct"], scores["best_level"], env.levels - 1,
-                 scores["best_level_tok_s"], scores["mean_budget"])
-        return scores
-
+    evaluate = functools.partial(evaluate_size, model, val_env, round_index, curves)
     if round_index == 1:
         evaluate(0)
-    model.learn(timesteps, callback=every(eval_every, evaluate), progress_bar=False, tb_log_name="size",
+    callback = EvalCallback(eval_every, evaluate, prefix="replay_size")
+    model.learn(timesteps, callback=callback, progress_bar=False, tb_log_name="size",
                 reset_num_timesteps=round_index == 1)
-    if curves[-1]["timesteps"] != model.num_timesteps or curves[-1].get("policy") != "size":
+    last = curves[-1]
+    if last["timesteps"] != model.num_timesteps or last.get("policy") != "size":
         return evaluate(model.num_timesteps)
-    return latest[0]
+    return {k: v for k, v in last.items() if k not in ("policy", "round", "timesteps")}  # the last evaluation
+
+
+def evaluate_size(model: Any, val_env: DepthFixedSizeEnv, round_index: int, curves: list[dict[str, Any]],
+                  step: int) -> dict[str, Any]:
+    """The size policy's replay scores on the validation cycles, appended to the curves."""
+    scores = size_scores(model, val_env)
+    curves.append({"policy": "size", "round": round_index, "timesteps": step, **scores})
+    log.info("size round %d step %6d: replay %.1f tok/s, full budget %.1f tok/s (%+.2f%%), best static level "
+             "%d/%d %.1f tok/s, mean budget %.2f", round_index, step, scores["policy_tok_s"],
+             scores["full_budget_tok_s"], scores["vs_full_budget_pct"], scores["best_level"], val_env.levels - 1,
+             scores["best_level_tok_s"], scores["mean_budget"])
+    return scores
 
 
 def size_extra(profile: Any, max_depth: int, final: dict[str, Any]) -> dict[str, Any]:
@@ -146,18 +149,19 @@ def size_extra(profile: Any, max_depth: int, final: dict[str, Any]) -> dict[str,
             "profile": profile.to_json(), "max_depth": max_depth, "validation": final}
 
 
-def size_rounds(settings: Any, cfg: Any, run_dir: Path, profile: Any, frame: pd.DataFrame, trace_meta: dict,
-                depth_model: Any, curves: list[dict[str, Any]], round_index: list, train_depth: Any) -> dict[str, Any]:
+def size_rounds(settings: Any, seed: int, run_dir: Path, profile: Any, frame: pd.DataFrame, trace_meta: dict,
+                depth: DepthTraining) -> dict[str, Any]:
     """Size policy with the depth policy fixed, then ``rounds`` − 1 more depth/size rounds; writes size.zip.
 
     A budget is per batch, and the depth policy's split by prompt cuts batches, so the size policy validates on a
     seeded random ``train.validation`` fraction of whole recorded cycles and trains on the others. The depth
-    decisions are the deterministic depth policy's on each recorded entry, at the profile's own costs."""
+    decisions are the deterministic depth policy's on each recorded entry, at the profile's own costs. Rounds 2..
+    train the depth policy again (``depth.train``), then the size policy on its new decisions."""
     from policies.envs.depth import DraftDepthEnv
-    from policies.train import _ppo_model, _save, policy_depths
 
+    depth_model, curves = depth.model, depth.curves
     cycles = np.unique(frame["cycle"])
-    held = cycles[np.random.default_rng(int(cfg.seed)).random(len(cycles)) < settings.validation]
+    held = cycles[np.random.default_rng(seed).random(len(cycles)) < settings.validation]
     in_val = frame["cycle"].isin(set(held.tolist()))
     fit = TraceSet(frame[~in_val], trace_meta, "size training cycles")
     val = TraceSet(frame[in_val], trace_meta, "size validation cycles (raise train.validation)")
@@ -172,15 +176,14 @@ def size_rounds(settings: Any, cfg: Any, run_dir: Path, profile: Any, frame: pd.
                                  allow_profile_mismatch=settings.allow_profile_mismatch)
     size_val = DepthFixedSizeEnv(val, profile, policy_depths(depth_model, depth_val_env, val.count),
                                  allow_profile_mismatch=settings.allow_profile_mismatch)
-    size_env.reset(seed=int(cfg.seed) + 1)
-    model = _ppo_model(settings, size_env, int(cfg.seed) + 1, run_dir)
+    size_env.reset(seed=seed + 1)
+    model = ppo_model(settings.ppo, size_env, seed + 1, run_dir)
     final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, 1, curves)
     for index in range(2, settings.rounds + 1):
-        round_index[0] = index
         log.info("round %d of %d: depth policy, then the size policy on its new decisions", index, settings.rounds)
-        train_depth()
+        depth.train(settings.timesteps, settings.eval_every, index)
         size_env.row_depths = engine_depths(fit, policy_depths(depth_model, depth_env, fit.count))
         size_val.row_depths = engine_depths(val, policy_depths(depth_model, depth_val_env, val.count))
         final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, index, curves)
-    _save(model, settings, run_dir / "size.zip", size_extra(profile, settings.max_depth, final))
+    save_policy(model, settings.ppo, run_dir / "size.zip", size_extra(profile, settings.max_depth, final))
     return final

@@ -11,7 +11,7 @@ from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.calibrate import calibrate_profile
 from policies.envs.data import TraceSet
-from policies.train import replay_scores
+from policies.replay import replay_scores
 
 
 def _traces(leading: list[int], depth: int = 4) -> TraceSet:

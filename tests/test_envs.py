@@ -177,7 +177,7 @@ def test_live_verify_size_env_passes_the_checker_and_keeps_greedy_output(setup):
         env.step(action)
         if env._session.done or not env._session.begin_cycle():
             break
-        env._rows = env._session._rows  # drive the next cycle by hand: draft, then the env's cut
+        env._rows = env._session.cycle.rows  # drive the next cycle by hand: draft, then the env's cut
         cum = [env._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(DEPTH)]
         env._order = np.argsort(-torch.stack(cum, 1)[env._rows].numpy().ravel(), kind="stable")
         env._batch = len(env._rows)

@@ -1,36 +1,208 @@
-"""The tree reads as the data's path: imports go one way (base pieces below policies/workloads/analysis)."""
+"""The layers of README's Layout section hold: every import points down, no module cycle, no private reach.
+
+The walk reads every module of the four packages (``harness``, ``policies``, ``workloads``, ``analysis``) and
+counts as an import: ``import``/``from`` statements anywhere (module level, inside functions, under
+``TYPE_CHECKING``), ``importlib.import_module("...")`` and ``import_module("...")`` calls with a literal name,
+``"package.module:attr"`` entry-point strings (gymnasium registrations), and the Hydra ``_target_`` strings of
+``conf/``. The module → layer map is README's ``layers`` block, parsed here: the longest matching prefix wins.
+No whitelist.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections import defaultdict
+from pathlib import Path
 
 from tests.conftest import REPO
 
-UPPER = ("policies", "workloads", "analysis")
-APPLICATION = ("harness/tasks/", "harness/__main__.py")
+PACKAGES = ("harness", "policies", "workloads", "analysis")
+ENTRY_POINT = re.compile(r"^((?:harness|policies|workloads|analysis)(?:\.\w+)*):(\w+)$")
 
 
-def _imports(path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def layer_map() -> dict[str, int]:
+    """README's ```layers block: ``module  layer  what`` per line (# comments)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```layers\n(.*?)```", text, re.S)
+    assert block, "README.md needs its ```layers block (the module -> layer map)"
+    out = {}
+    for line in block.group(1).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, layer, *_ = line.split()
+            out[name] = int(layer)
+    return out
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the four packages by dotted name (a package by its own name)."""
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The project module ``name`` names (a name inside a module resolves to the module)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _literal_import(node: ast.Call) -> str | None:
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if called == "import_module" and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str):
+        return node.args[0].value
+    return None
+
+
+def imports_of(module: str, path: Path) -> list[tuple[str, list[str]]]:
+    """(imported dotted name, names taken from it) for every import of ``module`` (see the module docstring)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:  # `from pkg import mod` imports the submodule when there is one
+                found.append((f"{base}.{alias.name}", [alias.name]))
+        elif isinstance(node, ast.Call) and (name := _literal_import(node)):
+            found.append((name, []))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (m := ENTRY_POINT.match(node.value)):
+            found.append((f"{m.group(1)}.{m.group(2)}", [m.group(2)]))
+    return found
 
 
-def test_harness_below_the_application_never_imports_upward():
-    offenders = []
-    for path in sorted((REPO / "harness").rglob("*.py")):
-        rel = path.relative_to(REPO).as_posix()
-        if rel.startswith(APPLICATION):
-            continue
-        for name in _imports(path):
-            if name.split(".")[0] in UPPER:
-                offenders.append(f"{rel} imports {name}")
-    assert not offenders, offenders
+def hydra_targets() -> list[tuple[str, str]]:
+    """(file, target) of every ``_target_`` in conf/ that names a project module."""
+    out = []
+    for path in sorted((REPO / "conf").rglob("*.yaml")):
+        for target in re.findall(r"_target_:\s*([\w.]+)", path.read_text(encoding="utf-8")):
+            if target.split(".")[0] in PACKAGES:
+                out.append((path.relative_to(REPO).as_posix(), target))
+    return out
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    """Module → imported project modules, and every private name imported across packages."""
+    known = modules()
+    edges: dict[str, set[str]] = defaultdict(set)
+    private = []
+    for module, path in known.items():
+        for name, _ in imports_of(module, path):
+            target = _resolve(name, known)
+            if target is None or target == module:
+                continue
+            edges[module].add(target)
+            hidden = [p for p in name.split(".") if p.startswith("_") and not p.startswith("__")]
+            if hidden and target.split(".")[0] != module.split(".")[0]:
+                private.append(f"{module} imports {name}")
+    return edges, private
+
+
+def layer_of(module: str, layers: dict[str, int]) -> int:
+    best = max((p for p in layers if module == p or module.startswith(p + ".")), key=len, default=None)
+    assert best is not None, f"{module} has no layer in README's layers block"
+    return layers[best]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(set(edges) | {t for ts in edges.values() for t in ts}):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_has_a_layer_and_the_map_names_only_modules():
+    layers, known = layer_map(), modules()
+    for module in known:
+        layer_of(module, layers)
+    stale = [p for p in layers if not any(m == p or m.startswith(p + ".") for m in known)]
+    assert not stale, f"README's layers block names modules that do not exist: {stale}"
+    assert set(layers.values()) <= {1, 2, 3}
+
+
+def test_no_import_points_up_a_layer():
+    layers = layer_map()
+    edges, _ = graph()
+    upward = [f"{a} (layer {layer_of(a, layers)}) imports {b} (layer {layer_of(b, layers)})"
+              for a, targets in sorted(edges.items()) for b in sorted(targets)
+              if layer_of(b, layers) > layer_of(a, layers)]
+    assert not upward, upward
+
+
+def test_no_import_cycle_between_modules():
+    edges, _ = graph()
+    found = cycles(edges)
+    assert not found, found
+
+
+def test_no_private_name_is_imported_from_another_package():
+    _, private = graph()
+    assert not private, private
+
+
+def test_hydra_targets_name_public_objects_of_existing_modules():
+    known = modules()
+    for path, target in hydra_targets():
+        module, _, attr = target.rpartition(".")
+        assert module in known, f"{path}: _target_ {target}: no module {module}"
+        assert not attr.startswith("_"), f"{path}: _target_ {target} is private"
+        tree = ast.parse(known[module].read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+        assert attr in defined, f"{path}: _target_ {target}: {module} defines no {attr}"
+
+
+def test_the_walk_sees_imports_in_functions_type_checking_and_import_module(tmp_path):
+    """The walker itself: each kind of import it claims to count is counted."""
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.engine import Engine\n"
+              "def f():\n    import policies.train\n    importlib.import_module('analysis.report')\n"
+              "ENV = 'policies.envs.depth:DraftDepthEnv'\nfrom harness.tasks import _repeats\n")
+    path = tmp_path / "m.py"
+    path.write_text(source, encoding="utf-8")
+    names = {name for name, _ in imports_of("workloads.m", path)}
+    assert {"harness.engine.Engine", "policies.train", "analysis.report", "policies.envs.depth.DraftDepthEnv",
+            "harness.tasks._repeats"} <= names
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_engine_does_not_need_hydra_to_import():

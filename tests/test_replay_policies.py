@@ -23,10 +23,9 @@ from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
 from policies.envs.observation import OBS_FIELDS
 from policies.registry import POLICIES, make_policy
-from policies.replay import replay_depths, replay_table
+from policies.replay import replay_depths, replay_scores, replay_table
 from policies.sb3_files import annotate_policy_file
 from policies.svip import SVIP
-from policies.train import replay_scores
 from tests.tiny_models import random_requests
 
 DEPTH = 4

@@ -7,9 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.goodput import good_requests, nearest_rank, p99_check, parse_slo
-from analysis.intervals import paired_difference_interval, paired_ratio_interval, quantile_interval, ratio_interval
-from analysis.stats import (
+from harness.errors import SpectuneError
+from harness.stats.compare import (
     AA_LABEL,
     clusters,
     compare,
@@ -20,7 +19,8 @@ from analysis.stats import (
     noise_floor_pct,
     rotation,
 )
-from harness.errors import SpectuneError
+from harness.stats.goodput import good_requests, nearest_rank, p99_check, parse_slo
+from harness.stats.intervals import paired_difference_interval, paired_ratio_interval, quantile_interval, ratio_interval
 
 
 def test_rotation_order_is_abc_bca_cab_then_wraps():
@@ -103,7 +103,7 @@ def test_mad_rule_scores_and_ties_go_to_the_smaller_gamma():
 
 
 def test_indistinguishable_set_uses_the_paired_difference_ci():
-    from analysis.intervals import Interval
+    from harness.stats.intervals import Interval
 
     diffs = {"a": Interval(-5, -9, -1, 48, "BCa"), "b": Interval(-1, -3, 0.5, 48, "BCa")}
     assert indistinguishable("best", diffs) == ["best", "b"]

@@ -14,7 +14,8 @@ from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.envs.data import TraceSet
 from policies.registry import make_policy
-from policies.train import WarmupLinear, oracle_depths, replay_scores, split_requests
+from policies.replay import oracle_depths, replay_scores
+from policies.training import WarmupLinear, split_requests
 
 
 def _traces(leading: list[int], depth: int = 3) -> TraceSet:

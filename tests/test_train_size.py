@@ -23,9 +23,8 @@ from harness.sampling.rejection import get_sampler
 from policies.confidence import AdaptiveConfidence
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
-from policies.envs.observation import OBS_FIELDS
+from policies.envs.observation import OBS_FIELDS, size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
-from policies.ppo import size_cut, size_observation
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
 from policies.train_size import LEVELS, DepthFixedSizeEnv, engine_depths, size_extra

@@ -139,14 +139,14 @@ def read_hf(spec: dict[str, Any], text_field: str) -> list[tuple[str, str]]:
     """[(id, text)] from any `datasets` dataset; a one-line error when offline and not cached."""
     from datasets import load_dataset
 
-    from harness.models.loading import _hub_unreachable
+    from harness.models.loading import hub_unreachable
 
     path, subset, split = _require(spec, "path"), _require(spec, "subset"), _text(spec, "split")
     if not path or not isinstance(path, str):
         raise SpectuneError("workload.path is required with workload.source=hf (a dataset name or directory)")
     local = Path(os.path.expanduser(str(path))).exists()
     if not local and not os.environ.get("HF_HUB_OFFLINE") and not os.environ.get("HF_DATASETS_OFFLINE"):
-        reason = _hub_unreachable()
+        reason = hub_unreachable()
         if reason is not None:
             raise SpectuneError(f"cannot load dataset {path!r}: the hub is unreachable ({reason}); "
                                 f"set HF_DATASETS_OFFLINE=1 to use a cached copy")

@@ -20,7 +20,7 @@
 #    the cycles' draft/verify/rest seconds over the AR step). If this misses the TPOT-based speed-up, the
 #    time goes somewhere the formula does not look (prefill, scheduling), not into a wrong term.
 # 2. **Out of sample** (when `profile` and `traces` are given, or found below `results_dir`): costs from
-#    `task=profile`, acceptance from `task=trace`, as `python -m analysis.costmodel` does.
+#    `task=profile`, acceptance from `task=trace`, as `python -m analysis.costmodel_cli` does.
 
 # %%
 from pathlib import Path

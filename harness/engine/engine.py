@@ -57,7 +57,9 @@ class Engine:
                     self._forward[id(model)] = torch.compile(model.forward, mode=self.path.compile_mode,
                                                              backend=self.path.compile_backend, dynamic=False)
 
-    def _kv(self, model: torch.nn.Module, batch: int) -> SlotKV:
+    def cache(self, model: torch.nn.Module, batch: int) -> SlotKV:
+        """A cleared per-slot KV cache of ``model`` for ``batch`` slots: a new dynamic one, or the static one of that
+        shape (reused across runs, so compiled graphs keep their addresses)."""
         if not self.path.static:
             return SlotKV(batch, self.device)
         key = (id(model), batch)

@@ -11,8 +11,11 @@ prefix before verification; after verification it reports what happened through 
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -37,6 +40,42 @@ def acceptance_trials(accepted: int, drafted: int) -> int:
     drafted to the ceiling would see a lower "recent acceptance" than the same requests give it live.
     """
     return accepted + (1 if accepted < drafted else 0)
+
+
+def check_gamma(gamma: object, what: str = "γ", key: str = "gamma") -> int:
+    """γ as the grid and every policy take it: an integer >= 1 (a bool is not one); a one-line error naming
+    ``key`` and ``what`` it is for."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise SpectuneError(f"{key}={gamma!r} is invalid: {what} must be an integer >= 1")
+    return gamma
+
+
+RECENT_PRIOR = 0.5  # the recent acceptance of a request before its first cycle
+
+
+class AcceptanceHistory:
+    """Recent acceptance per key (a request id, or the slot a policy sees): accepted drafts over acceptance trials
+    (:func:`acceptance_trials`) of the key's previous cycles, :data:`RECENT_PRIOR` before any. The one definition
+    the traces record, the live depth environment observes and the PPO policy computes inside the engine."""
+
+    def __init__(self) -> None:
+        self.totals: dict[int, tuple[int, int]] = {}  # key -> (accepted, trials)
+
+    def add(self, key: int, accepted: int, drafted: int) -> None:
+        """One verified cycle of ``key``: ``accepted`` of its ``drafted`` drafts."""
+        old_accepted, old_trials = self.totals.get(key, (0, 0))
+        self.totals[key] = (old_accepted + accepted, old_trials + acceptance_trials(accepted, drafted))
+
+    def rate(self, key: int) -> float:
+        accepted, trials = self.totals.get(key, (0, 0))
+        return accepted / trials if trials else RECENT_PRIOR
+
+    def forget(self, key: int) -> None:
+        """``key`` starts over (its slot took a new request)."""
+        self.totals.pop(key, None)
+
+    def clear(self) -> None:
+        self.totals.clear()
 
 
 @dataclass(frozen=True)
@@ -98,6 +137,10 @@ class DraftLengthPolicy(ABC):
     name: str = "policy"
     signals: frozenset[str] = frozenset()  # names from DRAFT_SIGNALS that continue_drafting reads
 
+    def before_cycle(self, rows: list[int], request_ids: list[int]) -> None:
+        """The cycle about to start: its busy slots and the request each serves (called before
+        :meth:`begin_cycle`; optional). A policy with per-slot state learns here which slots took a new request."""
+
     @abstractmethod
     def begin_cycle(self, batch_size: int) -> int:
         """γ ceiling for this cycle (≥ 1); 0 would mean no drafting (the autoregressive baseline)."""
@@ -134,15 +177,56 @@ class DraftLengthPolicy(ABC):
         return {"name": self.name}
 
 
+class Drafter(Protocol):
+    """What :func:`draft_cycle` drives: the open cycle of a live session, or a recorded cycle replayed."""
+
+    def draft(self, signals: frozenset[str]) -> DraftStep:
+        """One draft step for every row still drafting (computing ``signals``); the step the policy is shown."""
+
+    def stop(self, keep: torch.Tensor) -> bool:
+        """Rows where ``keep`` is False draft no further; whether any row still drafts."""
+
+    def cut(self, kept: list[int]) -> None:
+        """Verify only the first ``kept[slot]`` drafts of each row (clamped to the row's drafts)."""
+
+
+def draft_cycle(policy: DraftLengthPolicy, gamma: int, drafter: Drafter,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """The drafting loop, one definition for the engine and the replay: up to ``gamma`` draft steps; after every
+    step but the last the policy may stop rows (:meth:`~DraftLengthPolicy.continue_drafting`); a policy that
+    reads the last step is shown it and may cut each row's chain (:meth:`~DraftLengthPolicy.end_drafting`).
+    Signals are computed only for what the policy reads (the last step's only for those that read it). Returns
+    the seconds spent in the policy's calls."""
+    wanted = frozenset(policy.signals)
+    final = policy.reads_last_step
+    inside = 0.0
+    state = None
+    for step in range(gamma):
+        last = step == gamma - 1
+        state = drafter.draft(wanted if final or not last else frozenset())
+        if last:  # no continue/stop decision after the last draft
+            break
+        start = clock()
+        keep = policy.continue_drafting(state)
+        inside += clock() - start
+        if keep is not None and not drafter.stop(keep):  # a host sync, paid by policies that stop rows
+            break
+    if final and state is not None:
+        start = clock()
+        kept = policy.end_drafting(state)
+        if kept is not None:
+            drafter.cut(kept)
+        inside += clock() - start
+    return inside
+
+
 class FixedGamma(DraftLengthPolicy):
     """Draft exactly γ tokens every cycle: the grid-search baseline everything is compared to."""
 
     name = "fixed"
 
     def __init__(self, gamma: int) -> None:
-        if not (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1):
-            raise SpectuneError(f"gamma={gamma!r} is invalid: must be an integer >= 1")
-        self.gamma = gamma
+        self.gamma = check_gamma(gamma)
 
     def begin_cycle(self, batch_size: int) -> int:
         return self.gamma

@@ -25,20 +25,37 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-from harness.engine.clock import MemoryTracker
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
+from harness.engine.clock import DeviceClock, MemoryTracker
+from harness.engine.kv import SlotKV
+from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from harness.engine.proposer import DraftProposer, Proposal
 from harness.engine.randomness import KeyedUniforms
 from harness.engine.records import CycleRecord, Request, RequestRecord
 from harness.engine.scorer import TargetScorer
-from harness.sampling import draw
+from harness.sampling import SamplingParams, draw
+from harness.sampling.rejection import RejectionSampler
 
-if TYPE_CHECKING:
-    from harness.engine.engine import Engine
+
+class EngineParts(Protocol):
+    """What a session runs on: the models, sampling, sampler, device and clock, and the cache factory
+    (:class:`~harness.engine.engine.Engine` is one; the session never needs the engine's loop)."""
+
+    target: torch.nn.Module
+    draft: torch.nn.Module | None
+    sampling: SamplingParams
+    sampler: RejectionSampler
+    device: torch.device
+    clock: DeviceClock
+    eos: set[int]
+    seed: int
+    compact_waste: float
+    vocab_size: int | None
+
+    def cache(self, model: torch.nn.Module, batch: int) -> SlotKV: ...
 
 
 @dataclass
@@ -71,6 +88,16 @@ class CycleOutcome:
         return self.draft_s + self.verify_s + self.rest_s
 
 
+@dataclass(frozen=True)
+class CycleView:
+    """The open cycle as a driver sees it (the live environments): which slots are busy, each busy slot's context
+    length before the cycle, and the request each busy slot serves."""
+
+    rows: list[int]
+    context_length: torch.Tensor  # [B] tokens in each slot's sequence before the cycle (0: idle slot)
+    request_ids: dict[int, int]  # busy slot -> request id
+
+
 @dataclass
 class RunRecords:
     requests: list[RequestRecord]
@@ -93,15 +120,15 @@ class Session:
     """
 
     @torch.inference_mode()
-    def __init__(self, engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
+    def __init__(self, engine: EngineParts, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
                  on_finish: Callable[[RequestRecord], None] | None = None, keep_laws: bool = False) -> None:
         self.engine, self.policy, self.batch = engine, policy, concurrency
         self.speculative = engine.draft is not None
         self.on_finish, self.keep_laws = on_finish, keep_laws
         self.clock, self.device, self.sampling = engine.clock, engine.device, engine.sampling
-        self.scorer = TargetScorer(engine.target, engine._kv(engine.target, concurrency), engine.sampling,
+        self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size)
-        self.proposer = (DraftProposer(engine.draft, engine._kv(engine.draft, concurrency), engine.sampling,
+        self.proposer = (DraftProposer(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
                                        engine.vocab_size) if self.speculative else None)
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
         if policy is not None:
@@ -205,6 +232,13 @@ class Session:
         return True
 
     @property
+    def cycle(self) -> CycleView | None:
+        """The open cycle (between :meth:`begin_cycle` and :meth:`verify`), or None when none is open."""
+        if not self._open:
+            return None
+        return CycleView(list(self._rows), self._context, {row: self.slots[row].request_id for row in self._rows})
+
+    @property
     def depth(self) -> int:
         """Draft steps taken in the open cycle."""
         return self.proposer.depth if self._started else 0
@@ -306,13 +340,6 @@ class Session:
         self.cycle_index += 1
         return outcome
 
-    def _end_drafting(self, policy: DraftLengthPolicy, state: DraftStep) -> None:
-        """Show the policy the last draft step; apply the cut it returns (clamped to each row's drafts)."""
-        kept = policy.end_drafting(state)
-        if kept is not None:
-            drafted = self.proposer.num_drafts.tolist()
-            self.cut([min(int(k), d) for k, d in zip(kept, drafted, strict=True)])
-
     # -- one cycle with the session's policy ------------------------------------------------------------
     def step(self) -> CycleOutcome | None:
         """One cycle driven by the session's policy (None: nothing was in flight). The policy's host time is
@@ -324,28 +351,10 @@ class Session:
             return self.verify(0)
         clock = time.perf_counter
         start = clock()
+        policy.before_cycle(list(self._rows), [self.slots[row].request_id for row in self._rows])
         gamma = policy.begin_cycle(len(self._rows))
         outside = clock() - start
-        inside = 0.0
-        wanted = frozenset(policy.signals)
-        final = policy.reads_last_step
-        state = None
-        for step in range(gamma):
-            last_step = step == gamma - 1
-            signals = self.draft_step(wanted if final or not last_step else frozenset())
-            if last_step:
-                state = self.draft_state(signals) if final else None
-                break
-            state = self.draft_state(signals)
-            start = clock()
-            keep = policy.continue_drafting(state)
-            inside += clock() - start
-            if keep is not None and not bool(self.stop_rows(keep).any()):  # host sync, paid by early stoppers
-                break
-        if final and state is not None:
-            start = clock()
-            self._end_drafting(policy, state)
-            inside += clock() - start
+        inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)
         first = len(self.cycles)
         outcome = self.verify(gamma)
         rows = outcome.rows
@@ -357,3 +366,20 @@ class Session:
         for record in self.cycles[first:]:
             record.policy_s, record.policy_outside_s = inside + outside, outside
         return outcome
+
+
+class _LiveCycle:
+    """The session's open cycle as :func:`~harness.engine.policy.draft_cycle` drives it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def draft(self, signals: frozenset[str]) -> DraftStep:
+        return self.session.draft_state(self.session.draft_step(signals))
+
+    def stop(self, keep: torch.Tensor) -> bool:
+        return bool(self.session.stop_rows(keep).any())
+
+    def cut(self, kept: list[int]) -> None:
+        drafted = self.session.proposer.num_drafts.tolist()
+        self.session.cut([min(int(k), d) for k, d in zip(kept, drafted, strict=True)])

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, acceptance_trials
+from harness.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
 from harness.engine.records import Request
 from harness.engine.session import CycleOutcome, Session
 
@@ -29,7 +29,6 @@ TRACE_COLUMNS: dict[str, str] = {
     "accept_prob": "float", "accepted": "bool", "recent_acceptance": "float",
     "draft_s": "float", "verify_s": "float", "max_depth": "int",
 }
-RECENT_PRIOR = 0.5  # recent_acceptance before a row's first cycle
 
 
 def realised_accepted(accepted: np.ndarray, k: int | np.ndarray) -> np.ndarray:
@@ -44,7 +43,7 @@ def expected_accepted(accept_prob: np.ndarray, k: int) -> np.ndarray:
 
 
 def cycle_rows(outcome: CycleOutcome, signals: dict[str, torch.Tensor], requests: dict[int, Request],
-               recent: dict[int, float], max_depth: int) -> dict[str, np.ndarray]:
+               recent: AcceptanceHistory, max_depth: int) -> dict[str, np.ndarray]:
     """The trace rows of one recorded cycle (columnar), from its outcome and the per-step signals [B, D]."""
     rows = np.asarray(outcome.rows)
     depth = outcome.proposal.tokens.shape[1]
@@ -74,7 +73,7 @@ def cycle_rows(outcome: CycleOutcome, signals: dict[str, torch.Tensor], requests
     for name in DRAFT_SIGNALS:
         out[name] = grid(signals[name])
     out.update(accept_prob=grid(accept_prob), accepted=grid(accepted),
-               recent_acceptance=np.repeat([recent.get(i, RECENT_PRIOR) for i in ids], depth),
+               recent_acceptance=np.repeat([recent.rate(i) for i in ids], depth),
                draft_s=np.tile(np.asarray(outcome.draft_step_s, dtype=float), len(rows)),
                verify_s=np.full(n, outcome.verify_s), max_depth=np.full(n, max_depth))
     return out
@@ -84,8 +83,7 @@ def record(session: Session, requests: list[Request], max_depth: int) -> pd.Data
     """Run ``session`` (opened with ``keep_laws=True``) to the end, drafting ``max_depth`` every cycle."""
     assert session.keep_laws and session.speculative
     by_id = {r.request_id: r for r in requests}
-    recent: dict[int, float] = {}
-    drafted: dict[int, list[int]] = {}
+    recent = AcceptanceHistory()  # per request
     chunks: list[dict[str, np.ndarray]] = []
     wanted = frozenset(DRAFT_SIGNALS)
     while not session.done:
@@ -95,12 +93,8 @@ def record(session: Session, requests: list[Request], max_depth: int) -> pd.Data
         outcome = session.verify()
         signals = {name: torch.stack([s[name] for s in steps], 1) for name in DRAFT_SIGNALS}
         chunks.append(cycle_rows(outcome, signals, by_id, recent, max_depth))
-        for row in outcome.rows:  # recent acceptance: accepted / acceptance trials over the request's previous cycles
-            rid = outcome.request_ids[row]
-            total = drafted.setdefault(rid, [0, 0])
-            total[0] += outcome.accepted[row]
-            total[1] += acceptance_trials(outcome.accepted[row], outcome.num_drafts[row])
-            recent[rid] = total[0] / total[1]
+        for row in outcome.rows:
+            recent.add(outcome.request_ids[row], outcome.accepted[row], outcome.num_drafts[row])
     if not chunks:
         return pd.DataFrame({name: pd.Series(dtype=kind if kind != "str" else object)
                              for name, kind in TRACE_COLUMNS.items()})

@@ -53,7 +53,7 @@ def resolve(name_or_path: str) -> tuple[str, bool]:
     return str(name_or_path), False
 
 
-def _hub_unreachable() -> str | None:
+def hub_unreachable() -> str | None:
     """Why the hub cannot be reached (None if it can): offline mode, or a failed 3 s TCP probe."""
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         return "HF_HUB_OFFLINE is set"
@@ -77,7 +77,7 @@ def _from_pretrained(loader: Any, name: str, local: bool, revision: str | None, 
         return loader.from_pretrained(name, revision=revision, local_files_only=True, **kwargs)
     except OSError:
         pass  # not (fully) in the cache: go to the hub if it answers
-    reason = _hub_unreachable()
+    reason = hub_unreachable()
     if reason is not None:
         raise SpectuneError(f"cannot load model {name!r}: not in the local cache and the hub is "
                             f"unreachable ({reason})")

@@ -18,22 +18,30 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from tqdm import tqdm
 
 from analysis.bench_table import bench_table, format_ranking, format_table
-from analysis.goodput import parse_slo
-from analysis.stats import AA_LABEL
 from harness import hardware as hw
 from harness import resume
-from harness.engine import Engine, Request
-from harness.engine.records import cycles_frame, requests_frame, summarise
+from harness.engine.policy import check_gamma
+from harness.engine.records import Request
 from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
+from harness.measure import (
+    Frames,
+    Grid,
+    aggregate,
+    load_models,
+    measure_point,
+    open_engine,
+    pooled,
+    repeats_option,
+    run_points,
+    schedule,
+)
 from harness.metadata import base_metadata
-from harness.sampling.rejection import get_sampler
-from harness.tasks._repeats import Grid, aggregate, pooled, repeats_option, run_points, schedule
+from harness.stats.compare import AA_LABEL
+from harness.stats.goodput import parse_slo
 from policies import make_policy
 
 log = logging.getLogger(__name__)
@@ -58,9 +66,7 @@ class BenchSettings:
         raw = cfg.gamma
         gammas = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
         for g in gammas:
-            if not (isinstance(g, int) and not isinstance(g, bool) and g >= 1):
-                raise SpectuneError(f"gamma={g!r} is invalid: each γ must be an integer >= 1 "
-                                    "(the AR baseline is task.baseline=true)")
+            check_gamma(g, "each γ of the grid (the AR baseline is task.baseline=true)")
         if len(set(gammas)) != len(gammas):
             raise SpectuneError(f"gamma={list(gammas)} is invalid: each γ may appear once")
         baseline = cfg.task.baseline
@@ -132,35 +138,6 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
     return requests
 
 
-def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> None:
-    """A cycle at γ writes γ+1 positions past the sequence (the draft's first step 2): all must fit."""
-    if max_context is None or not requests:
-        return
-    need = max(len(r.input_ids) + r.max_new_tokens for r in requests) + gamma + 2
-    if need > max_context:
-        raise RuntimeError(f"γ={gamma} needs {need} positions per slot (longest prompt + max_new_tokens + γ+2) "
-                           f"but the context is {max_context}")
-
-
-def _run_point(engine: Engine, requests: list[Request], settings: BenchSettings, label: str, gamma: int,
-               max_context: int | None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    check_fits(requests, gamma, max_context)
-    policy = make_policy(settings.policy, gamma) if gamma else None
-    if settings.warmup:
-        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
-                for i, r in enumerate(requests[: settings.warmup])]
-        engine.run(warm, policy, settings.concurrency)  # same batch shape as the timed run (compiled graphs)
-    with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
-        result = engine.run(requests, policy, settings.concurrency, on_finish=lambda _: bar.update())
-    req, cyc = requests_frame(result.requests), cycles_frame(result.cycles)
-    summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
-               "policy": policy.describe() if policy else None}
-    req.insert(0, "method", label)
-    req.insert(1, "gamma", gamma)
-    cyc.insert(0, "method", label)  # cycles carry their own per-cycle `gamma` (the policy's choice)
-    return req, cyc, summary
-
-
 def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
@@ -177,24 +154,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         log.info(f"results: {run_dir}")
         return _exit_code(methods)
 
-    from harness.models.loading import load_pair  # heavy imports only once the config is valid
-    from workloads.loader import load_workload
+    from workloads.loader import load_workload  # heavy imports only once the config is valid
 
-    device = hw.setup(cfg.hardware)
-    pair = load_pair(cfg.models, cfg.hardware)
-    workload = load_workload(cfg.workload, pair.tokenizer)
-    max_context = getattr(pair.target.config, "max_position_embeddings", None)
-    path = hw.execution_path(cfg.hardware)
-    if path.static:  # a static cache holds prompt + output + one block per slot
-        max_context = min(max_context or path.max_cache_len, path.max_cache_len)
+    models = load_models(cfg.models, cfg.hardware)
+    workload = load_workload(cfg.workload, models.tokenizer)
+    max_context = models.max_context
     requests = build_requests(workload, settings, max_context)
-    eos = pair.tokenizer.eos_token_id
-    engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler(cfg.sampler),
-                    device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed),
-                    path=path, vocab_size=pair.vocab_size)
+    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
 
-    metadata = {**base_metadata(), "task": "bench", "models": pair.metadata,
-                "hardware": hw.describe(cfg.hardware, device), "workload": workload.describe(),
+    metadata = {**base_metadata(), "task": "bench", "models": models.pair.metadata,
+                "hardware": hw.describe(cfg.hardware, models.device), "workload": workload.describe(),
                 "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "settings": vars(settings), "load": "closed loop" if settings.request_rate is None else "open loop",
                 "config": OmegaConf.to_container(cfg, resolve=True), "job": resume.job_identity(),
@@ -212,8 +181,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             write_json(run_dir / "summary.json", {"workload": workload.name, "repeats": settings.repeats, **body,
                                                   "points": grid.points})
 
-    grid = run_points(points, lambda label, gamma: _run_point(engine, requests, settings, label, gamma, max_context),
-                      done=done, on_point=write)
+    def point(label: str, gamma: int) -> Frames:
+        policy = make_policy(settings.policy, gamma) if gamma else None
+        return measure_point(engine, requests, policy, label, gamma, concurrency=settings.concurrency,
+                             warmup=settings.warmup, max_context=max_context)
+
+    grid = run_points(points, point, done=done, on_point=write)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
     tp = ranking.get("output_throughput", {})
     write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),

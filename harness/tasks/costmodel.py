@@ -26,7 +26,7 @@ from analysis.costmodel import (
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_figure, write_json
 from harness.metadata import base_metadata
-from harness.tasks._options import as_list, flag, required
+from harness.options import as_list, flag, required
 
 log = logging.getLogger(__name__)
 

@@ -23,15 +23,26 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table
-from analysis.goodput import parse_slo
 from harness import hardware as hw
 from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
+from harness.measure import (
+    Frames,
+    Grid,
+    aggregate,
+    load_models,
+    measure_point,
+    open_engine,
+    pooled,
+    repeats_option,
+    run_points,
+    schedule,
+)
 from harness.metadata import base_metadata
-from harness.sampling.rejection import get_sampler
-from harness.tasks._options import as_list, integer
-from harness.tasks._repeats import Grid, aggregate, pooled, repeats_option, run_points, schedule
-from harness.tasks.bench import BenchSettings, _run_point, build_requests
+from harness.options import as_list, integer
+from harness.stats.goodput import parse_slo
+from harness.tasks.bench import BenchSettings, build_requests
+from policies import make_policy
 
 log = logging.getLogger(__name__)
 
@@ -138,24 +149,15 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = TuneSettings.from_cfg(cfg)
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
-    from harness.models.loading import load_pair  # heavy imports only once the config is valid
-    from workloads.loader import load_workload
+    from workloads.loader import load_workload  # heavy imports only once the config is valid
 
-    device = hw.setup(cfg.hardware)
-    pair = load_pair(cfg.models, cfg.hardware)
+    models = load_models(cfg.models, cfg.hardware)
+    pair = models.pair
     workloads = [load_workload(w, pair.tokenizer) for w in _workload_cfgs(cfg, settings.languages)]
-    max_context = getattr(pair.target.config, "max_position_embeddings", None)
-    path = hw.execution_path(cfg.hardware)
-    if path.static:
-        max_context = min(max_context or path.max_cache_len, path.max_cache_len)
-    from harness.engine import Engine
-
-    eos = pair.tokenizer.eos_token_id
-    engine = Engine(pair.target, pair.draft, sampling=workloads[0].sampling, sampler=get_sampler(cfg.sampler),
-                    device=device, eos_token_ids=[eos] if eos is not None else [], seed=int(cfg.seed),
-                    path=path, vocab_size=pair.vocab_size)
+    max_context = models.max_context
+    engine = open_engine(models, workloads[0].sampling, cfg.sampler, int(cfg.seed))
     metadata = {**base_metadata(), "task": "tune", "models": pair.metadata,
-                "hardware": hw.describe(cfg.hardware, device), "workloads": [w.describe() for w in workloads],
+                "hardware": hw.describe(cfg.hardware, models.device), "workloads": [w.describe() for w in workloads],
                 "sampling": vars(workloads[0].sampling), "sampler": cfg.sampler, "settings": vars(settings),
                 "config": OmegaConf.to_container(cfg, resolve=True)}
     write_json(run_dir / "metadata.json", metadata)
@@ -174,10 +176,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             def write(grid: Grid, tag: dict[str, Any] = tag) -> None:
                 _write(run_dir, frames, grid, tag, cells)
 
-            grid = run_points(schedule(bench.methods(), settings.repeats),
-                              lambda label, gamma, b=bench, r=requests: _run_point(engine, r, b, label, gamma,
-                                                                                   max_context),
-                              on_point=write)
+            def point(label: str, gamma: int, b: BenchSettings = bench, r: list = requests) -> Frames:
+                return measure_point(engine, r, make_policy(b.policy, gamma) if gamma else None, label, gamma,
+                                     concurrency=b.concurrency, warmup=b.warmup, max_context=max_context)
+
+            grid = run_points(schedule(bench.methods(), settings.repeats), point, on_point=write)
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
             cells.append({**tag, "methods": methods, "points": grid.points, "ranking": ranking})
             frames.append(_tagged(grid, tag))

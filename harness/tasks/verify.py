@@ -27,7 +27,7 @@ from harness.audit.laws import PositionLaws, total_variation, validate_pair
 from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.metadata import base_metadata
-from harness.tasks._options import as_list, flag, integer, number, required
+from harness.options import as_list, flag, integer, number, required
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ ENV_IDS: dict[str, str] = {
     "spectune/DraftDepth-v0": "policies.envs.depth:DraftDepthEnv",
     "spectune/VerifySize-v0": "policies.envs.verify_size:VerifySizeEnv",
 }
-BACKENDS = ("replay", "live")
 
 
 def register_envs() -> None:
@@ -42,9 +41,3 @@ def make_env(env_id: str, **kwargs: Any):
         raise SpectuneError(f"env={env_id!r} is unknown: choose one of {', '.join(ENV_IDS)}")
     register_envs()
     return gymnasium.make(env_id, **kwargs)
-
-
-def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise SpectuneError(f"backend={backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
-    return backend

@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.engine.policy import DRAFT_SIGNALS
 from harness.errors import SpectuneError
-from harness.profile import Profile, check_profile, load_profile
+from harness.profile import CycleCosts, Profile, check_profile, load_profile
 
 
 class TraceSet:
@@ -99,24 +99,33 @@ class ProfileSet:
         if jitter > 0 and self.synthetic is None:
             self.synthetic = "synthetic: profiles scaled around the measured ones (profile_jitter)"
 
-        self._cache: dict[tuple[int, int], tuple[float, np.ndarray, float]] = {}
+        self._cache: dict[tuple[int, int], CycleCosts] = {}
 
-    def costs(self, index: int, batch: int) -> tuple[float, np.ndarray, float]:
-        """(t_draft, t_verify for n = 1..max_positions, overhead) of profile ``index`` at ``batch`` (cached)."""
+    def costs(self, index: int, batch: int) -> CycleCosts:
+        """The costs of profile ``index`` at ``batch`` rows (cached)."""
         key = (index, batch)
         if key not in self._cache:
-            p = self.profiles[index]
-            self._cache[key] = (p.t_draft(batch), p._at(p.t_verify_s, batch), p.overhead(batch))
+            self._cache[key] = self.profiles[index].costs(batch)
         return self._cache[key]
 
-    def sample(self, rng: np.random.Generator, batch: int) -> tuple[int, float, np.ndarray, float]:
-        """An episode's (profile index, t_draft, t_verify [n = 1..], overhead) at ``batch`` rows."""
+    def sample(self, rng: np.random.Generator, batch: int) -> tuple[int, CycleCosts]:
+        """An episode's profile index and costs at ``batch`` rows (scaled at random when ``jitter`` > 0)."""
         index = int(rng.integers(len(self.profiles))) if len(self.profiles) > 1 else 0
-        draft, verify, overhead = self.costs(index, batch)
+        costs = self.costs(index, batch)
         if self.jitter == 0:
-            return index, draft, verify, overhead
+            return index, costs
         d, s = np.exp(rng.uniform(-self.jitter, self.jitter, size=2))
-        return index, draft * d, verify[0] + s * (verify - verify[0]), overhead
+        verify = costs.t_verify
+        return index, CycleCosts(costs.t_draft * d, verify[0] + s * (verify - verify[0]), costs.overhead)
+
+
+BACKENDS = ("replay", "live")
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise SpectuneError(f"backend={backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
+    return backend
 
 
 LIVE_DEPTH_LIMIT = 12  # the depth ceiling of a live environment (no traces bound it)

@@ -31,11 +31,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, acceptance_trials
+from harness.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
 from harness.errors import SpectuneError
-from policies.envs import check_backend
-from policies.envs.data import attach_source
-from policies.envs.observation import OBS_FIELDS, OBS_HIGH, SCALE
+from policies.envs.data import attach_source, check_backend
+from policies.envs.observation import FIELD, OBS_FIELDS, OBS_HIGH, scale_depth
 from policies.envs.rate import RunningRate
 
 REWARDS = ("throughput", "ratio")
@@ -81,28 +80,34 @@ class DraftDepthEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32)
         self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
+        self._raw = np.zeros(len(OBS_FIELDS), dtype=np.float64)  # unscaled, in OBS_FIELDS order
         self._rate = RunningRate()
 
     # -- shared ------------------------------------------------------------------------------------------
     def _start(self, batch: int, context: float, recent: float) -> None:
-        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, batch)
+        """A new episode: the row's raw observation before any draft (the signals' step-0 values: 0, cum_prob 1)."""
+        self._index, self._costs = self.profiles.sample(self.np_random, batch)
         self._batch, self._depth = batch, 0
-        obs = self._obs
-        obs[:] = 0.0
-        obs[3] = 1.0  # cum_prob before any draft
-        obs[5], obs[6], obs[7] = context / SCALE["context_length"], batch / SCALE["batch_size"], recent
-        obs[8] = self._t_draft / self._t_verify[0]
-        obs[9] = self._t_verify[1] / self._t_verify[0]
+        raw = self._raw
+        raw[:] = 0.0
+        raw[FIELD["cum_prob"]] = 1.0
+        raw[FIELD["context_length"]], raw[FIELD["batch_size"]] = context, batch
+        raw[FIELD["recent_acceptance"]] = recent
+        raw[FIELD["c"]] = self._costs.c
+        raw[FIELD["g"]] = self._costs.g(1)
+        scale_depth(raw, out=self._obs)
 
     def _signals(self, values) -> None:
-        obs = self._obs
-        obs[0], obs[1], obs[2], obs[3] = values[0], values[1] / SCALE["entropy"], values[2], values[3]
-        obs[4] = self._depth / SCALE["position"]
-        obs[9] = self._t_verify[min(self._depth + 1, len(self._t_verify) - 1)] / self._t_verify[0]
+        """After draft step ``self._depth``: that step's signals (DRAFT_SIGNALS order), the position, g of one more."""
+        raw = self._raw
+        raw[: len(DRAFT_SIGNALS)] = values
+        raw[FIELD["position"]] = self._depth
+        raw[FIELD["g"]] = self._costs.g(min(self._depth + 1, len(self._costs.t_verify) - 1))
+        scale_depth(raw, out=self._obs)
 
     def _reward(self, tokens: float, time_s: float) -> float:
         key = (self._index, self._batch)
-        share_ar = (self._t_verify[0] + self._overhead) / self._batch
+        share_ar = self._costs.ar_s / self._batch
         reward = self._rate.charge(key, 1.0, share_ar, tokens, time_s)  # prior: one AR step at the profile's rate
         if self.reward_kind == "ratio":
             return tokens * share_ar / time_s
@@ -135,11 +140,11 @@ class DraftDepthEnv(gym.Env):
         if self.backend == "replay":
             depth = self._depth
             tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
-            time_s = (depth * self._t_draft + self._t_verify[depth] + self._overhead) / self._batch
+            time_s = self._costs.cycle_s(depth) / self._batch
             info = {}
         else:
             tokens, measured_s = self._live_verify()
-            modelled_s = (self._depth * self._t_draft + self._t_verify[self._depth] + self._overhead) / self._batch
+            modelled_s = self._costs.cycle_s(self._depth) / self._batch
             time_s = measured_s if self.live_time == "measured" else modelled_s
             info = {"measured_s": measured_s} if self.live_time == "measured" else {}  # profile: deterministic info
         reward = self._reward(tokens, time_s)
@@ -148,22 +153,20 @@ class DraftDepthEnv(gym.Env):
 
     # -- live backend ------------------------------------------------------------------------------------
     def _live_reset(self, restart: bool) -> None:
-        if self._session is not None and self._session._open:
+        if self._session is not None and self._session.cycle is not None:
             self._session.verify()  # an abandoned episode: finish its cycle
         if restart or self._session is None:
             self._session = self.engine.session(self.requests, None, self.concurrency)
-            self._recent: dict[int, list[int]] = {}
+            self._recent = AcceptanceHistory()  # per request
         while True:
             if self._session.done:
                 self._session = self.engine.session(self.requests, None, self.concurrency)
             if self._session.begin_cycle():
                 break
-        session = self._session
-        self._row = session._rows[0]
-        rid = session.slots[self._row].request_id
-        done = self._recent.get(rid, [0, 0])
-        self._start(len(session._rows), float(session._context[self._row]),
-                    done[0] / done[1] if done[1] else 0.5)
+        cycle = self._session.cycle
+        self._row = cycle.rows[0]
+        self._start(len(cycle.rows), float(cycle.context_length[self._row]),
+                    self._recent.rate(cycle.request_ids[self._row]))
 
     def _live_draft(self) -> None:
         step = self._session.draft_step(frozenset(DRAFT_SIGNALS))
@@ -172,11 +175,9 @@ class DraftDepthEnv(gym.Env):
     @torch.inference_mode()
     def _live_verify(self) -> tuple[float, float]:
         session, row = self._session, self._row
-        rid = session.slots[row].request_id
+        rid = session.cycle.request_ids[row]
         outcome = session.verify(self._depth)
         for r in outcome.rows:
-            done = self._recent.setdefault(outcome.request_ids[r], [0, 0])
-            done[0] += outcome.accepted[r]
-            done[1] += acceptance_trials(outcome.accepted[r], outcome.num_drafts[r])
+            self._recent.add(outcome.request_ids[r], outcome.accepted[r], outcome.num_drafts[r])
         self._rid = rid
         return float(outcome.emitted[row]), outcome.cycle_s / len(outcome.rows)

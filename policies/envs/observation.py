@@ -1,7 +1,9 @@
-"""The observation vector of the draft-depth environment — its one definition.
+"""The observations of the environments and of the PPO policies inside the engine — their one definition.
 
-The depth environments (replay and live) and any policy that acts inside the engine (e.g. a PPO policy
-trained on them) build the same vector with :func:`depth_observation`, in this order:
+**Depth** (``spectune/DraftDepth-v0``, :class:`policies.ppo.PPODepth`): the raw values of :data:`OBS_FIELDS`
+(any subset, in a policy file's order) become the vector with :func:`scale_depth` — divided by :data:`SCALE` in
+float64, then float32 — whether they come from a recorded cycle, the live session or a :class:`DraftStep` inside
+the engine. :func:`depth_observation` is the same by name. The fields, in order:
 
 ====  =====================  ==========================================================================
 idx   name                   value (scaling)
@@ -34,10 +36,57 @@ OBS_HIGH = 1e4  # every field is >= 0; a finite bound keeps gymnasium's checker 
 assert OBS_FIELDS[:4] == tuple(DRAFT_SIGNALS)
 
 
+FIELD = {name: i for i, name in enumerate(OBS_FIELDS)}  # name -> index in the default vector
+
+
+def scales(fields: tuple[str, ...] = OBS_FIELDS) -> np.ndarray:
+    """The divisor of each field (1 for those used as they are), float64."""
+    return np.array([SCALE.get(name, 1.0) for name in fields], dtype=np.float64)
+
+
+def scale_depth(raw: np.ndarray, fields: tuple[str, ...] = OBS_FIELDS, out: np.ndarray | None = None) -> np.ndarray:
+    """The observation from raw values [..., F] of ``fields``: divided by their scales in float64, then float32
+    (into ``out`` when given)."""
+    scaled = np.asarray(raw, dtype=np.float64) / scales(fields)
+    if out is None:
+        return scaled.astype(np.float32)
+    out[...] = scaled
+    return out
+
+
 def depth_observation(token_prob, entropy, margin, cum_prob, position, context_length, batch_size,
                       recent_acceptance, c, g) -> np.ndarray:
-    """The vector for one row (scalars → [10]) or many rows (arrays [B] → [B, 10]), float32."""
-    values = (token_prob, np.asarray(entropy) / SCALE["entropy"], margin, cum_prob,
-              np.asarray(position) / SCALE["position"], np.asarray(context_length) / SCALE["context_length"],
-              np.asarray(batch_size) / SCALE["batch_size"], recent_acceptance, c, g)
-    return np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float32) for v in values]), axis=-1)
+    """:func:`scale_depth` by name, for one row (scalars → [10]) or many rows (arrays [B] → [B, 10])."""
+    values = (token_prob, entropy, margin, cum_prob, position, context_length, batch_size, recent_acceptance, c, g)
+    return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in values]), axis=-1))
+
+
+# -- the size observation and cut ---------------------------------------------------------------------------
+def size_observation(cum: np.ndarray, depths: np.ndarray, batch: int, c: float, g: float,
+                     obs_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The size policy's observation (``spectune/VerifySize-v0``, :class:`policies.ppo.PPOSize`) and the drafted
+    tokens' order (flat indices into ``cum`` [B, D]): the cumulative draft probabilities of the drafted tokens in
+    decreasing order (``obs_tokens``, zero padded), then batch size / 32, c(B), g(D, B).
+
+    Only drafted positions (j < depths[b]) count; ties go to earlier rows, then earlier positions (a stable
+    sort), so since cumulative probabilities never grow along a chain each row's kept tokens are a prefix."""
+    width = cum.shape[1] if cum.ndim == 2 else 0
+    drafted = (np.arange(width)[None, :] < np.asarray(depths)[:, None]).ravel()
+    flat = np.asarray(cum, dtype=np.float64).reshape(-1)
+    candidates = np.flatnonzero(drafted)
+    order = candidates[np.argsort(-flat[candidates], kind="stable")]
+    obs = np.zeros(obs_tokens + 3, dtype=np.float32)
+    top = flat[order][:obs_tokens]
+    obs[: len(top)] = top
+    obs[-3:] = (batch / SCALE["batch_size"], c, g)
+    return obs, order
+
+
+def size_cut(order: np.ndarray, action: int, levels: int, depths: np.ndarray, width: int) -> np.ndarray:
+    """Per-row kept lengths for budget level ``action``: the first round(a / (levels−1) · Σ depths) of ``order``
+    (flat indices into a [B, width] grid)."""
+    depths = np.asarray(depths, dtype=int)
+    budget = round(int(action) / (levels - 1) * int(depths.sum()))
+    keep = np.zeros(len(depths) * width, dtype=int)
+    keep[order[:budget]] = 1
+    return keep.reshape(len(depths), width).sum(1)

@@ -25,9 +25,8 @@ import numpy as np
 import torch
 
 from harness.errors import SpectuneError
-from policies.envs import check_backend
-from policies.envs.data import attach_source
-from policies.envs.observation import OBS_HIGH, SCALE
+from policies.envs.data import attach_source, check_backend
+from policies.envs.observation import OBS_HIGH, size_cut, size_observation
 from policies.envs.rate import RunningRate
 
 
@@ -73,26 +72,19 @@ class VerifySizeEnv(gym.Env):
         else:
             cum = self._live_draft(seed is not None)
         self._batch = cum.shape[0]
-        self._index, self._t_draft, self._t_verify, self._overhead = self.profiles.sample(self.np_random, self._batch)
-        self._order = np.argsort(-cum.ravel(), kind="stable")  # ties: earlier rows, earlier positions first
-        obs = np.zeros(self.obs_tokens + 3, dtype=np.float32)
-        top = cum.ravel()[self._order][: self.obs_tokens]
-        obs[: len(top)] = top
-        obs[-3:] = (self._batch / SCALE["batch_size"], self._t_draft / self._t_verify[0],
-                    self._t_verify[self.depth] / self._t_verify[0])
-        self._obs = obs
-        return obs.copy(), {}
+        self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
+        self._depths = np.full(self._batch, self.depth)
+        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._costs.c,
+                                                  self._costs.g(self.depth), self.obs_tokens)
+        return self._obs.copy(), {}
 
     def cut(self, action: int) -> np.ndarray:
         """Per-row kept prefix lengths for ``action``."""
-        budget = round(int(action) / (self.levels - 1) * self._batch * self.depth)
-        keep = np.zeros(self._batch * self.depth, dtype=bool)
-        keep[self._order[:budget]] = True
-        return keep.reshape(self._batch, self.depth).sum(1)
+        return size_cut(self._order, action, self.levels, self._depths, self.depth)
 
     def step(self, action):
         kept = self.cut(action)
-        time_s = self.depth * self._t_draft + self._t_verify[int(kept.max())] + self._overhead
+        time_s = self._costs.cycle_s(self.depth, int(kept.max()))
         info = {}
         if self.backend == "replay":
             leading = self.traces.leading[self._slice]
@@ -108,13 +100,13 @@ class VerifySizeEnv(gym.Env):
                 time_s = outcome.cycle_s
                 info = {"measured_s": outcome.cycle_s}
         key = (self._index, self._batch)
-        reward = self._rate.charge(key, self._batch, self._t_verify[0] + self._overhead, tokens, time_s)  # prior: AR
+        reward = self._rate.charge(key, self._batch, self._costs.ar_s, tokens, time_s)  # prior: AR
         return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
                                                               "time_s": time_s, "synthetic": self.synthetic, **info}
 
     def _live_draft(self, restart: bool) -> np.ndarray:
         """Open the next cycle of the live session and draft ``depth`` tokens on every row; [B, D] cum_prob."""
-        if self._session is not None and self._session._open:
+        if self._session is not None and self._session.cycle is not None:
             self._session.verify()  # an abandoned episode: finish its cycle
         if restart or self._session is None:
             self._session = self.engine.session(self.requests, None, self.concurrency)
@@ -123,6 +115,6 @@ class VerifySizeEnv(gym.Env):
                 self._session = self.engine.session(self.requests, None, self.concurrency)
             if self._session.begin_cycle():
                 break
-        self._rows = self._session._rows
+        self._rows = self._session.cycle.rows
         steps = [self._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(self.depth)]
         return torch.stack(steps, 1)[self._rows].double().numpy()

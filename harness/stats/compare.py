@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import (
+from harness.stats.intervals import (
     CI_METHOD,
     CONFIDENCE,
     N_RESAMPLES,

@@ -1,0 +1,136 @@
+"""One definition each, checked where the copies used to drift: what the depth environment observes on a
+recorded cycle is, bit for bit, what ``policy=ppo`` builds inside the engine on the same cycle; and the replay
+driver shows a policy the same draft steps, and takes the same decisions, as the live session.
+
+Tiny random pair (tests/tiny_models.py), T = 1 with keyed streams, seed 5, concurrency 2, 3 requests × 14 tokens,
+depth 4: every recorded cycle is replayed; exact equality, no tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import PPO
+
+from harness.engine import Engine
+from harness.engine.policy import DRAFT_SIGNALS, FixedGamma
+from harness.engine.traces import record
+from harness.profile import load_profile
+from harness.sampling import SamplingParams
+from harness.sampling.rejection import get_sampler
+from policies.envs.data import TraceSet
+from policies.envs.depth import DRAFT, DraftDepthEnv
+from policies.envs.observation import OBS_FIELDS
+from policies.ppo import PPODepth
+from policies.replay import replay_depths
+from policies.sb3_files import annotate_policy_file
+from tests.tiny_models import random_requests
+
+DEPTH, SLOTS = 4, 2
+PROFILE = "tiny-cpu-2core-vm"
+
+
+@pytest.fixture(scope="module")
+def recorded(pair):
+    """The engine, its requests, and traces of them drafted to DEPTH every cycle."""
+    target, draft = pair
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
+                    device="cpu", seed=5)
+    requests = random_requests(3, max_new=14, seed=4)
+    session = engine.session(requests, None, SLOTS, keep_laws=True)
+    frame = record(session, requests, DEPTH)
+    outputs = {r.request_id: r.output_ids for r in session.result().requests}
+    return engine, requests, TraceSet(frame, {"concurrency": SLOTS}, "memory"), outputs
+
+
+def _always_continue(path, traces: TraceSet) -> str:
+    """A real SB3 depth policy file whose actor says "continue" whatever it sees (its last layer: bias only), so
+    that in the engine it drafts to the ceiling every cycle: the recorded cycles, step for step."""
+    env = DraftDepthEnv("replay", traces, PROFILE, DEPTH, allow_profile_mismatch=True)
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [8]})
+    with torch.no_grad():
+        model.policy.action_net.weight.zero_()
+        model.policy.action_net.bias.copy_(torch.tensor([-5.0, 5.0]))
+    model.save(path)
+    annotate_policy_file(path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
+                                "profile": load_profile(PROFILE).to_json(), "max_depth": DEPTH})
+    return str(path)
+
+
+class Watched(PPODepth):
+    """PPODepth that keeps every observation it builds: (cycle, draft step, [slots, F] float32)."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.cycle, self.seen = -1, []
+
+    def begin_cycle(self, batch_size: int) -> int:
+        self.cycle += 1
+        return super().begin_cycle(batch_size)
+
+    def observation(self, step):
+        obs = super().observation(step)
+        self.seen.append((self.cycle, step.step, obs.copy()))
+        return obs
+
+
+def test_the_environment_observes_what_policy_ppo_builds_in_the_engine_bit_for_bit(recorded, tmp_path):
+    engine, requests, traces, outputs = recorded
+    path = _always_continue(tmp_path / "depth.zip", traces)
+    policy = Watched(DEPTH, path, False, None, False, True, 0)
+    live = engine.run(requests, policy, SLOTS)
+    assert {c.num_drafts for c in live.cycles} == {DEPTH}  # drafted to the ceiling, as the recording
+    assert {r.request_id: r.output_ids for r in live.requests} == outputs  # the same cycles, the same tokens
+    env = DraftDepthEnv("replay", traces, PROFILE, DEPTH, allow_profile_mismatch=True)
+    entry = {(int(c), int(r)): i for i, (c, r) in enumerate(zip(traces.cycle, traces.row, strict=True))}
+    compared = steps = 0
+    for cycle, step, obs in policy.seen:
+        for row in range(obs.shape[0]):
+            if (cycle, row) not in entry or not obs[row].any():  # an idle slot
+                continue
+            env_obs, _ = env.reset(options={"entry": entry[(cycle, row)]})
+            for _ in range(step + 1):  # step -1 is begin_cycle's (nothing drafted yet)
+                env_obs, *_ = env.step(DRAFT)
+            assert env_obs.dtype == obs.dtype == np.float32
+            assert env_obs.tobytes() == obs[row].tobytes(), (cycle, step, row, env_obs, obs[row])
+            compared += 1
+            steps |= 1 << (step + 1)
+    # every recorded (cycle, row) at steps 0..DEPTH-2 (no decision after the last draft), and begin_cycle's
+    assert compared >= traces.count * (DEPTH - 1) and steps == sum(1 << s for s in range(DEPTH))
+
+
+class ShownSteps(FixedGamma):
+    """A fixed depth that reads every signal and keeps what it is shown after each draft step, on the busy slots
+    (an idle slot's values are undefined live and 0 in the replay; no policy reads them)."""
+
+    signals = frozenset(DRAFT_SIGNALS)
+
+    def reset(self) -> None:
+        self.shown = []
+
+    def continue_drafting(self, step):
+        busy = step.context_length > 0
+        self.shown.append((step.step, busy.tolist(), step.active[busy].tolist(), step.context_length[busy].tolist(),
+                           [getattr(step, name)[busy].double().tolist() for name in DRAFT_SIGNALS]))
+        return None
+
+
+@pytest.mark.parametrize("depth", [2, 3, DEPTH])
+def test_a_fixed_depth_replayed_sees_and_decides_what_the_live_session_did(recorded, depth):
+    """Live at depth k against the replay of the depth-DEPTH recording: the same draft steps shown (step, rows
+    drafting, context lengths, signals) and the same drafts per cycle and row. At k = DEPTH the live run is the
+    recording, cycle for cycle; below it the live session goes on from other contexts after its first cycle, so
+    only that one is compared."""
+    engine, requests, traces, _ = recorded
+    live_policy, replayed_policy = ShownSteps(depth), ShownSteps(depth)
+    live = engine.run(requests, live_policy, SLOTS)
+    replayed = replay_depths(replayed_policy, traces, DEPTH, load_profile(PROFILE))
+    assert (replayed == depth).all() and {c.num_drafts for c in live.cycles} == {depth}
+    assert len(replayed_policy.shown) == len(traces.cycle_slices) * (depth - 1)
+    if depth == DEPTH:
+        assert [c.num_drafts for c in live.cycles] == replayed.tolist()
+        assert live_policy.shown == replayed_policy.shown
+    else:
+        assert live_policy.shown[: depth - 1] == replayed_policy.shown[: depth - 1]

@@ -1,0 +1,78 @@
+"""Behaviour pinned through refactors: the same seed gives the same results as the golden file records.
+
+``tests/pinning.py`` computes, on the embedded tiny pair (``+workload=en``, 4 prompts, 12 new tokens, seed of
+conf/), and ``tests/data/pinning/golden.json`` holds what the code gave when it was recorded:
+
+- engine: the output token ids of every request and (request, γ, drafts, accepted, emitted) of every cycle,
+  for AR, fixed γ, confidence, hf-heuristic, svip and the trained PPO depth policy, at concurrency 1 and/or 2;
+- traces: ``task=trace``'s recording at depth 4, concurrency 2 — a sha256 of every column but the timing ones
+  (``draft_s``, ``verify_s``), with its row count and accepted total;
+- replay: the replay table, per-entry depths and scores of every policy (bandit and AdaEDL included: in replay
+  their feedback costs come from a profile) against fixed depths and the oracle, with the shipped profile
+  ``tiny-cpu-2core-vm``;
+- train: ``policies.train`` in process (traces of the split, that profile, depth PPO, two depth/size rounds at
+  concurrency 2, live fine-tuning with ``train.live_time=profile``): sha256 of every tensor of ``depth.zip`` and
+  ``size.zip``, the replay curves and the final validation scores.
+
+Equality is exact (bit for bit). The values depend on the CPU's floating-point path (torch version, thread
+count); after an intended change of behaviour rerecord with ``python -m tests.pinning --record``.
+
+Not pinnable: what reads the clock. The grid's best γ and every tokens/s of a bench or of ``policies.evaluate``,
+the profile measured by ``task=profile``, the bandit's rewards live (its feedback is the measured cycle time) and
+the live depth environment under ``live_time="measured"``. Those are covered by their own tests, which assert
+properties rather than values: tests/test_tune.py and tests/test_evaluate.py (the grid and its ranking, on
+measured points), tests/test_stats.py (the intervals and the best/indistinguishable set), tests/test_profile.py
+(the profile's schema and lookups), tests/test_policies.py (the bandit's choices on given rewards) and
+tests/test_envs.py (the live environment under the checker with profile time).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests import pinning
+
+GOLDEN = json.loads(pinning.GOLDEN.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def computed(tmp_path_factory) -> dict[str, Any]:
+    """Every pinned value of today's code, computed once for this module (about a minute on 2 loaded cores)."""
+    return pinning.jsonable(pinning.compute(tmp_path_factory.mktemp("pinning")))
+
+
+def _differences(got: Any, want: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ (first few paths), for a readable failure."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = [f"{path}/{k}: missing" for k in want if k not in got] + [f"{path}/{k}: extra" for k in got
+                                                                         if k not in want]
+        for key in want:
+            if key in got:
+                out += _differences(got[key], want[key], f"{path}/{key}")
+        return out
+    if got != want and not (got != got and want != want):  # NaN == NaN here
+        if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+            return [d for g, w, i in zip(got, want, range(len(want)), strict=True)
+                    for d in _differences(g, w, f"{path}[{i}]")]
+        return [f"{path}: {str(got)[:120]} != recorded {str(want)[:120]}"]
+    return []
+
+
+@pytest.mark.parametrize("part", ["engine", "traces", "replay", "train"])
+def test_results_equal_the_recorded_ones_bit_for_bit(computed, part):
+    differences = _differences(computed[part], GOLDEN[part])
+    assert not differences, differences[:10]
+
+
+def test_the_golden_file_pins_every_part():
+    """The recorded file is complete: every policy and batch of the engine runs, every tensor of both files."""
+    assert set(GOLDEN["engine"]) == {f"{label}/c{c}" for label, _, _, batches in
+                                     (*pinning.ENGINE_POLICIES, ("ppo", None, 0, (1, 2))) for c in batches}
+    assert all(run["cycles"] and all(run["tokens"].values()) for run in GOLDEN["engine"].values())
+    assert GOLDEN["traces"]["rows"] > 0 and len(GOLDEN["traces"]["frame_sha256"]) == 64
+    for name in ("depth_weights_sha256", "size_weights_sha256"):
+        assert {"all"} < set(GOLDEN["train"][name])
+    assert "live" in map(str, GOLDEN["train"]["curves"]["round"])

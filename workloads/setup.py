@@ -1,0 +1,52 @@
+"""A workload served by an engine on the configured models and hardware: what every application that measures
+opens first (the harness tasks, ``policies.train``, ``policies.evaluate``).
+
+The models come from :func:`harness.measure.load_models` (loaded once per process), the prompts from
+:func:`workloads.loader.load_workload` with the target's tokenizer, the engine from
+:func:`harness.measure.open_engine` with the workload's sampling settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import SpectuneError
+from harness.measure import Models, load_models, open_engine
+from harness.metadata import base_metadata
+from workloads.loader import Workload, load_workload
+
+
+@dataclass
+class Setup:
+    """What a task that drives the engine on the configured models and workload needs."""
+
+    models: Models
+    workload: Workload
+    engine: Any
+    metadata: dict[str, Any]  # what every result of the task carries
+
+    @property
+    def max_context(self) -> int | None:
+        return self.models.max_context
+
+    @property
+    def device(self) -> Any:
+        return self.models.device
+
+
+def open_setup(cfg: Any, task: str) -> Setup:
+    """Load (or reuse) the models, load the workload, build the engine, and the metadata of ``task``'s results.
+
+    ``cfg`` holds ``models``, ``hardware``, ``workload``, ``sampler`` and ``seed`` (a Hydra config)."""
+    from omegaconf import OmegaConf
+
+    if not cfg.get("workload"):
+        raise SpectuneError(f"task={task} needs a workload: add +workload=it|en|zh|es|mix")
+    models = load_models(cfg.models, cfg.hardware)
+    workload = load_workload(cfg.workload, models.tokenizer)
+    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
+    metadata = {**base_metadata(), "task": task, "models": models.pair.metadata, "hardware": models.hardware,
+                "workload": workload.describe(), "sampling": vars(workload.sampling), "sampler": cfg.sampler,
+                "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)}
+    return Setup(models, workload, engine, metadata)
