@@ -19,13 +19,19 @@ import math
 import numpy as np
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, acceptance_trials
+from harness.engine.policy import (
+    RECENT_PRIOR,
+    CycleFeedback,
+    DraftLengthPolicy,
+    DraftStep,
+    acceptance_trials,
+    check_gamma,
+)
 from harness.errors import SpectuneError
 from policies.rows import RowTracker
 
-# The acceptance rate assumed at position 1 before any cycle was observed; a position not yet observed
-# assumes the pooled rate of the position before it (acceptance is roughly flat along a chain).
-ACCEPTANCE_PRIOR = 0.5
+# Position 1 starts from the protocol's prior (RECENT_PRIOR) before any cycle was observed; a position not yet
+# observed assumes the pooled rate of the position before it (acceptance is roughly flat along a chain).
 
 
 def expected_tokens(rates: np.ndarray) -> np.ndarray:
@@ -99,8 +105,8 @@ class ModelBased(DraftLengthPolicy):
 
     def __init__(self, gamma: int, min_gamma: int, prior_strength: float, cost_halflife: float,
                  verify_slope: float) -> None:
-        if not (isinstance(gamma, int) and isinstance(min_gamma, int) and not isinstance(min_gamma, bool)
-                and 0 <= min_gamma <= gamma and gamma >= 1):
+        check_gamma(gamma, "the model-based ceiling")
+        if not (isinstance(min_gamma, int) and not isinstance(min_gamma, bool) and 0 <= min_gamma <= gamma):
             raise SpectuneError(f"model-based gamma={gamma!r}, policy.min_gamma={min_gamma!r} are invalid: "
                                 "need integers with 0 <= min_gamma <= gamma and gamma >= 1")
         for key, value, low in (("prior_strength", prior_strength, 0.0), ("cost_halflife", cost_halflife, 1.0),
@@ -126,7 +132,7 @@ class ModelBased(DraftLengthPolicy):
 
     # -- estimates ----------------------------------------------------------------------------------------
     def pooled_rates(self) -> np.ndarray:
-        rates, prior = np.empty(self.ceiling), ACCEPTANCE_PRIOR
+        rates, prior = np.empty(self.ceiling), RECENT_PRIOR
         for k in range(1, self.ceiling + 1):
             accepted, trials = self.pooled[:, k]
             rates[k - 1] = prior = (accepted + self.prior_strength * prior) / (trials + self.prior_strength) \
