@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import SMALL_BENCH as SMALL
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a real bench run through the CLI")
 def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     run_dir = tmp_path / "run"
     proc = cli(*SMALL, "gamma=[1,3]", "concurrency=2", "task.repeats=2", "task.noise_floor=true",
@@ -61,7 +61,7 @@ def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     assert meta["workload"]["language"] == "en"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a real open-loop bench run through the CLI")
 def test_open_loop_poisson_arrivals(cli, tmp_path):
     proc = cli(*SMALL, "gamma=2", "request_rate=50", "concurrency=2", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -71,7 +71,7 @@ def test_open_loop_poisson_arrivals(cli, tmp_path):
     assert (requests["admitted_s"] >= requests["arrival_s"]).all()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole sweep through the CLI (basic and submitit launchers)")
 @pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
 def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     # In a sweep the workload group is chosen per job, so its fields take `++` (add or override).
@@ -114,7 +114,7 @@ def test_missing_workload_and_long_prompt_errors(cli, tmp_path):
     assert proc.returncode == 2 and "context" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a real bench run through the CLI")
 def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
     """A static cache sized for short blocks: γ = 1 fits, γ = 40 cannot — that point fails, the rest run."""
     proc = cli(*SMALL, "gamma=[1,40]", "hardware=cpu-static", "hardware.max_cache_len=72",
@@ -127,7 +127,7 @@ def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
     assert "grid point fixed:gamma=40 failed" in proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole sweep through the CLI")
 def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(cli, tmp_path):
     proc = cli("-m", "+workload=en", "gamma=0,1", "++workload.num_prompts=2", "++workload.max_new_tokens=4",
                    "task.warmup=0", "task.baseline=false", "task.repeats=1", f"hydra.sweep.dir={tmp_path}")

@@ -63,7 +63,7 @@ def test_tune_bad_input_is_one_line_exit_2_on_the_command_line(cli, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="task=tune runs a grid per concurrency through the CLI")
 def test_tune_end_to_end_tiny_writes_a_recommendation_per_concurrency(cli, tmp_path):
     proc = cli("task=tune", "+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=6", "task.warmup=0",
                "task.concurrency=[1,2]", "gamma=[1,2]", "task.repeats=2", "slo.e2el_ms=100000", "slo.ttft_ms=60000",

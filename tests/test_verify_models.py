@@ -62,7 +62,7 @@ def real() -> tuple:
     return pair, load_workload(cfg.workload, pair.tokenizer)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a Monte Carlo of thousands of trials per prompt on the model pair")
 def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
     """Among the first 3 en prompts, the next position with the largest TV(naive, p) (analytic, float64).
 
@@ -91,7 +91,7 @@ def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
     assert not naive.passed
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="python -m harness task=verify task.source=models in a subprocess")
 def test_models_mode_end_to_end(tmp_path: Path) -> None:
     """The user command with small counts: 1 prompt × 2000 trials, 64 engine requests per sampler."""
     cmd = [sys.executable, "-m", "harness", "task=verify", "task.source=models", "+workload=en",
