@@ -21,17 +21,18 @@ import pandas as pd
 from analysis.cli import ArgumentParser, plain_logging
 from analysis.load import Paths, _load_table
 from analysis.report import markdown_table
+from harness import rundir
 from harness.errors import SpectuneError
 
 log = logging.getLogger(__name__)
 
-COMPARISON = "comparison.parquet"
+COMPARISON = rundir.COMPARISON.name
 FLOAT = "{:.2f}"
 
 
 def load_comparisons(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, concurrency, policy) from every ``comparison.parquet`` at or below ``paths``."""
-    return _load_table(paths, COMPARISON, allow_mixed, marker=COMPARISON)
+    return _load_table(paths, rundir.COMPARISON, allow_mixed, marker=rundir.COMPARISON.name)
 
 
 def policy_summary(frame: pd.DataFrame, goal_pct: float = 10.0, floor_pct: float = -2.0) -> pd.DataFrame:

@@ -13,8 +13,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from harness import rundir
 from harness.errors import SpectuneError
-from harness.io import write_json
 from harness.logs import capture_warnings
 from harness.resume import Interrupted, install_handlers, stop_on_signals, under_submitit
 from harness.tasks import run_task
@@ -95,7 +95,7 @@ def main(cfg: DictConfig) -> int:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     where = f"hydra.sweep.dir={hydra_cfg.sweep.dir}" if multirun else f"hydra.run.dir={run_dir}"
     if multirun:  # a rerun into the same sweep directory (resume=true): this attempt decides, not the last one
-        (run_dir / "error.json").unlink(missing_ok=True)
+        rundir.ERROR.path(run_dir).unlink(missing_ok=True)
     try:
         # Outside submitit a SIGTERM / SIGINT drops the grid point in flight (never a half-written set of
         # files); under submitit the signals stay submitit's (checkpoint + requeue; the rerun resumes).
@@ -104,7 +104,7 @@ def main(cfg: DictConfig) -> int:
     except SpectuneError as err:
         log.error(f"error: {err}")
         if multirun:  # the sweep goes on; harness.sweeps exits 2 at its end
-            write_json(run_dir / "error.json", {"error": str(err), "overrides": list(hydra_cfg.overrides.task)})
+            rundir.ERROR.write(run_dir, {"error": str(err), "overrides": list(hydra_cfg.overrides.task)})
             return 2
         sys.exit(2)
     except OmegaConfBaseException as err:  # e.g. an override whose ${interpolation} does not resolve
@@ -112,7 +112,7 @@ def main(cfg: DictConfig) -> int:
         first = str(err).strip().splitlines()[0]
         log.error(f"error: {key + ': ' if key else ''}{first}")
         if multirun:
-            write_json(run_dir / "error.json", {"error": first, "overrides": list(hydra_cfg.overrides.task)})
+            rundir.ERROR.write(run_dir, {"error": first, "overrides": list(hydra_cfg.overrides.task)})
             return 2
         sys.exit(2)
     except Interrupted as stop:

@@ -9,13 +9,13 @@ workload) is copied into the model file's metadata, so a model fitted for one pa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from harness import rundir
 from harness.errors import SpectuneError
 from policies.classifier import fit_classifier, save_classifier
 
@@ -32,8 +32,7 @@ def fit_file(traces: str | Path, out: str | Path, hidden: list[int], target: str
         frame = pd.read_parquet(traces)
     except (OSError, ValueError) as err:
         raise SpectuneError(f"traces={str(traces)!r} is invalid: not a readable parquet file ({err})") from None
-    sidecar = traces.with_name("traces.metadata.json")
-    recorded = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    recorded = rundir.TRACES_METADATA.read_if_present(traces.parent, {})
     model = fit_classifier(frame, hidden, target, epochs, seed)
     return save_classifier(model, out, {"traces": str(traces.resolve()), "rows": len(frame), "target": target,
                                         "hidden": hidden, "epochs": epochs, "seed": seed, "traces_metadata": recorded})

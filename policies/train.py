@@ -42,8 +42,9 @@ import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness import rundir
 from harness.errors import SpectuneError
-from harness.io import write_csv, write_figure, write_json
+from harness.io import write_figure
 from harness.metadata import base_metadata
 from harness.profile import Profile, load_profile
 from harness.tasks._options import integer
@@ -208,10 +209,8 @@ def _traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> tuple[pd
     frame = record(session, train, settings.max_depth)
     metadata = {**setup.metadata, "max_depth": settings.max_depth, "concurrency": settings.concurrency,
                 "split": {"train": [r.prompt_id for r in train], "heldout": [r.prompt_id for r in heldout]}}
-    from harness.io import write_parquet
-
-    write_parquet(run_dir / "traces.parquet", frame)
-    write_json(run_dir / "traces.metadata.json", metadata)
+    rundir.TRACES.write(run_dir, frame)
+    rundir.TRACES_METADATA.write(run_dir, metadata)
     return frame, metadata
 
 
@@ -227,7 +226,7 @@ def _profile(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> Profile
         profile_cfg.task = task
     log.info("measuring the cost profile of this setup (train.profile unset)")
     profile_task.run(profile_cfg, run_dir)
-    return load_profile(run_dir / "profile.json")
+    return load_profile(rundir.PROFILE.path(run_dir))
 
 
 def _split_validation(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -279,7 +278,7 @@ def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, setting
         raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is invalid: it needs rows with columns "
                             f"gamma and tok_s at concurrency {settings.concurrency}")
     calibrated, _ = calibrate_profile(profile, TraceSet(frame, trace_meta, "training traces"), grid)
-    write_json(run_dir / "profile.calibrated.json", calibrated.to_json())
+    rundir.PROFILE_CALIBRATED.write(run_dir, calibrated.to_json())
     return calibrated
 
 
@@ -338,20 +337,21 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         live_finetune(model, cfg, settings, profile)
         final = evaluate(model.num_timesteps)
     synthetic = train_env.synthetic
-    path = run_dir / "depth.zip"
+    path = rundir.DEPTH_POLICY.path(run_dir)
     _save(model, settings, path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
                                   "profile": profile.to_json(), "max_depth": settings.max_depth,
                                   "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
                                   "validation": final})
     curve_frame = pd.DataFrame(curves)
-    write_csv(run_dir / "curves.csv", curve_frame)
-    _plot(curve_frame[curve_frame["policy"] == "depth"], run_dir / "curves.png")
-    write_json(run_dir / "train.json", {"settings": asdict(settings), "final_validation": final,
-                                        "size_validation": size_final, "synthetic": synthetic,
-                                        "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
-                                            **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
+    rundir.CURVES_CSV.write(run_dir, curve_frame)
+    _plot(curve_frame[curve_frame["policy"] == "depth"], rundir.CURVES_PNG.path(run_dir))
+    rundir.TRAIN.write(run_dir, {"settings": asdict(settings), "final_validation": final,
+                                 "size_validation": size_final, "synthetic": synthetic,
+                                 "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
+                                     **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
     log.info("wrote %s (policy=ppo policy.depth_path=%s%s)%s", path, path,
-             f" policy.size_path={run_dir / 'size.zip'}" if size_final else "", f"  [{synthetic}]" if synthetic else "")
+             f" policy.size_path={rundir.SIZE_POLICY.path(run_dir)}" if size_final else "",
+             f"  [{synthetic}]" if synthetic else "")
     return 0
 
 

@@ -26,11 +26,10 @@ from analysis.bench_table import bench_table, format_ranking, format_table
 from analysis.goodput import parse_slo
 from analysis.stats import AA_LABEL
 from harness import hardware as hw
-from harness import resume
+from harness import resume, rundir
 from harness.engine import Engine, Request
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.errors import SpectuneError
-from harness.io import write_json, write_parquet
 from harness.metadata import base_metadata
 from harness.sampling.rejection import get_sampler
 from harness.tasks._repeats import Grid, aggregate, pooled, repeats_option, run_points, schedule
@@ -200,17 +199,17 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "config": OmegaConf.to_container(cfg, resolve=True), "job": resume.job_identity(),
                 "resumed_points": [label if r == 0 else f"{label} repeat {r}" for label, r in keys
                                    if (label, r) in done]}
-    write_json(run_dir / "metadata.json", metadata)
+    rundir.METADATA.write(run_dir, metadata)
 
     def write(grid: Grid, final: dict[str, Any] | None = None) -> None:
         req, cyc = grid.frames()
         body = final or {"methods": pooled(grid)}
         with resume.deferred_signals():  # a SIGTERM now waits until the three files agree
             if len(req):
-                write_parquet(run_dir / "requests.parquet", req)
-                write_parquet(run_dir / "cycles.parquet", cyc)
-            write_json(run_dir / "summary.json", {"workload": workload.name, "repeats": settings.repeats, **body,
-                                                  "points": grid.points})
+                rundir.REQUESTS.write(run_dir, req)
+                rundir.CYCLES.write(run_dir, cyc)
+            rundir.SUMMARY.write(run_dir, {"workload": workload.name, "repeats": settings.repeats, **body,
+                                           "points": grid.points})
 
     grid = run_points(points, lambda label, gamma: _run_point(engine, requests, settings, label, gamma, max_context),
                       done=done, on_point=write)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness import rundir
 from harness.engine.policy import FixedGamma
 from harness.errors import SpectuneError
-from harness.io import write_json
 from harness.profile import Profile, device_name, fit_linear
 from harness.tasks._options import as_list, integer
 from harness.tasks.trace import build_setup, check_depth, workload_requests
@@ -117,6 +117,6 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                "of n positions + exact sampler + the cycle's host sync; overhead_s: rollback, emission, bookkeeping",
                "not included: prefill and admission (per request, not per cycle)"],
         metadata={**meta, "repeats": repeats, "warmup": warmup})
-    path = write_json(run_dir / "profile.json", profile.to_json())
+    path = rundir.PROFILE.write(run_dir, profile.to_json())
     log.info("wrote %s", path)
     return 0

@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness import hardware as hw
+from harness import rundir
 from harness.errors import SpectuneError
-from harness.io import write_json, write_parquet
 from harness.metadata import base_metadata
 from harness.profile import device_name
 from harness.tasks._options import integer
@@ -117,8 +117,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "randomness": "keyed by (seed, stream, request, position); inverse-CDF draws",
                 "replay_note": "every depth <= max_depth is exact for a recorded cycle; across cycles the context, "
                                "recent acceptance and batch composition come from the recording"}
-    path = write_parquet(run_dir / "traces.parquet", frame)
-    write_json(run_dir / "traces.metadata.json", metadata)
+    path = rundir.TRACES.write(run_dir, frame)
+    rundir.TRACES_METADATA.write(run_dir, metadata)
     if len(frame):
         first = frame.groupby(["cycle", "row"])["accepted"].apply(lambda s: int(s.cumprod().sum()))
         log.info("%d cycles, %d rows; mean accepted at max_depth %.3f; mean accept_prob by position: %s",
