@@ -102,20 +102,21 @@ def compose_config():
     return compose_with
 
 
+TINY_SWEEP = REPO / "tests/data/tiny_sweep"
+
+
 @pytest.fixture(scope="session")
-def tiny_sweep(tmp_path_factory) -> Path:
-    """One real tiny sweep per test session, made by the CLI as a user would (for the analysis tests):
-    two jobs (concurrency 1 and 2), each with the AR baseline and γ = 1, 2 on SMALL_BENCH."""
-    sweep = tmp_path_factory.mktemp("analysis") / "sweep"
-    done = run_cli("-m", *SMALL_BENCH, "gamma=[1,2]", "concurrency=1,2", f"hydra.sweep.dir={sweep}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return sweep
+def tiny_sweep() -> Path:
+    """A small real sweep committed as test data (for the analysis tests; read it, copy it before writing):
+    two jobs (concurrency 1 and 2), each with the AR baseline and γ = 1, 2 on SMALL_BENCH. Made by
+    ``python -m tests.data.make_tiny_sweep``; tests/test_rundir.py checks it still matches what the CLI writes."""
+    return TINY_SWEEP
 
 
 @pytest.fixture(scope="session")
 def tiny_cost_inputs(tmp_path_factory) -> tuple[Path, Path]:
     """A real profile (batch 1 and 2, up to 3 positions) and real traces (depth 2) of the embedded pair, made
-    once per session by the CLI, for the cost-model fit against ``tiny_sweep`` (γ = 1, 2)."""
+    once per session by the CLI, for the cost-model fit against ``tiny_sweep`` (γ = 1, 2; the same prompts)."""
     root = tmp_path_factory.mktemp("cost_inputs")
     profile = run_cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
                       "task.warmup=1", run_dir=root / "profile")
