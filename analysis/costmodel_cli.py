@@ -15,18 +15,17 @@ into RUN_DIR.
 
 from __future__ import annotations
 
+import argparse
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from analysis.cli import ArgumentParser, plain_logging
 from analysis.costmodel import fit, joint_from_traces, mean_profile
 from analysis.load import add_speedups, load_cycles, load_summaries, load_traces
-from harness import rundir
+from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.metadata import base_metadata
 from harness.profile import Profile, load_profile, profile_mismatch
@@ -150,7 +149,7 @@ def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, action="append",
                         help="profile.json written by task=profile, or a shipped name; repeat it to average profiles "
                              "taken before and after the runs (load drift cancels to first order)")
@@ -159,14 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--joint", choices=("expected", "realised"), default="expected",
                         help="joint acceptance from Π a_j (expected, default) or realised acceptances")
     parser.add_argument("--allow-mixed", action="store_true", help="allow different models or hardware")
-    args = parser.parse_args(argv)
-    plain_logging()
-    try:
-        run(args.profile, args.traces, args.run_dir, args.allow_mixed, args.joint)
-    except SpectuneError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run_command(parser, _fit, argv)
+
+
+def _fit(args: argparse.Namespace) -> None:
+    run(args.profile, args.traces, args.run_dir, args.allow_mixed, args.joint)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ A section whose data is absent says so and why, instead of failing.
 
 from __future__ import annotations
 
+import argparse
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,8 @@ import pandas as pd
 
 from analysis import plots
 from analysis.bench_table import bench_table
-from analysis.cli import ArgumentParser, plain_logging
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
-from harness import rundir
+from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_figure
 from harness.metadata import base_metadata
@@ -177,17 +176,14 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="a run directory or a multirun (sweep) directory")
     parser.add_argument("--allow-mixed", action="store_true", help="allow runs of different models or hardware")
-    args = parser.parse_args(argv)
-    plain_logging()
-    try:
-        build(args.directory, args.allow_mixed)
-    except SpectuneError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run_command(parser, _build, argv)
+
+
+def _build(args: argparse.Namespace) -> None:
+    build(args.directory, args.allow_mixed)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from harness import rundir
+from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_parquet
 from harness.metadata import base_metadata
@@ -299,10 +299,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    from policies.train import run_job
-
-    return run_job(run, cfg, log)
+    return cli.run_job(run, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    cli.hydra_entry(main, "evaluate")

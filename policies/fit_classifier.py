@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from harness import rundir
+from harness import cli, rundir
 from harness.errors import SpectuneError
 from policies.classifier import fit_classifier, save_classifier
 
@@ -39,22 +38,18 @@ def fit_file(traces: str | Path, out: str | Path, hidden: list[int], target: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(prog="python -m policies.fit_classifier", description=__doc__.splitlines()[0])
     parser.add_argument("traces")
     parser.add_argument("out")
     parser.add_argument("--hidden", type=int, nargs="*", default=[])
     parser.add_argument("--target", default="accept_prob", choices=["accept_prob", "accepted"])
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        out = fit_file(args.traces, args.out, args.hidden, args.target, args.epochs, args.seed)
-    except SpectuneError as err:
-        sys.stderr.write(f"error: {err}\n")
-        return 2
-    log.info("wrote %s", out)
-    return 0
+    return cli.run_command(parser, _fit, argv)
+
+
+def _fit(args: argparse.Namespace) -> None:
+    log.info("wrote %s", fit_file(args.traces, args.out, args.hidden, args.target, args.epochs, args.seed))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ Steps, all into the Hydra run directory:
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,10 +38,9 @@ from typing import Any
 import hydra
 import numpy as np
 import pandas as pd
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness import rundir
+from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_figure
 from harness.metadata import base_metadata
@@ -372,16 +370,6 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
-def run_job(job: Callable[[DictConfig, Path], int], cfg: DictConfig, logger: logging.Logger) -> int:
-    """The body of a policies Hydra app (``policies.train``, ``policies.evaluate``): ``job`` in the run directory,
-    bad input as one ``error:`` line and exit code 2."""
-    try:
-        return job(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except SpectuneError as err:
-        logger.error(f"error: {err}")
-        sys.exit(2)
-
-
 def every(steps: int, evaluate: Callable[[int], Any]) -> Any:
     """An SB3 callback calling ``evaluate(num_timesteps)`` every ``steps`` environment steps (replay curves)."""
     from stable_baselines3.common.callbacks import BaseCallback
@@ -397,8 +385,8 @@ def every(steps: int, evaluate: Callable[[int], Any]) -> Any:
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    return run_job(run, cfg, log)
+    return cli.run_job(run, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    cli.hydra_entry(main, "train")
