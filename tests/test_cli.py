@@ -80,3 +80,22 @@ def test_a_multirun_job_with_bad_input_writes_error_json_and_the_sweep_exits_2(c
     assert errors[-1].startswith("error: ") and "job(s) of the sweep failed" in errors[-1]
     if module == "harness":  # the other job ran to the end
         assert not rundir.ERROR.exists(tmp_path / "1") and rundir.COSTMODEL_JSON.exists(tmp_path / "1")
+
+
+def test_the_sweep_callback_lists_failed_jobs_and_exits_2(tmp_path, caplog):
+    """harness.sweeps.FailedJobsExit at a multirun's end, in process: one error line per failed job (from its
+    error.json), a closing line, exit code 2; a sweep without failures ends normally."""
+    from omegaconf import OmegaConf
+
+    from harness.sweeps import FailedJobsExit
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    (tmp_path / "0").mkdir()
+    FailedJobsExit().on_multirun_end(config)  # nothing failed: returns
+    rundir.ERROR.write(tmp_path / "1", {"error": "gamma=0 is invalid: must be >= 1", "overrides": ["gamma=0"]})
+    with pytest.raises(SystemExit) as stop:
+        FailedJobsExit().on_multirun_end(config)
+    assert stop.value.code == 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "harness.sweeps"]
+    assert lines == ["error: job 1 (gamma=0): gamma=0 is invalid: must be >= 1",
+                     f"error: 1 job(s) of the sweep failed; the others' results are in {tmp_path}"]
