@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from harness.errors import SpectuneError
 from tests.conftest import SMALL_BENCH as SMALL
 
 
@@ -86,7 +87,7 @@ def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     assert seen == {(w, f"fixed:gamma={g}") for w in ("en", "zh") for g in (1, 2)}
 
 
-@pytest.mark.parametrize(("override", "names"), [
+BAD_INPUT = [
     ("gamma=0", "gamma=0"),
     ("gamma=[1,-2]", "gamma=-2"),
     ("concurrency=0", "concurrency=0"),
@@ -98,7 +99,32 @@ def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     ("gamma=[]", "gamma=[]"),
     ("slo.ttft_ms=0", "slo.ttft_ms=0"),
     ("slo.e2el_ms=-1", "slo.e2el_ms=-1"),
-])
+]
+
+
+def _bench_in_process(compose_config, run_dir, *overrides: str) -> int:
+    """What ``python -m harness`` does with these overrides, in this process: the front door's command-line checks
+    (harness.cli), Hydra's composition, then the task. The process around it (one line on stderr, exit 2) is the
+    front door's, checked below on a subprocess for each kind of check."""
+    from harness import cli
+    from harness.tasks import run_task
+
+    cli.check_group_choices(list(overrides))
+    cli.check_override_syntax(list(overrides))
+    return run_task(compose_config(*overrides), run_dir)
+
+
+@pytest.mark.parametrize(("override", "names"), BAD_INPUT)
+def test_bad_input_is_one_line_naming_the_value_and_writes_nothing(compose_config, tmp_path, override, names):
+    with pytest.raises(SpectuneError) as err:
+        _bench_in_process(compose_config, tmp_path / "run", *SMALL, override)
+    assert names in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
+
+
+# One of each kind of check, through the real command line: a group option (before Hydra composes), a setting
+# (inside the job, before the models load), the hardware (inside the job).
+@pytest.mark.parametrize(("override", "names"), [BAD_INPUT[0], BAD_INPUT[5], BAD_INPUT[6]])
 def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
     proc = cli(*SMALL, override, f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
@@ -107,11 +133,12 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
     assert "Traceback" not in proc.stderr
 
 
-def test_missing_workload_and_long_prompt_errors(cli, tmp_path):
-    proc = cli(f"hydra.run.dir={tmp_path}")
-    assert proc.returncode == 2 and "+workload=" in proc.stderr
-    proc = cli(*SMALL, "workload.max_new_tokens=100000", f"hydra.run.dir={tmp_path}")
-    assert proc.returncode == 2 and "context" in proc.stderr and "Traceback" not in proc.stderr
+def test_missing_workload_and_long_prompt_errors(compose_config, tmp_path):
+    with pytest.raises(SpectuneError, match=r"\+workload="):
+        _bench_in_process(compose_config, tmp_path)
+    with pytest.raises(SpectuneError, match="context") as err:  # after the models load: their context length
+        _bench_in_process(compose_config, tmp_path, *SMALL, "workload.max_new_tokens=100000")
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow(reason="a real bench run through the CLI")
