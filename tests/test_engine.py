@@ -38,7 +38,8 @@ def test_greedy_speculative_equals_autoregressive(pair):
 
 @pytest.mark.parametrize("path", [
     ExecutionPath(static=True, max_cache_len=48),  # small: forces compaction of holes mid-run
-    ExecutionPath(static=True, max_cache_len=64, compile_mode="default", compile_backend="eager"),
+    pytest.param(ExecutionPath(static=True, max_cache_len=64, compile_mode="default", compile_backend="eager"),
+                 marks=pytest.mark.slow(reason="dynamo traces the models (the compiled path): ~10 s on CPU")),
 ], ids=["static", "static-dynamo"])
 def test_static_cache_path_matches_autoregressive(pair, path):
     """The compiled path's static buffers (and dynamo tracing of the model through them) change nothing."""
