@@ -102,6 +102,23 @@ def compose_config():
     return compose_with
 
 
+@pytest.fixture
+def harness_in_process(compose_config) -> Callable[..., int]:
+    """What ``python -m harness OVERRIDES`` does, in this process: the front door's command-line checks
+    (harness.cli), Hydra's composition, then the task, in ``run_dir``. Bad input raises the SpectuneError that the
+    front door would print as its one line (tests/test_cli.py checks that part on real processes)."""
+
+    def run(run_dir: Path, *overrides: str) -> int:
+        from harness import cli
+        from harness.tasks import run_task
+
+        cli.check_group_choices(list(overrides))
+        cli.check_override_syntax(list(overrides))
+        return run_task(compose_config(*overrides), run_dir)
+
+    return run
+
+
 TINY_SWEEP = REPO / "tests/data/tiny_sweep"
 
 

@@ -102,26 +102,15 @@ BAD_INPUT = [
 ]
 
 
-def _bench_in_process(compose_config, run_dir, *overrides: str) -> int:
-    """What ``python -m harness`` does with these overrides, in this process: the front door's command-line checks
-    (harness.cli), Hydra's composition, then the task. The process around it (one line on stderr, exit 2) is the
-    front door's, checked below on a subprocess for each kind of check."""
-    from harness import cli
-    from harness.tasks import run_task
-
-    cli.check_group_choices(list(overrides))
-    cli.check_override_syntax(list(overrides))
-    return run_task(compose_config(*overrides), run_dir)
-
-
 @pytest.mark.parametrize(("override", "names"), BAD_INPUT)
-def test_bad_input_is_one_line_naming_the_value_and_writes_nothing(compose_config, tmp_path, override, names):
+def test_bad_input_is_one_line_naming_the_value_and_writes_nothing(harness_in_process, tmp_path, override, names):
     with pytest.raises(SpectuneError) as err:
-        _bench_in_process(compose_config, tmp_path / "run", *SMALL, override)
+        harness_in_process(tmp_path / "run", *SMALL, override)
     assert names in str(err.value) and "\n" not in str(err.value), str(err.value)
     assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
 
 
+# In process: the front door's checks, Hydra's composition and the task (conftest.harness_in_process).
 # One of each kind of check, through the real command line: a group option (before Hydra composes), a setting
 # (inside the job, before the models load), the hardware (inside the job).
 @pytest.mark.parametrize(("override", "names"), [BAD_INPUT[0], BAD_INPUT[5], BAD_INPUT[6]])
@@ -133,11 +122,11 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
     assert "Traceback" not in proc.stderr
 
 
-def test_missing_workload_and_long_prompt_errors(compose_config, tmp_path):
+def test_missing_workload_and_long_prompt_errors(harness_in_process, tmp_path):
     with pytest.raises(SpectuneError, match=r"\+workload="):
-        _bench_in_process(compose_config, tmp_path)
+        harness_in_process(tmp_path)
     with pytest.raises(SpectuneError, match="context") as err:  # after the models load: their context length
-        _bench_in_process(compose_config, tmp_path, *SMALL, "workload.max_new_tokens=100000")
+        harness_in_process(tmp_path, *SMALL, "workload.max_new_tokens=100000")
     assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
 
 

@@ -55,8 +55,9 @@ def _cli_paths(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("module", [pytest.param("analysis.report", marks=HEAVY), "analysis.comparison",
-                                    "analysis.costmodel", pytest.param("policies.fit_classifier", marks=HEAVY)])
+@pytest.mark.parametrize("module", [pytest.param("analysis.report", marks=HEAVY),
+                                    pytest.param("analysis.comparison", marks=HEAVY), "analysis.costmodel",
+                                    pytest.param("policies.fit_classifier", marks=HEAVY)])
 def test_argparse_apps_answer_bad_input_in_one_line_with_exit_2(cli, tmp_path, module):
     args, message = _cli_paths(tmp_path)[module]
     done = cli(*args, module=module, timeout=300)
