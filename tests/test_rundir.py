@@ -39,7 +39,7 @@ def test_no_module_spells_a_run_file_name_itself():
     second definition of the contract (docstrings and messages, which mention names inside longer text, pass)."""
     names = {f.name for f in rundir.FILES} - {rundir.GRID_CSV.name}
     found = [f"{path.relative_to(REPO)}:{line} {value!r}"
-             for package in ("harness", "policies", "workloads", "analysis")
+             for package in ("harness", "policies", "workloads", "analysis", "bench")
              for path in sorted((REPO / package).rglob("*.py")) if path.name != "rundir.py"
              for line, value in _literals(path) if value in names]
     assert not found, found
