@@ -12,26 +12,26 @@ the CI lies wholly below ``floor_pct``, the mean decision time and the mean gap 
 
 from __future__ import annotations
 
+import argparse
 import logging
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.cli import ArgumentParser, plain_logging
 from analysis.load import Paths, load_table
 from analysis.report import markdown_table
-from harness.errors import SpectuneError
+from harness import cli, rundir
+from harness.io import write_text
 
 log = logging.getLogger(__name__)
 
-COMPARISON = "comparison.parquet"
+COMPARISON = rundir.COMPARISON.name
 FLOAT = "{:.2f}"
 
 
 def load_comparisons(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, concurrency, policy) from every ``comparison.parquet`` at or below ``paths``."""
-    return load_table(paths, COMPARISON, allow_mixed, marker=COMPARISON)
+    return load_table(paths, rundir.COMPARISON, allow_mixed, marker=rundir.COMPARISON.name)
 
 
 def policy_summary(frame: pd.DataFrame, goal_pct: float = 10.0, floor_pct: float = -2.0) -> pd.DataFrame:
@@ -76,23 +76,18 @@ def report(frame: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m analysis.comparison", description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(prog="python -m analysis.comparison", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="policies.evaluate run or multirun directories")
     parser.add_argument("--out", help="also write the report (Markdown) here")
     parser.add_argument("--allow-mixed", action="store_true", help="pool runs of different models or hardware")
-    args = parser.parse_args(argv)
-    plain_logging()
-    try:
-        text = report(load_comparisons(args.paths, args.allow_mixed))
-    except SpectuneError as err:
-        sys.stderr.write(f"error: {err}\n")
-        return 2
+    return cli.run_command(parser, _print_report, argv)
+
+
+def _print_report(args: argparse.Namespace) -> None:
+    text = report(load_comparisons(args.paths, args.allow_mixed))
     log.info(text)
     if args.out:
-        from harness.io import write_text
-
         write_text(Path(args.out), text)
-    return 0
 
 
 if __name__ == "__main__":

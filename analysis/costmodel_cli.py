@@ -15,26 +15,25 @@ into RUN_DIR.
 
 from __future__ import annotations
 
+import argparse
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from analysis.cli import ArgumentParser, plain_logging
 from analysis.costmodel import fit, joint_from_traces, mean_profile
-from analysis.load import METADATA, add_speedups, load_cycles, load_summaries, load_traces, read_json
+from analysis.load import add_speedups, load_cycles, load_summaries, load_traces
+from harness import cli, rundir
 from harness.errors import SpectuneError
-from harness.io import write_csv, write_json
 from harness.metadata import base_metadata
 from harness.profile import Profile, load_profile, profile_mismatch
 
 log = logging.getLogger(__name__)
 
-FIT_CSV = "costmodel_fit.csv"
-FIT_JSON = "costmodel_fit.json"
+FIT_CSV = rundir.COSTMODEL_FIT_CSV.name
+FIT_JSON = rundir.COSTMODEL_FIT_JSON.name
 COLUMNS = ["gamma", "batch_size", "predicted_speedup", "measured_speedup", "error", "constant_alpha_speedup",
            "constant_alpha_error", "seed_speedup", "E", "E_constant_alpha", "measured_E", "measured_emitted", "draft",
            "measured_draft", "verify", "measured_verify", "overhead", "measured_overhead", "in_sample_speedup",
@@ -79,7 +78,7 @@ def check_same_setup(profile: Profile, traces_meta: dict[str, Any], run: Path, a
     describe the runs, else the fit means nothing. A field the run did not record is not held against it."""
     if allow_mixed:
         return
-    meta = read_json(run / METADATA)
+    meta = rundir.METADATA.read(run)
     for field, (theirs, ours) in profile_mismatch(profile, meta).items():
         if theirs is not None and ours is not None:
             raise SpectuneError(f"the profile {profile.label!r} was measured with {field}={theirs} but {run} ran "
@@ -117,8 +116,7 @@ def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_
     if runs.empty:
         raise SpectuneError(f"{run_dir} has no cycles.parquet for its fixed-γ runs: nothing to compare with")
     first = load_summaries(run_dir, allow_mixed).iloc[0]
-    traces_meta_path = Path(traces["run"].iloc[0]) / "traces.metadata.json"
-    traces_meta = read_json(traces_meta_path) if traces_meta_path.exists() else {}
+    traces_meta = rundir.TRACES_METADATA.read_if_present(traces["run"].iloc[0], {})
     for run in runs["run"].unique():
         check_same_setup(profile, traces_meta, Path(run), allow_mixed)
     table = compare(profile, traces, runs, method)[[*COLUMNS, "measured_ar_overhead"]]
@@ -135,8 +133,8 @@ def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_
     log.info(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     worst = float(table["error"].abs().max())
     log.info(f"largest |error| {worst:.1%} (goal 10%)")
-    write_csv(Path(run_dir) / FIT_CSV, table)
-    write_json(Path(run_dir) / FIT_JSON, {
+    rundir.COSTMODEL_FIT_CSV.write(run_dir, table)
+    rundir.COSTMODEL_FIT_JSON.write(run_dir, {
         **base_metadata(), "task": "costmodel_fit", "profile": [str(p) for p in paths], "traces": str(traces_path),
         "runs": str(run_dir), "joint_method": method, "joint": joint, "alpha": joint[0],
         "profile_label": profile.label, "profile_models": profile.models, "profile_hardware": profile.hardware,
@@ -146,12 +144,12 @@ def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_
         "formula": "S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} P(first i accepted)",
         "measured": "TPOT-based: mean TPOT of AR / mean TPOT of the fixed γ, same run",
         "rows": table.to_dict("records")})
-    log.info(f"wrote {Path(run_dir) / FIT_CSV}")
+    log.info(f"wrote {rundir.COSTMODEL_FIT_CSV.path(run_dir)}")
     return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m analysis.costmodel_cli", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m analysis.costmodel_cli", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, action="append",
                         help="profile.json written by task=profile, or a shipped name; repeat it to average profiles "
                              "taken before and after the runs (load drift cancels to first order)")
@@ -160,14 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--joint", choices=("expected", "realised"), default="expected",
                         help="joint acceptance from Π a_j (expected, default) or realised acceptances")
     parser.add_argument("--allow-mixed", action="store_true", help="allow different models or hardware")
-    args = parser.parse_args(argv)
-    plain_logging()
-    try:
-        run(args.profile, args.traces, args.run_dir, args.allow_mixed, args.joint)
-    except SpectuneError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run_command(parser, _fit, argv)
+
+
+def _fit(args: argparse.Namespace) -> None:
+    run(args.profile, args.traces, args.run_dir, args.allow_mixed, args.joint)
 
 
 if __name__ == "__main__":

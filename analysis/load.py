@@ -14,33 +14,25 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
+from harness import rundir
 from harness.errors import SpectuneError
+from harness.rundir import read_json, read_parquet
+
+__all__ = ["read_json", "read_parquet"]  # the run directory's readers, for the analysis code and notebooks
 
 log = logging.getLogger(__name__)
 
 Paths = Path | str | Sequence[Path | str]
 
-SUMMARY = "summary.json"
-METADATA = "metadata.json"
-TRACES = "traces.parquet"
-TRACES_METADATA = "traces.metadata.json"
-# The columns a file must have to be the table it claims to be (the rest load under their recorded names).
-REQUIRED = {
-    "requests.parquet": ("method", "request_id", "prompt_id", "status", "ttft_ms", "tpot_ms", "output_tokens"),
-    "cycles.parquet": ("method", "cycle", "request_id", "gamma", "num_drafts", "accepted", "emitted"),
-    TRACES: ("cycle", "row", "position", "accept_prob", "accepted"),
-    "comparison.parquet": ("language", "concurrency", "policy", "method", "vs_best_fixed_pct",
-                           "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi"),
-}
+# File names and the columns that define each table: harness.rundir (the rest load under their recorded names).
+SUMMARY = rundir.SUMMARY.name
 # What makes two runs comparable: same models (and weights) and same hardware and execution path.
 MODEL_KEYS = ("target", "target_revision", "target_sha256", "draft", "draft_revision", "draft_sha256", "dtype")
 HARDWARE_KEYS = ("hardware", "device", "device_name", "execution_path", "processor", "cpu_count")
@@ -67,34 +59,6 @@ def _find(paths: Paths, marker: str) -> list[Path]:
 def find_runs(paths: Paths) -> list[Path]:
     """Every bench run (a directory with ``summary.json``) at or below ``paths``."""
     return _find(paths, SUMMARY)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; a half-written or foreign file fails in one line naming it."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise SpectuneError(f"{path} is not valid JSON (half-written or not a spectune file): "
-                            f"{err.msg} at line {err.lineno}") from None
-    except OSError as err:
-        raise SpectuneError(f"{path} cannot be read: {err.strerror}") from None
-    if not isinstance(data, dict):
-        raise SpectuneError(f"{path} is not a spectune result: expected a JSON object, found {type(data).__name__}")
-    return data
-
-
-def read_parquet(path: Path, required: Iterable[str] = ()) -> pd.DataFrame:
-    """A Parquet table through pyarrow; unreadable (half-written, not Parquet) or foreign (missing the columns
-    that define it) fails in one line naming the file."""
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise SpectuneError(f"{path} is not a readable Parquet file (half-written or corrupt): {reason}") from None
-    missing = [c for c in required if c not in table.column_names]
-    if missing:
-        raise SpectuneError(f"{path} is not a spectune {Path(path).stem} table: missing columns {', '.join(missing)}")
-    return table.to_pandas()
 
 
 def _hashable(value: Any) -> Any:
@@ -136,7 +100,7 @@ def _metadata_columns(meta: dict[str, Any]) -> dict[str, Any]:
         "execution_path": hardware.get("execution_path"),
         "processor": host.get("processor"), "cpu_count": host.get("cpu_count"),
         "git_commit": (meta.get("git") or {}).get("commit"), "git_dirty": (meta.get("git") or {}).get("dirty"),
-        "created_utc": meta.get("created_utc"),
+        "created_utc": meta.get("created_utc"), "format_version": meta.get(rundir.VERSION_KEY),
         "workload": workload.get("name"), "language": workload.get("language"),
         "concurrency": settings.get("concurrency"), "request_rate": settings.get("request_rate"),
         "load": meta.get("load"), "sampler": meta.get("sampler"),
@@ -145,11 +109,11 @@ def _metadata_columns(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_context(run: Path, metadata_file: str = METADATA) -> dict[str, Any]:
-    """The columns every row of ``run`` carries: where it is, its job, its config and its key metadata."""
+def run_context(run: Path, metadata_file: rundir.RunFile = rundir.METADATA) -> dict[str, Any]:
+    """The columns every row of ``run`` carries: where it is, its job, its config and its key metadata
+    (``format_version``: the run format its metadata was written in, 1 for runs older than the version)."""
     run = Path(run)
-    meta_path = run / metadata_file
-    meta = read_json(meta_path) if meta_path.exists() else {}
+    meta = metadata_file.read_if_present(run, {})
     sweep = run.parent if (run.parent / "multirun.yaml").exists() else None
     context: dict[str, Any] = {"run": str(run), "sweep": str(sweep) if sweep else None,
                                "job": int(run.name) if sweep is not None and run.name.isdigit() else None}
@@ -180,9 +144,9 @@ def _no_results(paths: Paths, what: str) -> SpectuneError:
 
 
 def _report_failed_jobs(paths: Paths) -> None:
-    for err in _find(paths, "error.json"):
-        if not (err / SUMMARY).exists():
-            log.warning(f"skipped {err}: the job failed ({read_json(err / 'error.json').get('error')})")
+    for err in _find(paths, rundir.ERROR.name):
+        if not rundir.SUMMARY.exists(err):
+            log.warning(f"skipped {err}: the job failed ({rundir.ERROR.read(err).get('error')})")
 
 
 def load_summaries(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
@@ -229,15 +193,16 @@ def load_points(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     return frame
 
 
-def load_table(paths: Paths, name: str, allow_mixed: bool, marker: str = SUMMARY) -> pd.DataFrame:
-    """``name`` of every run at or below ``paths`` (a run: a directory holding ``marker``), with its run context."""
-    runs = [r for r in _find(paths, marker) if (r / name).exists()]
+def load_table(paths: Paths, file: rundir.RunFile, allow_mixed: bool, marker: str = SUMMARY,
+                metadata_file: rundir.RunFile = rundir.METADATA) -> pd.DataFrame:
+    """``file`` of every run at or below ``paths`` (a run: a directory holding ``marker``), with its run context."""
+    runs = [r for r in _find(paths, marker) if file.exists(r)]
     if not runs:
-        raise _no_results(paths, name)
+        raise _no_results(paths, file.name)
     frames = []
     for run in runs:
-        frame = read_parquet(run / name, REQUIRED[name])
-        context = pd.DataFrame([run_context(run)] * len(frame), index=frame.index)
+        frame = file.read(run)
+        context = pd.DataFrame([run_context(run, metadata_file)] * len(frame), index=frame.index)
         frames.append(pd.concat([context.drop(columns=[c for c in context if c in frame]), frame], axis=1))
     out = pd.concat(frames, ignore_index=True)
     check_comparable(out, allow_mixed)
@@ -246,28 +211,19 @@ def load_table(paths: Paths, name: str, allow_mixed: bool, marker: str = SUMMARY
 
 def load_requests(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, method, request) from ``requests.parquet``, with the run context."""
-    return load_table(paths, "requests.parquet", allow_mixed)
+    return load_table(paths, rundir.REQUESTS, allow_mixed)
 
 
 def load_cycles(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, method, cycle, request) from ``cycles.parquet``, with the run context."""
-    return load_table(paths, "cycles.parquet", allow_mixed)
+    return load_table(paths, rundir.CYCLES, allow_mixed)
 
 
 def load_traces(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, cycle, row, draft position) from ``traces.parquet`` (``task=trace``), with the run
     context taken from ``traces.metadata.json``."""
-    dirs = _find(paths, TRACES)
-    if not dirs:
-        raise _no_results(paths, TRACES)
-    frames = []
-    for run in dirs:
-        frame = read_parquet(run / TRACES, REQUIRED[TRACES])
-        context = pd.DataFrame([run_context(run, TRACES_METADATA)] * len(frame), index=frame.index)
-        frames.append(pd.concat([context.drop(columns=[c for c in context if c in frame]), frame], axis=1))
-    out = pd.concat(frames, ignore_index=True)
-    check_comparable(out, allow_mixed)
-    return out
+    return load_table(paths, rundir.TRACES, allow_mixed, marker=rundir.TRACES.name,
+                       metadata_file=rundir.TRACES_METADATA)
 
 
 def add_speedups(summaries: pd.DataFrame) -> pd.DataFrame:

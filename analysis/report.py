@@ -9,8 +9,8 @@ A section whose data is absent says so and why, instead of failing.
 
 from __future__ import annotations
 
+import argparse
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,15 +19,15 @@ import pandas as pd
 
 from analysis import plots
 from analysis.bench_table import bench_table
-from analysis.cli import ArgumentParser, plain_logging
-from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, read_json, swept
+from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
+from harness import cli, rundir
 from harness.errors import SpectuneError
-from harness.io import write_figure, write_text
+from harness.io import write_figure
 from harness.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
-REPORT = "report.md"
+REPORT = rundir.REPORT.name
 METADATA_KEYS = ("models", "target", "draft", "dtype", "hardware", "device", "device_name", "execution_path",
                  "sampler", "temperature", "top_p", "top_k", "git_commit", "created_utc")
 
@@ -57,8 +57,8 @@ def _optional(load: Callable[..., pd.DataFrame], path: Path, allow_mixed: bool) 
 
 
 def _cost_fits(path: Path) -> pd.DataFrame:
-    files = sorted(path.rglob("costmodel_fit.csv"))
-    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True) if files else pd.DataFrame()
+    runs = sorted(f.parent for f in path.rglob(rundir.COSTMODEL_FIT_CSV.name))
+    return pd.concat([rundir.COSTMODEL_FIT_CSV.read(r) for r in runs], ignore_index=True) if runs else pd.DataFrame()
 
 
 class Report:
@@ -86,7 +86,7 @@ class Report:
 
     def write(self) -> Path:
         text = "\n".join(self.lines).strip() + "\n"
-        return write_text(self.directory / REPORT, text)
+        return rundir.REPORT.write(self.directory, text)
 
 
 def build(path: Path | str, allow_mixed: bool = False) -> Path:
@@ -113,7 +113,7 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
     for run, rows in summaries.groupby("run", sort=False):
         context = ", ".join(f"{k.removeprefix('cfg.')}={rows.iloc[0][k]}" for k in varied)
         report.text(f"**{run}** {context}", "", markdown_table(bench_table(rows.to_dict("records"))), "")
-        for metric, rank in (read_json(Path(run) / "summary.json").get("ranking") or {}).items():
+        for metric, rank in (rundir.SUMMARY.read(run).get("ranking") or {}).items():
             if isinstance(rank, dict) and rank.get("best"):
                 report.text(f"Best by {metric}: **{rank['best']}**; indistinguishable from it (paired 95% CI of the "
                             f"difference contains 0): {', '.join(rank.get('indistinguishable') or []) or 'none'}; "
@@ -176,17 +176,14 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="a run directory or a multirun (sweep) directory")
     parser.add_argument("--allow-mixed", action="store_true", help="allow runs of different models or hardware")
-    args = parser.parse_args(argv)
-    plain_logging()
-    try:
-        build(args.directory, args.allow_mixed)
-    except SpectuneError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run_command(parser, _build, argv)
+
+
+def _build(args: argparse.Namespace) -> None:
+    build(args.directory, args.allow_mixed)
 
 
 if __name__ == "__main__":

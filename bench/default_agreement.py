@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
-import json
 import logging
 import os
 import platform
@@ -26,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness import rundir  # noqa: E402
 from harness.io import write_json  # noqa: E402
 from harness.metadata import base_metadata  # noqa: E402
 
@@ -40,7 +40,7 @@ def one_run(run_dir: Path, extra: list[str]) -> dict:
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = rundir.SUMMARY.read(run_dir)
     rank = summary["ranking"]["output_throughput"]
     methods = {m["method"]: m for m in summary["methods"]}
     return {"wall_s": round(wall, 1), "load_avg_1min": [load_before, os.getloadavg()[0]],

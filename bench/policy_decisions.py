@@ -27,6 +27,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from harness import hardware as hw
+from harness import rundir
 from harness.engine import Engine, Request
 from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftStep, FixedGamma, draft_signals
 from harness.io import write_json
@@ -53,7 +54,7 @@ def _ppo_file(directory: Path, profile: Path) -> tuple[Path, object]:
     env = gymnasium.make("CartPole-v1")  # replaced below: only the spaces matter for timing
     env.observation_space = gymnasium.spaces.Box(low, high, dtype=np.float32)
     model = PPO("MlpPolicy", env, seed=0, device="cpu")
-    path = directory / "depth.zip"
+    path = rundir.DEPTH_POLICY.path(directory)
     model.save(path)
     annotate_policy_file(path, {"observation": list(DEFAULT_OBSERVATION), "actions": ["stop", "continue"]})
     return path, model
@@ -61,7 +62,7 @@ def _ppo_file(directory: Path, profile: Path) -> tuple[Path, object]:
 
 def _profile(directory: Path, draft_s: float, verify_s: float) -> Path:
     t_verify = [verify_s * (1 + 0.1 * n) for n in range(GAMMA + 1)]
-    return write_json(directory / "profile.json", {
+    return rundir.PROFILE.write(directory, {
         "kind": "spectune-profile", "version": 1, "label": "bench", "synthetic": True, "models": {},
         "hardware": {}, "batch_sizes": [1, 4], "max_positions": GAMMA + 1,
         "t_draft_s": {"1": draft_s, "4": draft_s}, "t_verify_s": {"1": t_verify, "4": t_verify},
@@ -125,7 +126,7 @@ def main() -> None:
                     vocab_size=pair.vocab_size, eos_token_ids=[], seed=0)
     tmp = Path(tempfile.mkdtemp())
     classifier = AcceptanceModel(["token_prob", "entropy", "margin", "cum_prob", "position", "context_length"], [16])
-    classifier_path = save_classifier(classifier, tmp / "classifier.json")
+    classifier_path = save_classifier(classifier, rundir.CLASSIFIER.path(tmp))
     rows = []
     for batch in (1, 4):
         requests = [Request(i, f"p{i}", "en", ids, 32) for i, ids in enumerate(prompts)]

@@ -40,8 +40,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from harness import rundir
 from harness.engine.traces import record
-from harness.io import write_csv, write_json, write_parquet, write_text
+from harness.io import write_csv, write_text
 from harness.measure import requests_of
 from harness.profile import check_profile, load_profile
 from policies import train as ppo_train
@@ -78,10 +79,10 @@ def record_splits(language: str, args: argparse.Namespace, work: Path) -> dict[s
         if split == "heldout" and language != "en":
             continue
         frame = record(setup.engine.session(requests, None, 1, keep_laws=True), requests, args.max_depth)
-        path = work / f"{language}-{split}" / "traces.parquet"
-        write_parquet(path, frame)
-        write_json(path.with_name("traces.metadata.json"), {**setup.metadata, "max_depth": args.max_depth,
-                                                            "concurrency": 1, "split": split})
+        directory = work / f"{language}-{split}"
+        path = rundir.TRACES.write(directory, frame)
+        rundir.TRACES_METADATA.write(directory, {**setup.metadata, "max_depth": args.max_depth, "concurrency": 1,
+                                                 "split": split})
         log.info("traced %s %s: %d prompts, %d cycles", language, split, len(requests), frame["cycle"].nunique())
         out[split] = path
     return out
@@ -96,7 +97,7 @@ def train_ppo(traces: Path, profile: str, language: str, args: argparse.Namespac
     start = time.perf_counter()
     ppo_train.run(cfg, run_dir)
     log.info("PPO %s on %s: %.0f s", language, profile, time.perf_counter() - start)
-    return run_dir / "depth.zip"
+    return rundir.DEPTH_POLICY.path(run_dir)
 
 
 def policies_for(profile: str, ppos: dict[tuple[str, str], Path], classifier: Path, depth: int) -> dict:
@@ -163,7 +164,7 @@ def main() -> None:
     started, load = time.perf_counter(), os.getloadavg()[0]
     en, it = record_splits("en", args, args.work), record_splits("it", args, args.work)
     train_traces, heldout = TraceSet.load(en["train"]), TraceSet.load(en["heldout"])
-    classifier = save_classifier(fit_classifier(pd.read_parquet(en["train"])), args.work / "classifier.json")
+    classifier = save_classifier(fit_classifier(pd.read_parquet(en["train"])), rundir.CLASSIFIER.path(args.work))
     ppos = {("en", p): train_ppo(en["train"], p, "en", args, args.work) for p in PROFILES}
     ppos |= {("it", p): train_ppo(it["train"], p, "it", args, args.work) for p in args.language_profiles}
     sections, frames = [], []

@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from harness.rundir import FORMAT_VERSION, VERSION_KEY
+
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow", "hydra-core",
              "datasets", "stable-baselines3", "gymnasium", "spectune")
 _REPO = Path(__file__).resolve().parent.parent
@@ -60,8 +62,9 @@ def host_info() -> dict[str, Any]:
 
 
 def base_metadata() -> dict[str, Any]:
-    """What every result file carries regardless of task."""
+    """What every result file carries regardless of task (first the run format it is written in)."""
     return {
+        VERSION_KEY: FORMAT_VERSION,
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "packages": package_versions(),
         "git": git_commit(),

@@ -15,7 +15,6 @@ SLURM_RESTART_COUNT > 0) and resumes automatically through the same checks.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -28,6 +27,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from harness import rundir
 from harness.errors import SpectuneError
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def is_requeued(run_dir: Path) -> bool:
         return False
     if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
         return True
-    previous = _read_json(run_dir / "metadata.json")
+    previous = _read(rundir.METADATA, run_dir)
     job_id = job_identity().get("submitit_job_id")
     return bool(previous and job_id and previous.get("job", {}).get("submitit_job_id") == job_id)
 
@@ -128,7 +128,7 @@ def load_completed(run_dir: Path, cfg: DictConfig, keys: list[PointKey]) -> Comp
     rows as its summary completed + failed, and as many drafting cycles as it reports.
     """
     done = Completed()
-    meta = _read_json(run_dir / "metadata.json")
+    meta = _read(rundir.METADATA, run_dir)
     if meta is None:
         log.info("resume: no readable metadata.json in %s; running every grid point", run_dir)
         return done
@@ -136,8 +136,8 @@ def load_completed(run_dir: Path, cfg: DictConfig, keys: list[PointKey]) -> Comp
         log.warning("resume: %s/metadata.json records no config; running every grid point", run_dir)
         return done
     check_same_config(meta["config"], cfg, run_dir)
-    summary = _read_json(run_dir / "summary.json")
-    requests, cycles = _read_parquet(run_dir / "requests.parquet"), _read_parquet(run_dir / "cycles.parquet")
+    summary = _read(rundir.SUMMARY, run_dir)
+    requests, cycles = _read(rundir.REQUESTS, run_dir), _read(rundir.CYCLES, run_dir)
     if summary is None or requests is None or cycles is None:
         log.info("resume: summary.json / requests.parquet / cycles.parquet missing or unreadable in %s; "
                  "running every grid point", run_dir)
@@ -166,24 +166,14 @@ def _rows(frame: pd.DataFrame, key: PointKey) -> pd.DataFrame:
     return frame[(frame["method"] == key[0]) & (repeat == key[1])].reset_index(drop=True)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+def _read(file: rundir.RunFile, run_dir: Path) -> Any:
+    """``file`` of ``run_dir``, or None when it is missing or unreadable (then every point runs again)."""
+    if not file.exists(run_dir):
         return None
-    except (OSError, ValueError) as err:
-        log.warning("resume: cannot read %s (%s)", path, err)
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _read_parquet(path: Path) -> pd.DataFrame | None:
-    if not path.exists():
-        return None
-    try:
-        return pd.read_parquet(path)
-    except Exception as err:  # pyarrow raises several types for a damaged file
-        log.warning("resume: cannot read %s (%s)", path, err)
+    try:  # tables: resume checks the columns it counts on itself (``_rows``), not the full reader's set
+        return rundir.read_parquet(file.path(run_dir)) if file.kind == "parquet" else file.read(run_dir)
+    except SpectuneError as err:
+        log.warning("resume: %s", err)
         return None
 
 

@@ -8,7 +8,6 @@ logging configs (conf/hydra/*_logging/spectune.yaml) send to stderr as plain one
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -17,17 +16,19 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from harness import rundir
+
 log = logging.getLogger(__name__)
 
 
 class FailedJobsExit(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        errors = sorted(sweep_dir.rglob("error.json"))
+        errors = sorted(sweep_dir.rglob(rundir.ERROR.name))
         if not errors:
             return
         for path in errors:
-            info = json.loads(path.read_text())
+            info = rundir.ERROR.read(path.parent)
             log.error(f"error: job {path.parent.name} ({' '.join(info['overrides'])}): {info['error']}")
         log.error(f"error: {len(errors)} job(s) of the sweep failed; the others' results are in {sweep_dir}")
         sys.exit(2)

@@ -23,7 +23,6 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,8 +33,9 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from harness import cli, rundir
 from harness.errors import SpectuneError
-from harness.io import write_csv, write_json, write_parquet, write_text
+from harness.io import write_parquet
 from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
@@ -109,8 +109,8 @@ def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurr
     """The directory with depth.zip, traces and profile for ``concurrency``: given or trained here."""
     if settings.policies_from:
         base = Path(settings.policies_from)
-        found = base / f"c{concurrency}" if (base / f"c{concurrency}" / "depth.zip").is_file() else base
-        if not (found / "depth.zip").is_file():
+        found = base / f"c{concurrency}" if rundir.DEPTH_POLICY.exists(base / f"c{concurrency}") else base
+        if not rundir.DEPTH_POLICY.exists(found):
             raise SpectuneError(f"evaluate.policies_from={str(base)!r} is invalid: no depth.zip there (nor in "
                                 f"c{concurrency}/)")
         trained = _train_ids(found)
@@ -134,29 +134,28 @@ def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurr
 
 
 def _train_ids(directory: Path) -> set[str]:
-    meta = directory / "traces.metadata.json"
-    if not meta.is_file():
+    if not rundir.TRACES_METADATA.exists(directory):
         return set()
-    split = json.loads(meta.read_text(encoding="utf-8")).get("split", {})
+    split = rundir.TRACES_METADATA.read(directory).get("split", {})
     return set(split.get("train", []))
 
 
 def _classifier(directory: Path, seed: int) -> Path:
-    out = directory / "classifier.json"
+    out = rundir.CLASSIFIER.path(directory)
     if not out.is_file():
         from policies.fit_classifier import fit_file
 
-        fit_file(directory / "traces.parquet", out, hidden=[], target="accept_prob", epochs=300, seed=seed)
+        fit_file(rundir.TRACES.path(directory), out, hidden=[], target="accept_prob", epochs=300, seed=seed)
     return out
 
 
 def _profile(directory: Path) -> Any:
     from harness.profile import load_profile
 
-    for name in ("profile.calibrated.json", "profile.json"):
-        if (directory / name).is_file():
-            return load_profile(directory / name)
-    settings = json.loads((directory / "train.json").read_text(encoding="utf-8")).get("settings", {})
+    for file in (rundir.PROFILE_CALIBRATED, rundir.PROFILE):
+        if file.exists(directory):
+            return load_profile(file.path(directory))
+    settings = rundir.TRAIN.read(directory).get("settings", {})
     return load_profile(settings.get("profile"))
 
 
@@ -232,28 +231,28 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     heldout_ids = {r.prompt_id for r in heldout}
     metadata = {**setup.metadata, "task": "evaluate", "settings": asdict(settings),
                 "split": {"train": [r.prompt_id for r in train], "heldout": sorted(heldout_ids)}}
-    write_json(run_dir / "metadata.json", metadata)
+    rundir.METADATA.write(run_dir, metadata)
     rows: list[dict[str, Any]] = []
     grids: list[pd.DataFrame] = []
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
 
     def write() -> None:
         if grids:
-            write_parquet(run_dir / "grid.parquet", pd.concat(grids, ignore_index=True))
+            rundir.GRID.write(run_dir, pd.concat(grids, ignore_index=True))
         if frames:
-            write_parquet(run_dir / "requests.parquet", pd.concat([f[0] for f in frames], ignore_index=True))
-            write_parquet(run_dir / "cycles.parquet", pd.concat([f[1] for f in frames], ignore_index=True))
+            rundir.REQUESTS.write(run_dir, pd.concat([f[0] for f in frames], ignore_index=True))
+            rundir.CYCLES.write(run_dir, pd.concat([f[1] for f in frames], ignore_index=True))
         if rows:
             table = comparison_frame(rows)
-            write_parquet(run_dir / "comparison.parquet", table)
-            write_text(run_dir / "comparison.md", format_comparison(table) + "\n")
+            rundir.COMPARISON.write(run_dir, table)
+            rundir.COMPARISON_MD.write(run_dir, format_comparison(table) + "\n")
 
     seed = int(cfg.seed)
     for concurrency in settings.concurrency:
         best, grid = _grid_search(setup.engine, train, settings, concurrency, setup.max_context, seed)
         grids.append(grid)
         write()
-        grid_csv = write_csv(run_dir / f"grid_c{concurrency}.csv", grid) if settings.calibrate else None
+        grid_csv = rundir.GRID_CSV.named(concurrency=concurrency).write(run_dir, grid) if settings.calibrate else None
         learned = (_trained(cfg, settings, run_dir, concurrency, heldout_ids, grid_csv)
                    if {"ppo", "acceptance-classifier"} & set(settings.policies) else None)
         best_label = AR if best == 0 else f"fixed:gamma={best}"
@@ -264,9 +263,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         for name in settings.policies:
             files: dict[str, Any] = {}
             if name == "ppo":
-                files = {"depth_path": str(learned / "depth.zip")}
-                if concurrency > 1 and (learned / "size.zip").is_file():  # LTD's size policy, batches only
-                    files["size_path"] = str(learned / "size.zip")
+                files = {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
+                if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):  # LTD's size policy, batches only
+                    files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
             elif name == "acceptance-classifier":
                 files = {"weights_path": str(_classifier(learned, seed))}
             node = policy_node(name, settings.params.get(name), **files)
@@ -288,17 +287,15 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                 concurrency=concurrency, best_gamma=best, replay=replay, seed=seed)
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
-    write_json(run_dir / "metadata.json", {**metadata, "finished": True, **base_metadata()})
+    rundir.METADATA.write(run_dir, {**metadata, "finished": True, **base_metadata()})
     log.info("results: %s", run_dir)
     return 0
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    from policies.train import run_job
-
-    return run_job(run, cfg, log)
+    return cli.run_job(run, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    cli.hydra_entry(main, "evaluate")

@@ -9,13 +9,12 @@ workload) is copied into the model file's metadata, so a model fitted for one pa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from pathlib import Path
 
 import pandas as pd
 
+from harness import cli, rundir
 from harness.errors import SpectuneError
 from policies.classifier import fit_classifier, save_classifier
 
@@ -32,30 +31,25 @@ def fit_file(traces: str | Path, out: str | Path, hidden: list[int], target: str
         frame = pd.read_parquet(traces)
     except (OSError, ValueError) as err:
         raise SpectuneError(f"traces={str(traces)!r} is invalid: not a readable parquet file ({err})") from None
-    sidecar = traces.with_name("traces.metadata.json")
-    recorded = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    recorded = rundir.TRACES_METADATA.read_if_present(traces.parent, {})
     model = fit_classifier(frame, hidden, target, epochs, seed)
     return save_classifier(model, out, {"traces": str(traces.resolve()), "rows": len(frame), "target": target,
                                         "hidden": hidden, "epochs": epochs, "seed": seed, "traces_metadata": recorded})
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(prog="python -m policies.fit_classifier", description=__doc__.splitlines()[0])
     parser.add_argument("traces")
     parser.add_argument("out")
     parser.add_argument("--hidden", type=int, nargs="*", default=[])
     parser.add_argument("--target", default="accept_prob", choices=["accept_prob", "accepted"])
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        out = fit_file(args.traces, args.out, args.hidden, args.target, args.epochs, args.seed)
-    except SpectuneError as err:
-        sys.stderr.write(f"error: {err}\n")
-        return 2
-    log.info("wrote %s", out)
-    return 0
+    return cli.run_command(parser, _fit, argv)
+
+
+def _fit(args: argparse.Namespace) -> None:
+    log.info("wrote %s", fit_file(args.traces, args.out, args.hidden, args.target, args.epochs, args.seed))
 
 
 if __name__ == "__main__":

@@ -36,19 +36,17 @@ process (:func:`harness.measure.load_models`) for the traces, the profile and th
 from __future__ import annotations
 
 import logging
-import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
 import pandas as pd
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness import cli, rundir
 from harness.errors import SpectuneError
-from harness.io import write_csv, write_figure, write_json, write_parquet
+from harness.io import write_figure
 from harness.metadata import base_metadata
 from harness.options import integer
 from harness.profile import Profile, load_profile
@@ -155,8 +153,8 @@ def training_traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> 
     frame = record(session, train, settings.max_depth)
     metadata = {**setup.metadata, "max_depth": settings.max_depth, "concurrency": settings.concurrency,
                 "split": {"train": [r.prompt_id for r in train], "heldout": [r.prompt_id for r in heldout]}}
-    write_parquet(run_dir / "traces.parquet", frame)
-    write_json(run_dir / "traces.metadata.json", metadata)
+    rundir.TRACES.write(run_dir, frame)
+    rundir.TRACES_METADATA.write(run_dir, metadata)
     return frame, metadata
 
 
@@ -171,7 +169,7 @@ def cost_profile(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> Pro
     profile = measure_profile(setup.engine, train + heldout, setup.models, sorted({1, settings.concurrency}),
                               settings.max_depth, 1, settings.profile_repeats,
                               f"{cfg.models.name}-{cfg.hardware.name}", setup.metadata)
-    write_json(run_dir / "profile.json", profile.to_json())
+    rundir.PROFILE.write(run_dir, profile.to_json())
     return profile
 
 
@@ -193,7 +191,7 @@ def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, setting
         raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is invalid: it needs rows with columns "
                             f"gamma and tok_s at concurrency {settings.concurrency}")
     calibrated, _ = calibrate_profile(profile, TraceSet(frame, trace_meta, "training traces"), grid)
-    write_json(run_dir / "profile.calibrated.json", calibrated.to_json())
+    rundir.PROFILE_CALIBRATED.write(run_dir, calibrated.to_json())
     return calibrated
 
 
@@ -236,20 +234,21 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         live_finetune(depth.model, setup.engine, train, settings, profile, seed)
         final = depth.evaluate(depth.model.num_timesteps, "live")
     synthetic = depth.env.synthetic
-    path = run_dir / "depth.zip"
+    path = rundir.DEPTH_POLICY.path(run_dir)
     save_policy(depth.model, settings.ppo, path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
                                                   "profile": profile.to_json(), "max_depth": settings.max_depth,
                                                   "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
                                                   "validation": final})
     curve_frame = pd.DataFrame(curves)
-    write_csv(run_dir / "curves.csv", curve_frame)
-    _plot(curve_frame[curve_frame["policy"] == "depth"], run_dir / "curves.png")
-    write_json(run_dir / "train.json", {"settings": asdict(settings), "final_validation": final,
-                                        "size_validation": size_final, "synthetic": synthetic,
-                                        "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
-                                            **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
+    rundir.CURVES_CSV.write(run_dir, curve_frame)
+    _plot(curve_frame[curve_frame["policy"] == "depth"], rundir.CURVES_PNG.path(run_dir))
+    rundir.TRAIN.write(run_dir, {"settings": asdict(settings), "final_validation": final,
+                                 "size_validation": size_final, "synthetic": synthetic,
+                                 "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
+                                     **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
     log.info("wrote %s (policy=ppo policy.depth_path=%s%s)%s", path, path,
-             f" policy.size_path={run_dir / 'size.zip'}" if size_final else "", f"  [{synthetic}]" if synthetic else "")
+             f" policy.size_path={rundir.SIZE_POLICY.path(run_dir)}" if size_final else "",
+             f"  [{synthetic}]" if synthetic else "")
     return 0
 
 
@@ -270,20 +269,12 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
-def run_job(job: Callable[[DictConfig, Path], int], cfg: DictConfig, logger: logging.Logger) -> int:
-    """The body of a policies Hydra app (``policies.train``, ``policies.evaluate``): ``job`` in the run directory,
-    bad input as one ``error:`` line and exit code 2."""
-    try:
-        return job(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except SpectuneError as err:
-        logger.error(f"error: {err}")
-        sys.exit(2)
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    return run_job(run, cfg, log)
+    return cli.run_job(run, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    cli.hydra_entry(main, "train")

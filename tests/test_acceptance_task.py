@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(reason="each test runs python -m harness task=acceptance in a subprocess "
+                                     "(model load + measurement)")
 
 
 

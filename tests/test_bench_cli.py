@@ -7,10 +7,11 @@ import json
 import pandas as pd
 import pytest
 
+from harness.errors import SpectuneError
 from tests.conftest import SMALL_BENCH as SMALL
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a real bench run through the CLI")
 def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     run_dir = tmp_path / "run"
     proc = cli(*SMALL, "gamma=[1,3]", "concurrency=2", "task.repeats=2", "task.noise_floor=true",
@@ -61,7 +62,7 @@ def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
     assert meta["workload"]["language"] == "en"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a real open-loop bench run through the CLI")
 def test_open_loop_poisson_arrivals(cli, tmp_path):
     proc = cli(*SMALL, "gamma=2", "request_rate=50", "concurrency=2", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -71,7 +72,7 @@ def test_open_loop_poisson_arrivals(cli, tmp_path):
     assert (requests["admitted_s"] >= requests["arrival_s"]).all()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole sweep through the CLI (basic and submitit launchers)")
 @pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
 def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     # In a sweep the workload group is chosen per job, so its fields take `++` (add or override).
@@ -86,7 +87,7 @@ def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     assert seen == {(w, f"fixed:gamma={g}") for w in ("en", "zh") for g in (1, 2)}
 
 
-@pytest.mark.parametrize(("override", "names"), [
+BAD_INPUT = [
     ("gamma=0", "gamma=0"),
     ("gamma=[1,-2]", "gamma=-2"),
     ("concurrency=0", "concurrency=0"),
@@ -98,7 +99,21 @@ def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     ("gamma=[]", "gamma=[]"),
     ("slo.ttft_ms=0", "slo.ttft_ms=0"),
     ("slo.e2el_ms=-1", "slo.e2el_ms=-1"),
-])
+]
+
+
+@pytest.mark.parametrize(("override", "names"), BAD_INPUT)
+def test_bad_input_is_one_line_naming_the_value_and_writes_nothing(harness_in_process, tmp_path, override, names):
+    with pytest.raises(SpectuneError) as err:
+        harness_in_process(tmp_path / "run", *SMALL, override)
+    assert names in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
+
+
+# In process: the front door's checks, Hydra's composition and the task (conftest.harness_in_process).
+# One of each kind of check, through the real command line: a setting (inside the job, before the models load)
+# and a group option (before Hydra composes).
+@pytest.mark.parametrize(("override", "names"), [BAD_INPUT[0], BAD_INPUT[5]])
 def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
     proc = cli(*SMALL, override, f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
@@ -107,14 +122,15 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, override, names):
     assert "Traceback" not in proc.stderr
 
 
-def test_missing_workload_and_long_prompt_errors(cli, tmp_path):
-    proc = cli(f"hydra.run.dir={tmp_path}")
-    assert proc.returncode == 2 and "+workload=" in proc.stderr
-    proc = cli(*SMALL, "workload.max_new_tokens=100000", f"hydra.run.dir={tmp_path}")
-    assert proc.returncode == 2 and "context" in proc.stderr and "Traceback" not in proc.stderr
+def test_missing_workload_and_long_prompt_errors(harness_in_process, tmp_path):
+    with pytest.raises(SpectuneError, match=r"\+workload="):
+        harness_in_process(tmp_path)
+    with pytest.raises(SpectuneError, match="context") as err:  # after the models load: their context length
+        harness_in_process(tmp_path, *SMALL, "workload.max_new_tokens=100000")
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a real bench run through the CLI")
 def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
     """A static cache sized for short blocks: γ = 1 fits, γ = 40 cannot — that point fails, the rest run."""
     proc = cli(*SMALL, "gamma=[1,40]", "hardware=cpu-static", "hardware.max_cache_len=72",
@@ -127,7 +143,7 @@ def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
     assert "grid point fixed:gamma=40 failed" in proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole sweep through the CLI")
 def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(cli, tmp_path):
     proc = cli("-m", "+workload=en", "gamma=0,1", "++workload.num_prompts=2", "++workload.max_new_tokens=4",
                    "task.warmup=0", "task.baseline=false", "task.repeats=1", f"hydra.sweep.dir={tmp_path}")

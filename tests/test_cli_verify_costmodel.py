@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(reason="each test is a python -m harness subprocess (Hydra start-up, 20k-trial "
+                                     "Monte Carlo)")
 
 
 @pytest.fixture

@@ -132,7 +132,7 @@ def test_compare_puts_the_error_next_to_the_measurement():
     assert table["error"].to_numpy() == pytest.approx((expected / [1.2, 1.4] - 1).to_numpy())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="python -m analysis.costmodel in a subprocess")
 def test_cli_writes_the_comparison_into_the_run_dir(tiny_sweep, tmp_path, cli):
     import shutil
 
@@ -163,7 +163,7 @@ def test_cli_writes_the_comparison_into_the_run_dir(tiny_sweep, tmp_path, cli):
     assert "was measured with models.target.name_or_path=meta-llama/Llama-3.1-8B" in refused.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="runs task=profile and task=trace through the CLI first")
 def test_cli_on_a_real_profile_and_real_traces(tiny_sweep, tiny_cost_inputs, tmp_path, cli):
     """The whole path on the embedded pair: task=profile and task=trace feed the fit, the tiny sweep is measured.
     Checked: the table is complete and its terms are consistent; not the size of the error (2-core CI noise)."""

@@ -12,6 +12,9 @@ import pytest
 
 from policies.comparison import COLUMNS
 
+pytestmark = pytest.mark.slow(reason="python -m policies.evaluate subprocesses: the smoke run trains PPO and runs the "
+                                     "whole comparison; each bad-input run imports torch and SB3 and loads the models")
+
 # Two training and two held-out English prompts, eight new tokens, depth ceiling 2, a few hundred PPO steps.
 SMOKE = ["+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
          "train.max_depth=2", "train.validation=0.5", "train.timesteps=128", "train.eval_every=64",

@@ -247,20 +247,57 @@ VERIFY_KEYS = ["task.trials", "task.z_max", "task.chi2_min_pvalue", "task.block_
                "task.real.engine_requests", "task.real.engine_gamma", "task.real.engine_conditions"]
 
 
+# Where an accepted value of each key lands in the validated settings, per source (absent: not read there).
+VERIFY_READS = {
+    "lists": {"task.trials": lambda s: s["trials"], "seed": lambda s: s["seed"],
+              "task.z_max": lambda s: s["rule"].z_max, "task.chi2_min_pvalue": lambda s: s["rule"].min_pvalue,
+              "task.block_check": lambda s: s["block_check"], "task.p": lambda s: list(s["p"]),
+              "task.q": lambda s: list(s["q"])},
+    "models": {"seed": lambda s: s["seed"], "task.z_max": lambda s: s["rule"].z_max,
+               "task.chi2_min_pvalue": lambda s: s["rule"].min_pvalue,
+               "task.real.prompts": lambda s: s["prompts"], "task.real.trials": lambda s: s["trials"],
+               "task.real.min_expected": lambda s: s["min_expected"],
+               "task.real.engine_requests": lambda s: s["engine"]["requests"],
+               "task.real.engine_gamma": lambda s: s["engine"]["gamma"],
+               "task.real.engine_conditions": lambda s: s["engine"]["conditions"]},
+}
+
+
+def _verify_settings(cfg) -> tuple[str, dict[str, Any]]:
+    """What ``task=verify`` validates before torch loads, in its order: the source, then that source's settings."""
+    from harness.tasks import verify
+
+    source = cfg.task.source
+    if source not in verify.SOURCES:
+        raise SpectuneError(f"task.source={source!r} is unknown: choose one of {', '.join(verify.SOURCES)}")
+    return source, (verify._model_settings(cfg) if source == "models" else verify._settings(cfg))
+
+
 @FUZZ
 @given(key=st.sampled_from(VERIFY_KEYS), value=VALUES, models=st.booleans())
 def test_verify_options_accept_or_fail_in_one_line(key, value, models):
-    from harness.tasks import verify
-
     cfg = _fresh("task=verify", *(["task.source=models", "+workload=en"] if models else []))
     OmegaConf.update(cfg, key, value, force_add=True)
     try:
-        if cfg.task.source == "models":
-            verify._model_settings(cfg)
-        else:
-            verify._settings(cfg)
+        source, s = _verify_settings(cfg)
     except SpectuneError as err:
         _one_line_error(err, key.split(".")[-1], "task.source")
+        return
+    # Accepted: every setting is in its range, and the fuzzed value is the one the task will use.
+    assert source in ("lists", "models") and (key != "task.source" or value == source)
+    assert isinstance(s["seed"], int) and s["seed"] >= 0 and isinstance(s["trials"], int) and s["trials"] >= 100
+    assert 0 < s["rule"].z_max < math.inf and 0 <= s["rule"].min_pvalue <= 1
+    if source == "lists":
+        assert len(s["p"]) == len(s["q"]) and min(s["p"]) >= 0 and min(s["q"]) >= 0
+        assert abs(sum(s["p"]) - 1) < 1e-6 and abs(sum(s["q"]) - 1) < 1e-6 and isinstance(s["block_check"], bool)
+    else:
+        assert s["prompts"] >= 1 and 0 < s["min_expected"] < math.inf and s["engine"]["gamma"] >= 1
+        assert s["engine"]["requests"] >= 0 and s["engine"]["conditions"] >= 0
+    read = VERIFY_READS[source].get(key)
+    if read is not None:
+        used, given_value = read(s), value if isinstance(value, list) else [value]
+        assert [float(u) for u in (used if isinstance(used, list) else [used])] == [float(v) for v in given_value], \
+            (key, value, used)
 
 
 COSTMODEL_KEYS = ["task.alphas", "task.cs", "task.gamma_min", "task.gamma_max", "task.g", "task.overhead",

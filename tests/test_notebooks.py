@@ -51,7 +51,7 @@ def results(tiny_sweep, tmp_path) -> Path:
     return Path(shutil.copytree(tiny_sweep, tmp_path / "sweep"))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="executes a notebook in a Jupyter kernel (papermill)")
 def test_sweep_overview_runs_and_shows_tables_and_figures(results, tmp_path):
     notebook = _execute("sweep_overview", results, tmp_path / "out.ipynb")
     assert not [o for o in _outputs(notebook) if o.output_type == "error"]
@@ -62,7 +62,7 @@ def test_sweep_overview_runs_and_shows_tables_and_figures(results, tmp_path):
     assert _count(notebook, "text/markdown", "swept: cfg.concurrency") == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="executes a notebook in a Jupyter kernel (papermill)")
 def test_cost_model_notebook_checks_the_formula_in_sample(results, tmp_path):
     notebook = _execute("cost_model", results, tmp_path / "out.ipynb")
     assert not [o for o in _outputs(notebook) if o.output_type == "error"]
@@ -72,7 +72,7 @@ def test_cost_model_notebook_checks_the_formula_in_sample(results, tmp_path):
     assert _count(notebook, "text/markdown", "No profile.json / traces.parquet") == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="runs task=profile and task=trace, then a notebook in a Jupyter kernel")
 def test_cost_model_notebook_fits_a_real_profile_and_traces(results, tiny_cost_inputs, tmp_path):
     profile, traces = tiny_cost_inputs
     notebook = _execute("cost_model", results, tmp_path / "out.ipynb", profile=str(profile), traces=str(traces))
@@ -82,7 +82,7 @@ def test_cost_model_notebook_fits_a_real_profile_and_traces(results, tiny_cost_i
     assert (results / "costmodel_fit.csv").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="executes a notebook in a Jupyter kernel (papermill)")
 def test_policies_notebook_says_when_there_is_nothing_to_compare(results, tmp_path):
     notebook = _execute("policies_vs_grid", results, tmp_path / "out.ipynb")
     assert not [o for o in _outputs(notebook) if o.output_type == "error"]
@@ -90,7 +90,7 @@ def test_policies_notebook_says_when_there_is_nothing_to_compare(results, tmp_pa
     assert _count(notebook, "text/markdown", "No adaptive policy in these results") == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a bench run through the CLI, then a notebook in a Jupyter kernel")
 def test_policies_notebook_compares_a_policy_with_the_grid(results, tmp_path, cli):
     done = cli(*SMALL_BENCH, "policy=confidence", "gamma=[2]", run_dir=results / "confidence")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -95,7 +95,7 @@ def test_linear_fit_reports_residuals():
     assert fit_linear([1, 2, 3], [1.0, 3.0, 2.0])["max_rel_residual"] > 0.1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="python -m harness task=profile in a subprocess")
 def test_task_profile_writes_a_loadable_profile(cli, tmp_path):
     run = cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
               "task.warmup=1", "hardware.threads=1", "workload.num_prompts=2", run_dir=tmp_path)

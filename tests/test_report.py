@@ -80,7 +80,7 @@ def test_report_of_one_run_skips_the_concurrency_figures(sweep_copy):
     assert "](speedup_vs_gamma.png)" in text and (job / "report.md").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="python -m analysis.report in a subprocess (plots every figure)")
 def test_cli_writes_the_report_and_fails_in_one_line_on_an_empty_dir(sweep_copy, tmp_path, cli):
     done = cli(str(sweep_copy / "1"), module="analysis.report")
     assert done.returncode == 0, done.stderr

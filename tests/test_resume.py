@@ -31,7 +31,7 @@ def _read_all(job_dir: Path) -> dict[str, object]:
     return files
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="kills and reruns a whole sweep through the CLI")
 def test_a_killed_sweep_keeps_complete_files_and_resume_runs_only_the_rest(tmp_path):
     sweep = ["-m", *SMALL_BENCH, "task.baseline=false", "gamma=1,2", f"hydra.sweep.dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "harness", *sweep], cwd=REPO, text=True,
@@ -74,7 +74,7 @@ def test_a_killed_sweep_keeps_complete_files_and_resume_runs_only_the_rest(tmp_p
     assert "req/s" not in log and "\r" not in log  # progress bars stay on the terminal
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="bench runs through the CLI, twice")
 def test_resume_reruns_only_the_missing_point_and_rejects_another_config(cli, tmp_path):
     args = [*SMALL_BENCH, "task.baseline=false", "gamma=[1,2]", f"hydra.run.dir={tmp_path}"]
     assert cli(*args).returncode == 0
@@ -175,7 +175,7 @@ def test_a_requeued_submitit_job_resumes_on_its_own(tmp_path, monkeypatch):
     assert resume.wants_resume(cfg, tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a submitit_local sweep requeued through the CLI")
 def test_a_requeued_submitit_job_resumes_where_it_stopped(tmp_path):
     """submitit's own signal (SIGUSR2) checkpoints and requeues the job, which reruns the same command:
     it must skip the grid point it had finished instead of starting over."""

@@ -109,7 +109,7 @@ def test_acceptance_trials_count_the_first_rejection_only():
     assert acceptance_trials(0, 0) == 0  # no draft, no test
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="python -m harness task=trace in a subprocess")
 def test_task_trace_writes_traces_and_metadata_or_nothing(cli, tmp_path):
     """The CLI writes traces.parquet (atomically, via harness.io) and its metadata; bad input writes nothing."""
     run = cli("task=trace", "+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=6", "task.max_depth=3",

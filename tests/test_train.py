@@ -78,7 +78,7 @@ def test_an_empty_or_too_large_split_fails_in_one_line():
     assert split_requests(list(range(10)), 6, 3) == ([0, 1, 2, 3, 4, 5], [6, 7, 8])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="trains a PPO depth policy through python -m policies.train")
 def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
     """The whole app on the embedded pair, tiny: trace 5 prompts, measure the profile, 256 PPO steps."""
     result = cli("+workload=en", "train.train_prompts=5", "train.heldout_prompts=1", "train.timesteps=256",

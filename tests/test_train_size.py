@@ -256,7 +256,7 @@ def test_size_files_whose_spaces_do_not_match_fail_in_one_line(tmp_path):
         assert "\n" not in str(err.value)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="trains PPO depth and size policies through python -m policies.train")
 def test_train_cli_at_concurrency_2_writes_a_size_policy_that_policy_ppo_loads(cli, tmp_path, pair):
     """The whole app on the embedded pair, tiny: 6 prompts at concurrency 2, 256 depth + 256 size steps, 2 rounds,
     then 64 steps of live fine-tuning of the depth policy."""

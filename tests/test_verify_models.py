@@ -7,8 +7,6 @@ p-value > 1e-3, no p=0 hit), on the cells of :func:`harness.audit.bins.make_bins
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ import pytest
 
 from harness.audit.bins import REST, ZERO, binned_fit, chi2_power, event_test, make_bins
 from harness.audit.fit import FitRule
+from harness.errors import SpectuneError
 
 REPO = Path(__file__).resolve().parent.parent
 RULE = FitRule()
@@ -62,7 +61,24 @@ def real() -> tuple:
     return pair, load_workload(cfg.workload, pair.tokenizer)
 
 
-@pytest.mark.slow
+def test_the_pairs_laws_are_the_warped_next_token_laws_and_continue_the_prompt() -> None:
+    """The laws the models audit tests (harness.audit.real_pair), on a tiny real Llama (vocabulary 64, 60 ids
+    used): float64 rows summing to 1, and p(· | prompt, t) from the cached continuation equal to a fresh forward
+    over prompt + t (to 1e-9)."""
+    from harness.audit.real_pair import continuation_laws, next_law
+    from harness.sampling import SamplingParams
+    from tests.tiny_models import tiny_llama
+
+    model, sampling, prompt = tiny_llama(seed=1, init=0.1), SamplingParams(temperature=1.0), [5, 9, 2, 33, 7]
+    law = next_law(model, prompt, sampling, vocab=60)
+    assert law.dtype == np.float64 and law.shape == (60,) and abs(law.sum() - 1) < 1e-12
+    firsts = [int(t) for t in np.argsort(law)[-3:]]  # the three likeliest next tokens
+    rows = continuation_laws(model, prompt, firsts, sampling, vocab=60)
+    fresh = np.stack([next_law(model, [*prompt, t], sampling, vocab=60) for t in firsts])
+    assert rows.shape == fresh.shape == (3, 60) and np.abs(rows - fresh).max() < 1e-9
+
+
+@pytest.mark.slow(reason="a Monte Carlo of thousands of trials per prompt on the model pair")
 def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
     """Among the first 3 en prompts, the next position with the largest TV(naive, p) (analytic, float64).
 
@@ -91,15 +107,16 @@ def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
     assert not naive.passed
 
 
-@pytest.mark.slow
-def test_models_mode_end_to_end(tmp_path: Path) -> None:
-    """The user command with small counts: 1 prompt × 2000 trials, 64 engine requests per sampler."""
-    cmd = [sys.executable, "-m", "harness", "task=verify", "task.source=models", "+workload=en",
-           "task.real.prompts=1", "task.real.trials=2000", "task.real.engine_requests=64",
-           "task.real.engine_concurrency=64", f"hydra.run.dir={tmp_path}"]
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "Verdict: exact PASS (configured)" in res.stdout
+@pytest.mark.slow(reason="the whole models audit: 2000 sampler trials and 64 engine requests per sampler")
+def test_models_mode_end_to_end(harness_in_process, tmp_path: Path, caplog) -> None:
+    """The user command with small counts, in process (front-door checks, composition, the task): 1 prompt × 2000
+    trials, 64 engine requests per sampler."""
+    caplog.set_level("INFO")
+    code = harness_in_process(tmp_path, "task=verify", "task.source=models", "+workload=en", "task.real.prompts=1",
+                              "task.real.trials=2000", "task.real.engine_requests=64",
+                              "task.real.engine_concurrency=64")
+    assert code == 0
+    assert any("Verdict: exact PASS (configured)" in r.getMessage() for r in caplog.records)
     out = json.loads((tmp_path / "verify.json").read_text())
     assert out["source"] == "models" and out["exit_code"] == 0 and out["verdict"]["exact"] == "PASS"
     level = out["models_audit"]["sampler_level"]
@@ -115,7 +132,7 @@ def test_models_mode_end_to_end(tmp_path: Path) -> None:
     assert out["models"]["target"]["vocab_size"] == 8192 and out["workload"]["name"] == "en"
 
 
-def test_models_mode_without_workload_is_a_one_line_error(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "harness", "task=verify", "task.source=models", f"hydra.run.dir={tmp_path}"]
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "needs a workload" in res.stderr
+def test_models_mode_without_workload_is_a_one_line_error(harness_in_process, tmp_path: Path) -> None:
+    with pytest.raises(SpectuneError, match="needs a workload") as err:
+        harness_in_process(tmp_path, "task=verify", "task.source=models")
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())

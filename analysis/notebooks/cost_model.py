@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -32,6 +34,7 @@ from analysis.costmodel import sweep
 from analysis.costmodel_cli import measured
 from analysis.costmodel_cli import run as fit_and_compare
 from analysis.load import load_cycles
+from harness import rundir
 
 # %% tags=["parameters"]
 results_dir = "multirun"  # a bench run or sweep with fixed-γ runs and the AR baseline
@@ -68,9 +71,9 @@ display(curve)
 # ## Out of sample: profile + traces
 
 # %%
-found = {name: next(iter(sorted(Path(results_dir).rglob(name))), None) for name in ("profile.json", "traces.parquet")}
-profile = profile or found["profile.json"]
-traces = traces or found["traces.parquet"]
+found = {file: next(iter(sorted(Path(results_dir).rglob(file.name))), None) for file in (rundir.PROFILE, rundir.TRACES)}
+profile = profile or found[rundir.PROFILE]
+traces = traces or found[rundir.TRACES]
 if profile and traces:
     table = fit_and_compare(Path(profile), Path(traces), Path(results_dir))
     display(table)

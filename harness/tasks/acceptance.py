@@ -23,9 +23,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness import hardware as hw
+from harness import rundir
 from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
-from harness.io import write_json
 from harness.metadata import base_metadata
 from harness.sampling import SamplingParams, sample, warp
 
@@ -142,7 +142,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "metadata": base_metadata(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    path = write_json(run_dir / "acceptance.json", result)
+    path = rundir.ACCEPTANCE.write(run_dir, result)
     sp = result["alpha_spread_over_positions"]
     log.info(f"workload {wl.name} ({len(wl.prompts)} prompts, {len(pooled)} positions, T={params.temperature}, "
              f"top_p={params.top_p}, top_k={params.top_k})")

@@ -22,11 +22,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table
 from harness import hardware as hw
-from harness import resume
+from harness import resume, rundir
 from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
-from harness.io import write_json, write_parquet
 from harness.measure import (
     Frames,
     Grid,
@@ -169,17 +168,17 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "config": OmegaConf.to_container(cfg, resolve=True), "job": resume.job_identity(),
                 "resumed_points": [label if r == 0 else f"{label} repeat {r}" for label, r in keys
                                    if (label, r) in done]}
-    write_json(run_dir / "metadata.json", metadata)
+    rundir.METADATA.write(run_dir, metadata)
 
     def write(grid: Grid, final: dict[str, Any] | None = None) -> None:
         req, cyc = grid.frames()
         body = final or {"methods": pooled(grid)}
         with resume.deferred_signals():  # a SIGTERM now waits until the three files agree
             if len(req):
-                write_parquet(run_dir / "requests.parquet", req)
-                write_parquet(run_dir / "cycles.parquet", cyc)
-            write_json(run_dir / "summary.json", {"workload": workload.name, "repeats": settings.repeats, **body,
-                                                  "points": grid.points})
+                rundir.REQUESTS.write(run_dir, req)
+                rundir.CYCLES.write(run_dir, cyc)
+            rundir.SUMMARY.write(run_dir, {"workload": workload.name, "repeats": settings.repeats, **body,
+                                           "points": grid.points})
 
     def point(label: str, gamma: int) -> Frames:
         policy = make_policy(settings.policy, gamma) if gamma else None

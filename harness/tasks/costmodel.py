@@ -23,8 +23,8 @@ from analysis.costmodel import (
     plot,
     sweep,
 )
+from harness import rundir
 from harness.errors import SpectuneError
-from harness.io import write_csv, write_figure, write_json
 from harness.metadata import base_metadata
 from harness.options import as_list, flag, required
 
@@ -93,8 +93,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if len(slower):
         log.info(f"note: {len(slower)} optimum/optima have S < 1: speculative decoding would be slower there")
 
-    paths = [write_csv(run_dir / "costmodel.csv", grid)]
-    paths.append(write_json(run_dir / "costmodel.json", {
+    paths = [rundir.COSTMODEL_CSV.write(run_dir, grid)]
+    paths.append(rundir.COSTMODEL_JSON.write(run_dir, {
         "task": "costmodel",
         "model": "S = E / (c*gamma + g(gamma) + overhead); E = (1 - alpha^(gamma+1)) / (1 - alpha), "
                  "gamma + 1 at alpha = 1; joint: E = 1 + sum_i P(first i accepted)",
@@ -106,7 +106,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     }))
     if s["plot"]:
         fig = plot(grid, best)
-        paths.append(write_figure(run_dir / "costmodel.png", fig))
+        paths.append(rundir.COSTMODEL_PNG.write(run_dir, fig))
     for path in paths:
         log.info(f"wrote {path}")
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.io import write_json
+from harness import rundir
 from harness.measure import requests_of
 from harness.options import as_list, integer
 from harness.profiling import measure_profile
@@ -38,6 +38,6 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     label = task.get("label") or f"{cfg.models.name}-{cfg.hardware.name}"
     profile = measure_profile(setup.engine, requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
                               setup.models, sizes, max_depth, warmup, repeats, label, setup.metadata)
-    path = write_json(run_dir / "profile.json", profile.to_json())
+    path = rundir.PROFILE.write(run_dir, profile.to_json())
     log.info("wrote %s", path)
     return 0

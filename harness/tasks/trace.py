@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.io import write_json, write_parquet
+from harness import rundir
 from harness.measure import check_depth, requests_of
 from harness.options import integer
 
@@ -57,8 +57,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "randomness": "keyed by (seed, stream, request, position); inverse-CDF draws",
                 "replay_note": "every depth <= max_depth is exact for a recorded cycle; across cycles the context, "
                                "recent acceptance and batch composition come from the recording"}
-    path = write_parquet(run_dir / "traces.parquet", frame)
-    write_json(run_dir / "traces.metadata.json", metadata)
+    path = rundir.TRACES.write(run_dir, frame)
+    rundir.TRACES_METADATA.write(run_dir, metadata)
     if len(frame):
         first = frame.groupby(["cycle", "row"])["accepted"].apply(lambda s: int(s.cumprod().sum()))
         log.info("%d cycles, %d rows; mean accepted at max_depth %.3f; mean accept_prob by position: %s",

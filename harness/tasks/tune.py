@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table
 from harness import hardware as hw
+from harness import rundir
 from harness.errors import SpectuneError
-from harness.io import write_json, write_parquet
 from harness.measure import (
     Frames,
     Grid,
@@ -160,7 +160,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 "hardware": hw.describe(cfg.hardware, models.device), "workloads": [w.describe() for w in workloads],
                 "sampling": vars(workloads[0].sampling), "sampler": cfg.sampler, "settings": vars(settings),
                 "config": OmegaConf.to_container(cfg, resolve=True)}
-    write_json(run_dir / "metadata.json", metadata)
+    rundir.METADATA.write(run_dir, metadata)
 
     cells: list[dict[str, Any]] = []
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
@@ -192,7 +192,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 log.info(line)
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)
-    write_json(run_dir / "recommendation.json", recommendation)
+    rundir.RECOMMENDATION.write(run_dir, recommendation)
     log.info("\n" + format_recommendation(recommendation))
     log.info(f"results: {run_dir}")
     return 0 if any(cell["ranking"] for cell in cells) else 3
@@ -209,10 +209,10 @@ def _write(run_dir: Path, frames: list[tuple[pd.DataFrame, pd.DataFrame]], grid:
     pending = [_tagged(grid, tag)] if grid is not None else []
     done = [f for f in frames + pending if len(f[0])]
     if done:
-        write_parquet(run_dir / "requests.parquet", pd.concat([f[0] for f in done], ignore_index=True))
-        write_parquet(run_dir / "cycles.parquet", pd.concat([f[1] for f in done], ignore_index=True))
+        rundir.REQUESTS.write(run_dir, pd.concat([f[0] for f in done], ignore_index=True))
+        rundir.CYCLES.write(run_dir, pd.concat([f[1] for f in done], ignore_index=True))
     partial = [{**tag, "methods": pooled(grid), "points": grid.points, "ranking": {}}] if grid is not None else []
-    write_json(run_dir / "summary.json", {"task": "tune", "cells": cells + partial})
+    rundir.SUMMARY.write(run_dir, {"task": "tune", "cells": cells + partial})
 
 
 def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[str, Any],

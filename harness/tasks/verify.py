@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from harness import rundir
 from harness.audit.fit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
 from harness.audit.laws import PositionLaws, total_variation, validate_pair
 from harness.errors import SpectuneError
-from harness.io import write_json
 from harness.metadata import base_metadata
 from harness.options import as_list, flag, integer, number, required
 
@@ -164,7 +164,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         log.info("note: for this (p, q) the naive law equals p (Z = 0 or residual = p): the audit cannot tell "
                  "the variants apart here")
 
-    out = write_json(run_dir / "verify.json", {
+    out = rundir.VERIFY.write(run_dir, {
         "task": "verify", "rule": rule.describe(), "z_max": rule.z_max, "chi2_min_pvalue": rule.min_pvalue,
         "n": n, "seed": seed, "configured_sampler": s["configured"], "exit_code": code,
         "labels": labels, "laws": laws.as_dict(),
@@ -213,7 +213,7 @@ def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     log.info("Verdict: " + ", ".join(f"{k} {v}" + (" (configured)" if k == s["configured"] else "")
                                     for k, v in words.items()))
     code = 0 if verdicts[s["configured"]] else 1
-    out = write_json(run_dir / "verify.json", {
+    out = rundir.VERIFY.write(run_dir, {
         "task": "verify", "source": "models", "rule": rule.describe(), "z_max": rule.z_max,
         "chi2_min_pvalue": rule.min_pvalue, "seed": seed, "configured_sampler": s["configured"],
         "exit_code": code, "min_expected": s["min_expected"],

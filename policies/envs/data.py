@@ -8,13 +8,13 @@ to condition on the hardware (the observation carries c and g).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from harness import rundir
 from harness.engine.policy import DRAFT_SIGNALS
 from harness.errors import SpectuneError
 from harness.profile import CycleCosts, Profile, check_profile, load_profile
@@ -67,8 +67,7 @@ class TraceSet:
             frame = pd.read_parquet(path)
         except Exception as err:  # pyarrow raises several types for a damaged file
             raise SpectuneError(f"traces={path} is invalid: cannot read it as Parquet ({type(err).__name__})") from None
-        meta_path = Path(path).with_name("traces.metadata.json")
-        metadata = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        metadata = rundir.TRACES_METADATA.read_if_present(Path(path).parent, {})
         return cls(frame, metadata, str(path))
 
     def accepted_at(self, entry: int, depth: int, expected: bool = False) -> float:
