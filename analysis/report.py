@@ -160,7 +160,7 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
     report.figure("costmodel_fit", plots.costmodel_figure(fits),
                   "Fitted cost model (joint acceptance from traces, costs from a profile) and the constant-α "
                   "model against the measured TPOT-based speed-up.",
-                  "no costmodel_fit.csv here: run python -m analysis.costmodel_cli --profile PROFILE.json "
+                  "no costmodel_fit.csv here: run python -m analysis.costmodel --profile PROFILE.json "
                   f"--traces TRACES.parquet {path}")
     if len(fits):
         report.text("", markdown_table(fits[["gamma", "batch_size", "predicted_speedup", "measured_speedup",

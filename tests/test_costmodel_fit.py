@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.costmodel import as_profile, expected_tokens, fit, joint_from_traces, mean_profile, predict
-from analysis.costmodel_cli import compare
+from analysis.costmodel.cli import compare
 from harness.errors import SpectuneError
 
 
@@ -143,7 +143,7 @@ def test_cli_writes_the_comparison_into_the_run_dir(tiny_sweep, tmp_path, cli):
     traces_dir.mkdir()
     make_traces([[0.8, 0.6, 0.5, 0.4]] * 4).to_parquet(traces_dir / "traces.parquet")
     done = cli("--profile", str(profile), "--traces", str(traces_dir / "traces.parquet"), str(run_dir),
-               module="analysis.costmodel_cli")
+               module="analysis.costmodel")
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(run_dir / "costmodel_fit.csv")
     assert {"gamma", "predicted_speedup", "measured_speedup", "error"} <= set(table)
@@ -153,12 +153,12 @@ def test_cli_writes_the_comparison_into_the_run_dir(tiny_sweep, tmp_path, cli):
     meta = json.loads((run_dir / "costmodel_fit.json").read_text())
     assert meta["joint"] == pytest.approx([0.8, 0.48, 0.24, 0.096]) and "git" in meta
     bad = cli("--profile", str(tmp_path / "missing.json"), "--traces", str(traces_dir), str(run_dir),
-              module="analysis.costmodel_cli")
+              module="analysis.costmodel")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.json' is not found" in bad.stderr
     other = make_profile(batches=(1, 2))
     other["models"]["target"]["name_or_path"] = "meta-llama/Llama-3.1-8B"
     profile.write_text(json.dumps(other))
-    refused = cli("--profile", str(profile), "--traces", str(traces_dir), str(run_dir), module="analysis.costmodel_cli")
+    refused = cli("--profile", str(profile), "--traces", str(traces_dir), str(run_dir), module="analysis.costmodel")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "was measured with models.target.name_or_path=meta-llama/Llama-3.1-8B" in refused.stderr
 
@@ -171,7 +171,7 @@ def test_cli_on_a_real_profile_and_real_traces(tiny_sweep, tiny_cost_inputs, tmp
 
     profile, traces = tiny_cost_inputs
     run_dir = shutil.copytree(tiny_sweep, tmp_path / "sweep")
-    done = cli("--profile", str(profile), "--traces", str(traces), str(run_dir), module="analysis.costmodel_cli")
+    done = cli("--profile", str(profile), "--traces", str(traces), str(run_dir), module="analysis.costmodel")
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(run_dir / "costmodel_fit.csv")
     assert len(table) == 4 and set(table["gamma"]) == {1, 2} and set(table["batch_size"]) == {1, 2}

@@ -22,7 +22,7 @@
 #    the cycles' draft/verify/rest seconds over the AR step). If this misses the TPOT-based speed-up, the
 #    time goes somewhere the formula does not look (prefill, scheduling), not into a wrong term.
 # 2. **Out of sample** (when `profile` and `traces` are given, or found below `results_dir`): costs from
-#    `task=profile`, acceptance from `task=trace`, as `python -m analysis.costmodel_cli` does.
+#    `task=profile`, acceptance from `task=trace`, as `python -m analysis.costmodel` does.
 
 # %%
 from pathlib import Path
@@ -31,8 +31,8 @@ from IPython.display import Markdown, display
 
 from analysis import plots
 from analysis.costmodel import sweep
-from analysis.costmodel_cli import measured
-from analysis.costmodel_cli import run as fit_and_compare
+from analysis.costmodel.cli import measured
+from analysis.costmodel.cli import run as fit_and_compare
 from analysis.load import load_cycles
 from harness import rundir
 

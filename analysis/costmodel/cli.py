@@ -1,4 +1,4 @@
-"""`python -m analysis.costmodel_cli --profile PROFILE.json --traces TRACES.parquet RUN_DIR`: the fitted cost
+"""`python -m analysis.costmodel --profile PROFILE.json --traces TRACES.parquet RUN_DIR`: the fitted cost
 model's speed-up next to the measured fixed-γ runs.
 
 The prediction comes from a ``task=profile`` result (costs) and ``task=trace`` traces (acceptance), never
@@ -149,7 +149,7 @@ def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = cli.ArgumentParser(prog="python -m analysis.costmodel_cli", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m analysis.costmodel", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, action="append",
                         help="profile.json written by task=profile, or a shipped name; repeat it to average profiles "
                              "taken before and after the runs (load drift cancels to first order)")
