@@ -25,8 +25,8 @@ from tqdm import tqdm
 from analysis.bench_table import bench_table, format_ranking, format_table
 from analysis.goodput import parse_slo
 from analysis.stats import AA_LABEL
+from harness import conditions, resume
 from harness import hardware as hw
-from harness import resume
 from harness.engine import Engine, Request
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.errors import SpectuneError
@@ -168,12 +168,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     points = schedule(settings.methods(), settings.repeats)  # rotated order per repeat
     keys = [(label, repeat) for label, _, repeat in points]  # the unit of work and of resuming
     done = resume.load_completed(run_dir, cfg, keys) if resume.wants_resume(cfg, run_dir) else resume.Completed()
+    done = conditions.whole_repeats(done, keys)  # a partial repeat reruns whole, in this allocation
     if done.covers(keys):  # decided before any model loads
         log.info("resume: all %d grid points are complete in %s; nothing to run", len(keys), run_dir)
         grid = Grid([done.summaries[k] for k in keys], [done.requests[k] for k in keys],
                     [done.cycles[k] for k in keys])
         methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
-        _log_table(methods, ranking)
+        _log_table(methods, ranking, grid.points)
         log.info(f"results: {run_dir}")
         return _exit_code(methods)
 
@@ -210,9 +211,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 write_parquet(run_dir / "requests.parquet", req)
                 write_parquet(run_dir / "cycles.parquet", cyc)
             write_json(run_dir / "summary.json", {"workload": workload.name, "repeats": settings.repeats, **body,
-                                                  "points": grid.points})
+                                                  **conditions.summary_fields(grid.points), "points": grid.points})
 
-    grid = run_points(points, lambda label, gamma: _run_point(engine, requests, settings, label, gamma, max_context),
+    grid = run_points(points, conditions.watched(lambda label, gamma: _run_point(engine, requests, settings, label,
+                                                                                  gamma, max_context)),
                       done=done, on_point=write)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
     tp = ranking.get("output_throughput", {})
@@ -222,15 +224,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
              f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
-    _log_table(methods, ranking)
+    _log_table(methods, ranking, grid.points)
     log.info(f"results: {run_dir}")
     return _exit_code(methods)
 
 
-def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any]) -> None:
+def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]]) -> None:
     log.info(format_table(bench_table(methods, ranking)))
     for line in format_ranking(ranking, methods):
         log.info(line)
+    conditions.warn_flagged(conditions.assess(points))
 
 
 def _exit_code(summaries: list[dict[str, Any]]) -> int:
