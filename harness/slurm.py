@@ -124,6 +124,11 @@ def check_request(params: dict[str, Any]) -> list[Partition]:
                             f"{offer(parts)}")
     target = next((p for p in parts if p.name == wanted), None) if wanted else next(
         (p for p in parts if p.default), None)
+    cpus = int(params.get("cpus_per_task") or 1) * int(params.get("tasks_per_node") or 1)
+    if target is not None and target.cpus.isdigit() and cpus > int(target.cpus):
+        raise SpectuneError(f"hydra.launcher.cpus_per_task={params.get('cpus_per_task')} asks more CPUs per node than "
+                            f"partition {target.name} has ({target.cpus}): the job would wait forever; the cluster "
+                            f"offers {offer(parts)}")
     gpus = _requested_gpus(params)
     if gpus is not None and target is not None and gpus[1] > target.gpus:
         raise SpectuneError(f"hydra.launcher.{gpus[0]} asks more GPUs per node than partition {target.name} has "

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from harness import conditions
 from harness.errors import SpectuneError
 from harness.io import write_csv, write_json, write_parquet, write_text
 from harness.metadata import base_metadata
@@ -175,8 +176,8 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
 
     nodes = {label: node for label, _, node in methods}
     points = schedule([(label, gamma) for label, gamma, _ in methods], repeats)
-    return run_points(points, lambda label, gamma: _run_point(
-        engine, requests, _bench_settings(nodes[label], concurrency, warmup), label, gamma, max_context))
+    return run_points(points, conditions.watched(lambda label, gamma: _run_point(
+        engine, requests, _bench_settings(nodes[label], concurrency, warmup), label, gamma, max_context)))
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
@@ -241,6 +242,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     rows: list[dict[str, Any]] = []
     grids: list[pd.DataFrame] = []
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    measured_conditions: dict[str, Any] = {}  # per concurrency: what else ran during each held-out repeat
 
     def write() -> None:
         if grids:
@@ -252,6 +254,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             table = comparison_frame(rows)
             write_parquet(run_dir / "comparison.parquet", table)
             write_text(run_dir / "comparison.md", format_comparison(table) + "\n")
+        if measured_conditions:
+            write_json(run_dir / "conditions.json", measured_conditions)
 
     seed = int(cfg.seed)
     for concurrency in settings.concurrency:
@@ -282,6 +286,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
                             setup.max_context)
         summaries, _ = aggregate(measured, seed=seed)
+        measured_conditions[f"c{concurrency}"] = conditions.summary_fields(measured.points)
+        conditions.warn_flagged(measured_conditions[f"c{concurrency}"]["conditions"])
         req, cyc = measured.frames()
         frames.append((req.assign(concurrency=concurrency), cyc.assign(concurrency=concurrency)))
         replay = None

@@ -99,10 +99,9 @@ class SpectuneSlurmLauncher(SlurmLauncher):
         try:
             ret = job.results()[0]
         except Exception as err:  # UncompletedJobError / FailedJobError: cancelled, killed, crashed
-            state = job.state
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            return self._failed(idx, overrides, f"SLURM job {job.job_id} ended without a result (state {state}): "
-                                                f"{first}; its log: {job.paths.stderr}")
+            why = "out of requeues" if "timed-out too many times" in str(err) else f"state {job.state}"
+            return self._failed(idx, overrides, f"SLURM job {job.job_id} ended without a result ({why}); "
+                                                f"its log: {job.paths.stderr}")
         if ret.status == JobStatus.FAILED:
             err = ret._return_value
             return self._failed(idx, overrides, f"SLURM job {job.job_id} failed: {type(err).__name__}: {err}; "
