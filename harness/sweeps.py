@@ -20,6 +20,25 @@ from omegaconf import DictConfig
 log = logging.getLogger(__name__)
 
 
+class FlaggedRepeats(Callback):
+    """At the end of a sweep, one console line per job with repeats measured under other load
+    (``conditions.flagged_repeats`` in its summary.json, harness.conditions): the jobs' own warnings are in
+    their logs, which a submitit sweep's user does not see."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        for path in sorted(Path(config.hydra.sweep.dir).rglob("summary.json")):
+            try:
+                conditions = json.loads(path.read_text()).get("conditions") or {}
+            except (OSError, ValueError):
+                continue
+            flagged = [r for r in conditions.get("repeats", []) if r.get("flagged")]
+            if flagged:
+                worst = max(r.get("others_cpu_share_max", 0.0) for r in flagged)
+                log.warning(f"warning: job {path.parent.name}: repeat(s) {', '.join(str(r['repeat']) for r in flagged)}"
+                            f" measured under other load (others used up to {worst:.0%} of the node's CPU): "
+                            f"see conditions in {path}")
+
+
 class FailedJobsExit(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
