@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table
 from analysis.goodput import parse_slo
+from harness import conditions
 from harness import hardware as hw
 from harness.errors import SpectuneError
 from harness.io import write_json, write_parquet
@@ -175,11 +176,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 _write(run_dir, frames, grid, tag, cells)
 
             grid = run_points(schedule(bench.methods(), settings.repeats),
-                              lambda label, gamma, b=bench, r=requests: _run_point(engine, r, b, label, gamma,
-                                                                                   max_context),
+                              conditions.watched(lambda label, gamma, b=bench, r=requests: _run_point(
+                                  engine, r, b, label, gamma, max_context)),
                               on_point=write)
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
-            cells.append({**tag, "methods": methods, "points": grid.points, "ranking": ranking})
+            cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
+                          "ranking": ranking})
             frames.append(_tagged(grid, tag))
             _write(run_dir, frames, None, tag, cells)
             log.info(f"\nworkload={workload.name}  concurrency={c}  repeats={settings.repeats}  "
@@ -187,6 +189,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             log.info(format_table(bench_table(methods, ranking)))
             for line in format_ranking(ranking, methods):
                 log.info(line)
+            conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)
     write_json(run_dir / "recommendation.json", recommendation)
