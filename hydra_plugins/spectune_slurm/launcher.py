@@ -27,9 +27,12 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf, open_dict
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+except ImportError:  # no `cluster` extra: Hydra imports every plugin at start, which must not warn on every run
+    from hydra.plugins.launcher import Launcher as SlurmLauncher
 
 log = logging.getLogger("harness.slurm")
 
@@ -82,6 +85,8 @@ class SpectuneSlurmLauncher(SlurmLauncher):
 
     def _executor(self, submitit: Any) -> Any:
         """As the stock launcher builds it: ``max_num_timeout`` at construction, the rest as parameters."""
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
         init = {"folder": self.params["submitit_folder"], "slurm_max_num_timeout": self.params["max_num_timeout"]}
         executor = submitit.AutoExecutor(cluster="slurm", **init)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
