@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness.errors import SpectuneError
+from harness.placement import default_threads
 
 if TYPE_CHECKING:  # the engine imports this module; it runs without Hydra (e.g. on the GPU image)
     from omegaconf import DictConfig
@@ -74,6 +75,7 @@ def setup(hardware: DictConfig) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SpectuneError(f"hardware={hardware.name} needs a CUDA device, but torch sees none "
                             f"(torch {torch.__version__}); use hardware=cpu")
+    threads = default_threads(threads)  # null: the SLURM allocation's CPUs per task, where there is one
     if threads is not None:
         torch.set_num_threads(threads)
     return device

@@ -1,10 +1,10 @@
 """Sweeps that survive: resume from the complete grid points on disk, stop cleanly on SIGTERM / SIGINT.
 
-A grid point is the unit of work and of skipping, keyed by ``(method label, repeat index)`` (repeat 0 when
-a run measures each point once). A run rewrites its result files atomically after every point, so a killed
-run leaves on disk exactly the points it finished. With ``resume=true`` a rerun into the same directory
-checks what is there -- same config (the recorded one minus ``resume``), readable files, a summary entry
-with status ok and the rows it counts -- and runs only the rest.
+A grid point is the unit of work, keyed by ``(method label, repeat index)`` (repeat 0 when a run measures each
+point once); the repeat is the unit that is kept (``harness.conditions.whole_repeats``). A run rewrites its result
+files atomically after every point, so a killed run leaves on disk exactly the points it finished. With
+``resume=true`` a rerun into the same directory checks what is there -- same config (the recorded one minus
+``resume``), readable files, a summary entry with status ok and the rows it counts -- and runs only the rest.
 
 Preemption. Outside submitit, :func:`stop_on_signals` turns SIGTERM / SIGINT into :class:`Interrupted`: the
 point in flight is dropped, the completed ones stay, and the application exits 128 + signal number with a

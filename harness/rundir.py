@@ -197,6 +197,7 @@ COMPARISON = RunFile("comparison.parquet", "parquet",
                      ("language", "concurrency", "policy", "method", "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo",
                       "vs_best_fixed_pct_ci95_hi"))
 COMPARISON_MD = RunFile("comparison.md", "text")
+CONDITIONS = RunFile("conditions.json", "json")  # policies.evaluate: what else ran during each measured point
 # A job of a multirun that failed on bad input (harness.cli): the sweep goes on, the sweep's end reports it.
 ERROR = RunFile("error.json", "json")
 

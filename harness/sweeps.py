@@ -17,8 +17,28 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness import rundir
+from harness.errors import SpectuneError
 
 log = logging.getLogger(__name__)
+
+
+class FlaggedRepeats(Callback):
+    """At the end of a sweep, one console line per job with repeats measured under other load
+    (``conditions.flagged_repeats`` in its summary.json, harness.conditions): the jobs' own warnings are in
+    their logs, which a submitit sweep's user does not see."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        for path in sorted(Path(config.hydra.sweep.dir).rglob(rundir.SUMMARY.name)):
+            try:
+                conditions = rundir.read_json(path).get("conditions") or {}
+            except (SpectuneError, OSError, ValueError):
+                continue
+            flagged = [r for r in conditions.get("repeats", []) if r.get("flagged")]
+            if flagged:
+                worst = max(r.get("others_cpu_share_max", 0.0) for r in flagged)
+                log.warning(f"warning: job {path.parent.name}: repeat(s) {', '.join(str(r['repeat']) for r in flagged)}"
+                            f" measured under other load (others used up to {worst:.0%} of the node's CPU): "
+                            f"see conditions in {path}")
 
 
 class FailedJobsExit(Callback):

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from harness import cli, rundir
+from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
 from harness.io import write_parquet
 from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
@@ -170,7 +170,8 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
         return measure_point(engine, requests, policy, label, gamma, concurrency=concurrency, warmup=warmup,
                              max_context=max_context)
 
-    return run_points(schedule([(label, gamma) for label, gamma, _ in methods], repeats), point)
+    return run_points(schedule([(label, gamma) for label, gamma, _ in methods], repeats),
+                      conditions.watched(point))
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
@@ -235,6 +236,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     rows: list[dict[str, Any]] = []
     grids: list[pd.DataFrame] = []
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    measured_conditions: dict[str, Any] = {}  # per concurrency: what else ran during each held-out repeat
 
     def write() -> None:
         if grids:
@@ -246,6 +248,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             table = comparison_frame(rows)
             rundir.COMPARISON.write(run_dir, table)
             rundir.COMPARISON_MD.write(run_dir, format_comparison(table) + "\n")
+        if measured_conditions:
+            rundir.CONDITIONS.write(run_dir, measured_conditions)
 
     seed = int(cfg.seed)
     for concurrency in settings.concurrency:
@@ -276,6 +280,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
                             setup.max_context)
         summaries, _ = aggregate(measured, seed=seed)
+        measured_conditions[f"c{concurrency}"] = conditions.summary_fields(measured.points)
+        conditions.warn_flagged(measured_conditions[f"c{concurrency}"]["conditions"])
         req, cyc = measured.frames()
         frames.append((req.assign(concurrency=concurrency), cyc.assign(concurrency=concurrency)))
         replay = None

@@ -142,3 +142,34 @@ def tiny_cost_inputs(tmp_path_factory) -> tuple[Path, Path]:
     traces = run_cli("task=trace", *workload, "task.warmup=1", "task.max_depth=2", run_dir=root / "trace")
     assert traces.returncode == 0, traces.stderr[-2000:]
     return root / "profile" / "profile.json", root / "trace" / "traces.parquet"
+
+
+def slurm_cluster_state() -> str | None:
+    """Why the SLURM tests cannot run here (None when a node answers): they need a running cluster."""
+    import shutil
+
+    if shutil.which("sinfo") is None:
+        return "no SLURM commands on PATH (start a local cluster: scripts/slurm-local up, as root)"
+    try:
+        done = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%T"], capture_output=True, text=True,
+                              timeout=30)
+    except subprocess.TimeoutExpired:
+        return "sinfo timed out"
+    states = done.stdout.split()
+    if done.returncode != 0 or not states:
+        why = (done.stderr.strip().splitlines() or ["no node listed"])[-1]
+        return f"no SLURM cluster answers ({why}); start one with scripts/slurm-local up"
+    if not any(s.rstrip("*~#") in ("idle", "mixed", "allocated", "completing") for s in states):
+        return f"the SLURM node is {states[0]} (not idle): scripts/slurm-local status"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """The running cluster's default partition; the test is skipped, with the reason, when no cluster answers."""
+    why = slurm_cluster_state()
+    if why is not None:
+        pytest.skip(why)
+    done = subprocess.run(["sinfo", "--noheader", "--format=%P"], capture_output=True, text=True, timeout=30)
+    names = done.stdout.split()
+    return next((n.rstrip("*") for n in names if n.endswith("*")), names[0].rstrip("*"))

@@ -75,10 +75,13 @@ def test_a_killed_sweep_keeps_complete_files_and_resume_runs_only_the_rest(tmp_p
 
 
 @pytest.mark.slow(reason="bench runs through the CLI, twice")
-def test_resume_reruns_only_the_missing_point_and_rejects_another_config(cli, tmp_path):
-    args = [*SMALL_BENCH, "task.baseline=false", "gamma=[1,2]", f"hydra.run.dir={tmp_path}"]
+def test_resume_reruns_only_the_missing_repeat_and_rejects_another_config(cli, tmp_path):
+    """The repeat is the unit of resuming: a complete repeat is kept as it is, a partial one reruns whole (its
+    points would otherwise pair measurements of two runs)."""
+    args = [*[a for a in SMALL_BENCH if not a.startswith("task.repeats")], "task.repeats=2", "task.baseline=false",
+            "gamma=[1,2]", f"hydra.run.dir={tmp_path}"]
     assert cli(*args).returncode == 0
-    # Drop the last grid point from the summary, as if the run had been killed before it.
+    # Drop the last grid point from the summary, as if the run had been killed before it: repeat 1 is partial.
     summary = json.loads((tmp_path / "summary.json").read_text())
     summary["points"] = summary["points"][:-1]
     (tmp_path / "summary.json").write_text(json.dumps(summary))
@@ -87,15 +90,20 @@ def test_resume_reruns_only_the_missing_point_and_rejects_another_config(cli, tm
     proc = cli(*args, "resume=true")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resume: fixed:gamma=1 already complete, skipped" in proc.stdout
-    assert "fixed:gamma=2" in proc.stdout
+    assert "resume: fixed:gamma=2 already complete, skipped" in proc.stdout
+    assert "resume: repeat 1 is partial (1 of 2 points); rerunning it whole" in proc.stdout
     methods = [m["method"] for m in json.loads((tmp_path / "summary.json").read_text())["methods"]]
     assert methods == ["fixed:gamma=1", "fixed:gamma=2"]
     after = pd.read_parquet(tmp_path / "requests.parquet")
-    label = "fixed:gamma=1"  # the kept point's rows are the very same rows
-    pd.testing.assert_frame_equal(after[after["method"] == label].reset_index(drop=True),
-                                  kept[kept["method"] == label].reset_index(drop=True))
-    assert len(after[after["method"] == "fixed:gamma=2"]) == 3
-    assert json.loads((tmp_path / "metadata.json").read_text())["resumed_points"] == [label]
+    first = after["repeat"] == 0  # the kept repeat's rows are the very same rows
+    pd.testing.assert_frame_equal(after[first].reset_index(drop=True),
+                                  kept[kept["repeat"] == 0].reset_index(drop=True))
+    assert len(after[~first]) == 2 * 3
+    points = json.loads((tmp_path / "summary.json").read_text())["points"]
+    assert [(p["method"], p["repeat"]) for p in points] == [("fixed:gamma=1", 0), ("fixed:gamma=2", 0),
+                                                            ("fixed:gamma=2", 1), ("fixed:gamma=1", 1)]
+    assert json.loads((tmp_path / "metadata.json").read_text())["resumed_points"] == ["fixed:gamma=1",
+                                                                                      "fixed:gamma=2"]
 
     other = cli(*[a for a in args if not a.startswith("gamma=")], "gamma=[1,3]", "resume=true")
     assert other.returncode == 2
@@ -178,12 +186,20 @@ def test_a_requeued_submitit_job_resumes_on_its_own(tmp_path, monkeypatch):
 @pytest.mark.slow(reason="a submitit_local sweep requeued through the CLI")
 def test_a_requeued_submitit_job_resumes_where_it_stopped(tmp_path):
     """submitit's own signal (SIGUSR2) checkpoints and requeues the job, which reruns the same command:
-    it must skip the grid point it had finished instead of starting over."""
-    args = [sys.executable, "-m", "harness", "-m", "hydra/launcher=submitit_local", *SMALL_BENCH,
+    it must keep the repeat it had finished instead of starting over."""
+    args = [sys.executable, "-m", "harness", "-m", "hydra/launcher=submitit_local",
+            *[a for a in SMALL_BENCH if not a.startswith("task.repeats")], "task.repeats=2",
             "task.baseline=false", "gamma=[1,2]", f"hydra.sweep.dir={tmp_path}"]
     proc = subprocess.Popen(args, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     job_dir, deadline = tmp_path / "0", time.monotonic() + 300
-    while not (job_dir / "summary.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+
+    def points() -> int:
+        try:
+            return len(json.loads((job_dir / "summary.json").read_text())["points"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return 0
+
+    while points() < 2 and proc.poll() is None and time.monotonic() < deadline:  # repeat 0 complete
         time.sleep(0.05)
     meta = json.loads((job_dir / "metadata.json").read_text())
     assert meta["job"]["executor"] == "local" and meta["resumed_points"] == []
@@ -197,4 +213,5 @@ def test_a_requeued_submitit_job_resumes_where_it_stopped(tmp_path):
     assert "requeued job: resuming" in log and "resume: fixed:gamma=1 already complete, skipped" in log
     summary = json.loads((job_dir / "summary.json").read_text())
     assert [m["method"] for m in summary["methods"]] == ["fixed:gamma=1", "fixed:gamma=2"]
-    assert json.loads((job_dir / "metadata.json").read_text())["resumed_points"] == ["fixed:gamma=1"]
+    resumed = json.loads((job_dir / "metadata.json").read_text())["resumed_points"]
+    assert resumed[:2] == ["fixed:gamma=1", "fixed:gamma=2"] and len(summary["points"]) == 4

@@ -21,8 +21,8 @@ import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table
+from harness import conditions, resume, rundir
 from harness import hardware as hw
-from harness import resume, rundir
 from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
@@ -144,12 +144,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     points = schedule(settings.methods(), settings.repeats)  # rotated order per repeat
     keys = [(label, repeat) for label, _, repeat in points]  # the unit of work and of resuming
     done = resume.load_completed(run_dir, cfg, keys) if resume.wants_resume(cfg, run_dir) else resume.Completed()
+    done = conditions.whole_repeats(done, keys)  # a partial repeat reruns whole, in this allocation
     if done.covers(keys):  # decided before any model loads
         log.info("resume: all %d grid points are complete in %s; nothing to run", len(keys), run_dir)
         grid = Grid([done.summaries[k] for k in keys], [done.requests[k] for k in keys],
                     [done.cycles[k] for k in keys])
         methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
-        _log_table(methods, ranking)
+        _log_table(methods, ranking, grid.points)
         log.info(f"results: {run_dir}")
         return _exit_code(methods)
 
@@ -178,14 +179,14 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 rundir.REQUESTS.write(run_dir, req)
                 rundir.CYCLES.write(run_dir, cyc)
             rundir.SUMMARY.write(run_dir, {"workload": workload.name, "repeats": settings.repeats, **body,
-                                           "points": grid.points})
+                                           **conditions.summary_fields(grid.points), "points": grid.points})
 
     def point(label: str, gamma: int) -> Frames:
         policy = make_policy(settings.policy, gamma) if gamma else None
         return measure_point(engine, requests, policy, label, gamma, concurrency=settings.concurrency,
                              warmup=settings.warmup, max_context=max_context)
 
-    grid = run_points(points, point, done=done, on_point=write)
+    grid = run_points(points, conditions.watched(point), done=done, on_point=write)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
     tp = ranking.get("output_throughput", {})
     write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),
@@ -194,15 +195,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
              f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
-    _log_table(methods, ranking)
+    _log_table(methods, ranking, grid.points)
     log.info(f"results: {run_dir}")
     return _exit_code(methods)
 
 
-def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any]) -> None:
+def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]]) -> None:
     log.info(format_table(bench_table(methods, ranking)))
     for line in format_ranking(ranking, methods):
         log.info(line)
+    conditions.warn_flagged(conditions.assess(points))
 
 
 def _exit_code(summaries: list[dict[str, Any]]) -> int:

@@ -23,8 +23,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table
+from harness import conditions, rundir
 from harness import hardware as hw
-from harness import rundir
 from harness.errors import SpectuneError
 from harness.measure import (
     Frames,
@@ -180,9 +180,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 return measure_point(engine, r, make_policy(b.policy, gamma) if gamma else None, label, gamma,
                                      concurrency=b.concurrency, warmup=b.warmup, max_context=max_context)
 
-            grid = run_points(schedule(bench.methods(), settings.repeats), point, on_point=write)
+            grid = run_points(schedule(bench.methods(), settings.repeats), conditions.watched(point),
+                              on_point=write)
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
-            cells.append({**tag, "methods": methods, "points": grid.points, "ranking": ranking})
+            cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
+                          "ranking": ranking})
             frames.append(_tagged(grid, tag))
             _write(run_dir, frames, None, tag, cells)
             log.info(f"\nworkload={workload.name}  concurrency={c}  repeats={settings.repeats}  "
@@ -190,6 +192,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             log.info(format_table(bench_table(methods, ranking)))
             for line in format_ranking(ranking, methods):
                 log.info(line)
+            conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)
     rundir.RECOMMENDATION.write(run_dir, recommendation)
