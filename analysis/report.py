@@ -22,7 +22,6 @@ from analysis.bench_table import bench_table
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
 from harness import cli, rundir
 from harness.errors import SpectuneError
-from harness.io import write_figure
 from harness.metadata import base_metadata
 
 log = logging.getLogger(__name__)
@@ -80,9 +79,10 @@ class Report:
         if figure is None:
             self.text(f"_Skipped: {absent}_")
             return
-        write_figure(self.directory / f"{name}.png", figure)
-        self.figures.append(f"{name}.png")
-        self.text(f"![{caption}]({name}.png)", "", caption, "")
+        file = rundir.REPORT_FIGURE.named(name=name)
+        file.write(self.directory, figure)
+        self.figures.append(file.name)
+        self.text(f"![{caption}]({file.name})", "", caption, "")
 
     def write(self) -> Path:
         text = "\n".join(self.lines).strip() + "\n"

@@ -183,6 +183,7 @@ COSTMODEL_FIT_CSV = RunFile("costmodel_fit.csv", "csv")
 COSTMODEL_FIT_JSON = RunFile("costmodel_fit.json", "json")
 # python -m analysis.report.
 REPORT = RunFile("report.md", "text")
+REPORT_FIGURE = RunFile("{name}.png", "figure")  # a figure report.md embeds: .named(name=...)
 # policies.train: learned policies (SB3 archives), settings and validation, learning curves, the classifier.
 DEPTH_POLICY = RunFile("depth.zip", "policy")
 SIZE_POLICY = RunFile("size.zip", "policy")
@@ -193,6 +194,8 @@ CLASSIFIER = RunFile("classifier.json", "json")
 # policies.evaluate: the grid's points and the policies against the best fixed γ.
 GRID = RunFile("grid.parquet", "parquet")
 GRID_CSV = RunFile("grid_c{concurrency}.csv", "csv")  # the grid at one concurrency, for calibration: .named()
+# The held-out prompts traced at one concurrency, for the oracle's replay: .named(concurrency=...).
+HELDOUT_TRACES = RunFile("heldout_traces_c{concurrency}.parquet", "parquet", TRACES.required)
 COMPARISON = RunFile("comparison.parquet", "parquet",
                      ("language", "concurrency", "policy", "method", "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo",
                       "vs_best_fixed_pct_ci95_hi"))

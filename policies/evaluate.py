@@ -35,7 +35,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
-from harness.io import write_parquet
 from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
@@ -204,7 +203,7 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
     from policies.replay import replay_depths, replay_scores
 
     frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_depth)
-    write_parquet(run_dir / f"heldout_traces_c{concurrency}.parquet", frame)
+    rundir.HELDOUT_TRACES.named(concurrency=concurrency).write(run_dir, frame)
     traces = TraceSet(frame, {}, "held-out traces")
     out = {}
     for label, policy in policies.items():

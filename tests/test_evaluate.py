@@ -27,7 +27,7 @@ def smoke(tmp_path_factory) -> Path:
     from tests.conftest import run_cli
 
     run_dir = tmp_path_factory.mktemp("evaluate") / "run"
-    done = run_cli(*SMOKE, module="policies.evaluate", run_dir=run_dir)
+    done = run_cli(*SMOKE, module="policies.evaluate", run_dir=run_dir, timeout=1800)  # loaded 2-core VM: > 10 min
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir
 
