@@ -56,8 +56,9 @@ class Recipe:
     gen_batch: int = 64
     max_new_tokens: int = 48  # the bundled workloads' max_new_tokens
     top_k: int = 64
-    # training prompts per language (a seeded choice): teacher decoding is the slow part on this CPU
-    train_prompts: dict = field(default_factory=lambda: {"en": 320, "it": 96, "es": 96, "zh": 96})
+    # training prompts per language (None: all; a seeded choice otherwise), each sampled ``rounds`` times
+    train_prompts: dict = field(default_factory=lambda: {"en": None, "it": None, "es": None, "zh": None})
+    rounds: int = 3
     draft_vocab: int = 12288
     # the target's first two layers: an untrained [0, 1] draft already gives Σ min(p, q) ≈ 0.06 on held-out
     # English, [0, 29] (first + last) ≈ 0.0 (the last layer expects late features)
@@ -219,8 +220,11 @@ def main() -> None:
     def sampling_late() -> bool:
         return args.sample_until is not None and time.strftime("%H:%M", time.gmtime()) >= args.sample_until
 
-    train = sample_set(target, train_prompts, work / "train", recipe.gen_batch, seed=recipe.seed,
-                       progress=lambda x: tqdm(x, desc="teacher (training prompts)"), late=sampling_late, **kw)
+    train = []
+    for r in range(recipe.rounds):
+        train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
+                            progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"),
+                            late=sampling_late, **kw)
     gen_minutes = (time.time() - started) / 60
     log.info(f"teacher data: {len(train)} sequences, {sum(len(s.continuation) for s in train)} positions "
              f"({gen_minutes:.1f} min)")
