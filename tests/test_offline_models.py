@@ -91,7 +91,7 @@ def templated(tokenizer):
 
 
 def _spec(**kw) -> dict:
-    from harness.models.teacher_data import bundled_workload
+    from workloads.build.teacher_data import bundled_workload
 
     spec = bundled_workload("en")
     spec["path"] = str(REPO / spec["path"])

@@ -42,14 +42,14 @@ def smollm2():
     models = OmegaConf.load(REPO / "conf" / "models" / "smollm2.yaml")
     models.draft.name_or_path = os.environ.get("SPECTUNE_SMOLLM2_DRAFT", models.draft.name_or_path)  # another draft
     if not (REPO / models.draft.name_or_path).is_dir():
-        pytest.skip("no trained draft in harness/models/smollm2/draft: run python -m harness.models.train_draft")
+        pytest.skip("no trained draft in harness/models/smollm2/draft: run python -m workloads.build.train_draft")
     hardware = {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa", "threads": 1}
     return load_pair(models, hardware)
 
 
 @pytest.fixture(scope="module")
 def requests(smollm2):
-    from harness.models.teacher_data import bundled_workload
+    from workloads.build.teacher_data import bundled_workload
     from workloads.loader import load_workload
 
     spec = bundled_workload("en")

