@@ -172,7 +172,7 @@ def test_a_utf8_bom_mixed_ids_and_a_huge_line_load(workload_cfg, tokenizer, tmp_
 
 
 @pytest.mark.parametrize("key", ["name", "language", "seed", "shuffle", "sampling", "source", "field", "path",
-                                 "num_prompts", "max_new_tokens", "prompt_tokens"])
+                                 "num_prompts", "max_new_tokens", "prompt_tokens", "chat_template"])
 def test_a_workload_key_missing_from_the_yaml_is_a_one_line_error(workload_cfg, tokenizer, key):
     from workloads.loader import load_workload
 
@@ -184,7 +184,7 @@ def test_a_workload_key_missing_from_the_yaml_is_a_one_line_error(workload_cfg, 
 
 
 WORKLOAD_KEYS = ["num_prompts", "max_new_tokens", "seed", "shuffle", "prompt_tokens", "field", "source",
-                 "languages", "sampling.temperature", "sampling.top_k", "sampling.top_p", "name"]
+                 "languages", "sampling.temperature", "sampling.top_k", "sampling.top_p", "name", "chat_template"]
 
 
 @FUZZ

@@ -15,6 +15,12 @@ JSONL files are read line by line with the standard library: a malformed line, b
 record without its text or an empty text are reported by file and line number (Arrow's JSON reader, used here
 before, failed on mixed column types and very long lines with multi-line errors). Every setting comes from the
 workload's YAML (``conf/workload/_bundled.yaml`` holds the defaults); a missing key is a one-line error.
+
+Chat templates: instruct models are benchmarked on prompts rendered through their tokenizer's chat template
+(one user turn plus the generation prompt), as serving benchmarks do. ``chat_template: auto`` renders when
+the tokenizer has a template, ``true`` requires one, ``false`` feeds the raw text. The length band
+(``prompt_tokens``) is applied to the raw text's tokens either way, so the same prompts are chosen (and the
+same seeded shuffle holds them) whether or not they are rendered.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class Workload:
     sampling: SamplingParams
     seed: int
     source: dict[str, Any] = field(default_factory=dict)
+    chat_template: dict[str, Any] = field(default_factory=dict)  # the setting and whether it was applied
 
     def describe(self) -> dict[str, Any]:
         """Metadata for result files: source, settings and the prompt-length distribution in tokens."""
@@ -65,6 +72,7 @@ class Workload:
             "sampling": {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
                          "top_p": self.sampling.top_p},
             "seed": self.seed, "prompt_tokens": length_stats([len(p.input_ids) for p in self.prompts]),
+            "chat_template": self.chat_template,
         }
         langs = sorted({p.language for p in self.prompts})
         if len(langs) > 1:
@@ -213,6 +221,27 @@ def _sampling(spec: dict[str, Any]) -> SamplingParams:
     return SamplingParams(**node)
 
 
+def chat_template_use(setting: Any, tokenizer: Any) -> bool:
+    """Whether prompts are rendered: ``auto`` when the tokenizer has a chat template; ``true`` requires one."""
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if setting == "auto":
+        return has
+    if not isinstance(setting, bool):
+        raise SpectuneError(f"workload.chat_template={setting!r} is invalid: choose auto, true or false")
+    if setting and not has:
+        raise SpectuneError("workload.chat_template=true but the target's tokenizer has no chat template; "
+                            "use auto or false")
+    return setting
+
+
+def render(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` as one user turn through the tokenizer's chat template, ready for the reply."""
+    out = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                        tokenize=True)
+    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+    return [int(i) for i in ids]
+
+
 def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     """Read, tokenise, filter to the length band, shuffle (seeded) and cut to ``num_prompts``."""
     try:
@@ -235,6 +264,8 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     band = _band(spec)
     source = _require(spec, "source")
     text_field = _text(spec, "field")
+    template_setting = _require(spec, "chat_template")
+    templated = chat_template_use(template_setting, tokenizer)
 
     groups: list[tuple[str, list[tuple[str, str]]]]  # (language, records)
     if source == "jsonl":
@@ -270,6 +301,8 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
             if band is not None and not band[0] <= len(ids) <= band[1]:
                 dropped += 1
                 continue
+            if templated:
+                ids = render(tokenizer, text)
             prompts.append(Prompt(id=pid, text=text, input_ids=ids, language=lang))
         if shuffle:
             rng.shuffle(prompts)
@@ -281,7 +314,8 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
                             + (f" ({dropped} outside prompt_tokens={list(band)})" if dropped and band else ""))
     src.update(available=len(merged), dropped_by_length=dropped, prompt_tokens_band=list(band) if band else None)
     return Workload(name=name, language=language, prompts=merged[:num] if num else merged,
-                    max_new_tokens=int(max_new), sampling=sampling, seed=seed, source=src)
+                    max_new_tokens=int(max_new), sampling=sampling, seed=seed, source=src,
+                    chat_template={"setting": template_setting, "applied": templated})
 
 
 def _zip_longest(groups: list[list[Prompt]]) -> list[list[Prompt]]:

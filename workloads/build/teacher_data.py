@@ -1,0 +1,134 @@
+"""The teacher's side of draft distillation: its own sampled continuations and its law at every step.
+
+DistillSpec's recipe: a draft for speculative decoding should match the target's law on the contexts a
+speculative decoder visits, i.e. on the target's own continuations. Sampling the target in batches gives
+both at once: the logits a token is sampled from *are* the teacher's law at that position. Each law is
+kept as its top-k ids and probabilities; the mass outside them (the "other" bucket) is 1 − Σ top-k, which
+the loss keeps (α at T = 1 depends on the tail).
+
+Prompts come from the bundled workloads rendered through the target's chat template, excluding the first
+``holdout`` prompts of each bundled workload's default seeded shuffle (the prefix every evaluation takes:
+``task=acceptance``/``bench`` use the first 16, ``policies.evaluate`` the first 96), so no evaluated prompt is
+ever trained on. Work is written as one shard per batch, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from harness.engine.kv import cache_argument
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Sequence:
+    """One prompt and the target's continuation, with the teacher's top-k law at each continuation step."""
+
+    language: str
+    prompt: list[int]
+    continuation: list[int]
+    top_ids: torch.Tensor  # [n, k] int32
+    top_probs: torch.Tensor  # [n, k] float16
+
+
+def bundled_workload(language: str) -> dict:
+    """The bundled workload's config as ``+workload=<language>`` composes it (defaults + the language file)."""
+    base = OmegaConf.load(ROOT / "conf" / "workload" / "_bundled.yaml")
+    own = OmegaConf.load(ROOT / "conf" / "workload" / f"{language}.yaml")
+    own.pop("defaults", None)
+    return OmegaConf.to_container(OmegaConf.merge(base, own), resolve=True)
+
+
+def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0
+                  ) -> tuple[list[list[int]], list[list[int]]]:
+    """(training prompts, held-out prompts) of one language, rendered through the chat template.
+
+    Held out: the first ``holdout`` prompts of the default workload's seeded shuffle within its length band
+    (what every task evaluates on). Training: every other prompt of the file, in or out of the band (at most
+    ``limit`` of them, a seeded choice).
+    """
+    from workloads.loader import load_workload, read_jsonl, render, resolve_path
+
+    spec = bundled_workload(language)
+    spec.update(num_prompts=None, chat_template=True)
+    heldout = load_workload(spec, tokenizer).prompts[:holdout]
+    heldout_ids = {p.id for p in heldout}
+    records = read_jsonl(resolve_path(spec["path"]), spec["field"])
+    train = [render(tokenizer, text) for pid, text in records if pid not in heldout_ids]
+    if limit is not None and len(train) > limit:
+        train = [train[i] for i in sorted(random.Random(seed).sample(range(len(train)), limit))]
+    return train, [p.input_ids for p in heldout]
+
+
+@torch.no_grad()
+def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos: int, pad: int,
+                 gen: torch.Generator) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Sample continuations of left-padded prompts at T = 1 with a KV cache; keep each step's top-k law."""
+    batch, width = len(prompts), max(map(len, prompts))
+    ids = torch.full((batch, width), pad, dtype=torch.long)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    cache_arg = cache_argument(model)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    done = torch.zeros(batch, dtype=torch.bool)
+    tokens, tops, probs = [], [], []
+    for _ in range(max_new):
+        law = torch.softmax(out.logits[:, -1].float(), -1)
+        x = torch.multinomial(law, 1, generator=gen).squeeze(1)
+        p, i = law.topk(top_k, -1)
+        tokens.append(torch.where(done, pad, x))
+        tops.append(i.int())
+        probs.append(p.half())
+        done |= x == eos
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], 1)
+        positions = positions[:, -1:] + 1
+        out = model(input_ids=x.unsqueeze(1), attention_mask=mask, position_ids=positions, use_cache=True,
+                    **{cache_arg: out[cache_arg]})
+    seq, top, prob = torch.stack(tokens, 1), torch.stack(tops, 1), torch.stack(probs, 1)
+    results = []
+    for row in range(batch):
+        cont = seq[row].tolist()
+        n = cont.index(eos) + 1 if eos in cont else len(cont)
+        results.append((cont[:n], top[row, :n].clone(), prob[row, :n].clone()))
+    return results
+
+
+def sample_set(model, prompts: list[tuple[str, list[int]]], shard_dir: Path, batch_size: int, max_new: int,
+               top_k: int, eos: int, pad: int, seed: int, progress, late=lambda: False) -> list[Sequence]:
+    """Sample every prompt once, ``batch_size`` at a time (similar lengths together), one shard per batch.
+
+    ``late()`` true stops before the next new batch: the shards done so far are the data (a time box)."""
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i][1]), i))
+    chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    random.Random(seed).shuffle(chunks)  # any prefix of the work is a fair sample of languages and lengths
+    out: list[Sequence] = []
+    for b, chunk in enumerate(progress(chunks)):
+        shard = shard_dir / f"batch{b:04d}.pt"
+        if shard.is_file():
+            out += torch.load(shard, weights_only=False)
+            continue
+        if late():
+            log.info(f"time box reached: {b} of {len(chunks)} batches sampled")
+            break
+        gen = torch.Generator().manual_seed(seed * 1000 + b)
+        rows = sample_batch(model, [prompts[i][1] for i in chunk], max_new, top_k, eos, pad, gen)
+        seqs = [Sequence(prompts[i][0], prompts[i][1], c, t, p) for i, (c, t, p) in zip(chunk, rows, strict=True)]
+        tmp = shard.with_suffix(".tmp")
+        torch.save(seqs, tmp)
+        tmp.replace(shard)
+        out += seqs
+    return out

