@@ -167,17 +167,13 @@ def _exact_prefix_law(target, prompt: list[int], length: int, sampling: Sampling
     return law
 
 
-MONTE_CARLO = pytest.mark.slow(reason="a seeded 3000-request Monte Carlo through the engine; the exact and naive "
-                                      "cases of the same audit stay in the fast tier")
-
-
 @torch.inference_mode()
 @pytest.mark.parametrize(("sampler", "should_pass", "path", "policy"), [
     ("exact", True, ExecutionPath(), FixedGamma(2)),
     ("naive", False, ExecutionPath(), FixedGamma(2)),
-    pytest.param("exact", True, ExecutionPath(static=True, max_cache_len=16), FixedGamma(2), marks=MONTE_CARLO),
-    pytest.param("exact", True, ExecutionPath(), ConfidenceStop(gamma=3, threshold=0.5), marks=MONTE_CARLO),
-    pytest.param("exact", True, ExecutionPath(), None, marks=MONTE_CARLO),
+    ("exact", True, ExecutionPath(static=True, max_cache_len=16), FixedGamma(2)),
+    ("exact", True, ExecutionPath(), ConfidenceStop(gamma=3, threshold=0.5)),
+    ("exact", True, ExecutionPath(), None),
 ], ids=["exact", "naive", "exact-static", "exact-early-stop", "exact-no-speculation-cycles"])
 def test_sampled_law_of_generated_tokens_is_the_targets(sampler, should_pass, path, policy):
     """Joint law of the first 3 generated tokens (V = 4: 64 cells), n = 3000 requests, seeded.
