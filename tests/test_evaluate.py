@@ -40,11 +40,12 @@ def test_the_smoke_run_compares_every_policy_to_the_grid_searched_gamma(smoke):
     grid = pd.read_parquet(smoke / "grid.parquet")
     for concurrency in (1, 2):
         mine = table[table["concurrency"] == concurrency]
-        assert policies <= set(mine["policy"])
         # the baseline is the grid's best over every γ in 0..max_depth on the training prompts
         searched = grid[grid["concurrency"] == concurrency]
         assert sorted(searched["gamma"]) == [0, 1, 2]
         best = int(searched.sort_values(["tok_s", "gamma"], ascending=[False, True]).iloc[0]["gamma"])
+        # measured wall time picks it: when AR wins (a loaded machine, two prompts), AR's row is the best fixed γ's
+        assert (policies if best else policies - {"ar"}) <= set(mine["policy"])
         assert (mine["best_fixed_gamma"] == best).all()
         base = mine[mine["method"] == ("ar" if best == 0 else f"fixed:gamma={best}")].iloc[0]
         assert base["vs_best_fixed_pct"] == pytest.approx(0.0, abs=1e-9)
