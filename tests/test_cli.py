@@ -15,16 +15,12 @@ import pytest
 
 from harness import rundir
 
-# A fresh process that imports torch and SB3 (policies) or matplotlib takes 5-20 s on a loaded 2-core machine.
-HEAVY = pytest.mark.slow(reason="a fresh python -m process importing torch and SB3 or matplotlib (5-20 s)")
 HYDRA_APPS = [
     ("harness", ["task=costmodel", "task.alfas=[0.5]"], "error: task.alfas is not a key of the config"),
-    pytest.param("policies.train", ["train.max_deph=4"], "error: train.max_deph is not a key of the config",
-                 marks=HEAVY),
-    pytest.param("policies.evaluate", ["models=llama-9b"], "error: models='llama-9b' is unknown: choose one of",
-                 marks=HEAVY),
+    pytest.param("policies.train", ["train.max_deph=4"], "error: train.max_deph is not a key of the config"),
+    pytest.param("policies.evaluate", ["models=llama-9b"], "error: models='llama-9b' is unknown: choose one of"),
     pytest.param("policies.train", ["train.validation=1.5"],
-                 "error: train.validation=1.5 is invalid: a fraction in (0, 1)", marks=HEAVY),
+                 "error: train.validation=1.5 is invalid: a fraction in (0, 1)"),
 ]
 
 
@@ -55,9 +51,9 @@ def _cli_paths(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("module", [pytest.param("analysis.report", marks=HEAVY),
-                                    pytest.param("analysis.comparison", marks=HEAVY), "analysis.costmodel",
-                                    pytest.param("policies.fit_classifier", marks=HEAVY)])
+@pytest.mark.parametrize("module", [pytest.param("analysis.report"),
+                                    pytest.param("analysis.comparison"), "analysis.costmodel",
+                                    "policies.fit_classifier"])
 def test_argparse_apps_answer_bad_input_in_one_line_with_exit_2(cli, tmp_path, module):
     args, message = _cli_paths(tmp_path)[module]
     done = cli(*args, module=module, timeout=300)

@@ -100,6 +100,10 @@ def test_the_pair_is_the_gguf_target_with_its_draft(smollm2) -> None:
     assert meta["draft"]["draft_vocabulary"] < 49_152
 
 
+REAL_DECODE = pytest.mark.slow(reason="decodes 8 prompts with the 135M target on the CPU (tens of seconds)")
+
+
+@REAL_DECODE
 @pytest.mark.parametrize("gamma", [1, 4, 8])
 def test_greedy_speculative_equals_autoregressive(smollm2, requests, reference, gamma) -> None:
     result = _engine(smollm2).run(requests, FixedGamma(gamma), 1)
@@ -108,6 +112,7 @@ def test_greedy_speculative_equals_autoregressive(smollm2, requests, reference, 
     assert sum(c.accepted for c in result.cycles) > 0
 
 
+@REAL_DECODE
 def test_concurrency_4_differs_only_at_near_ties(smollm2, requests, reference) -> None:
     result = _engine(smollm2).run(requests, FixedGamma(4), 4)
     differences = []
@@ -124,6 +129,7 @@ def test_concurrency_4_differs_only_at_near_ties(smollm2, requests, reference) -
     assert all(d["top2_gap"] < NEAR_TIE for d in differences), differences
 
 
+@pytest.mark.slow(reason="rebuilds the safetensors cache from the GGUF (dequantising 135M parameters, ~50 s)")
 def test_cache_is_keyed_checked_and_rebuilt_when_corrupt(tmp_path, monkeypatch) -> None:
     from harness.models import gguf
 
