@@ -86,10 +86,9 @@ class CycleCosts:
             intercept = t[0] - slope * n[0]
         return np.maximum(intercept + slope * positions, 1e-9)
 
-    def cycle_s(self, depths: np.ndarray) -> np.ndarray:
-        """A whole cycle at each depth: draft steps, verification of depth + 1 positions, the rest."""
-        step = self.step.mean if self.step.weight else 0.0
-        return depths * step + self.verify_s(depths + 1.0) + self.rest.mean
+    def cycle_s(self, depths: np.ndarray, step_s: float) -> np.ndarray:
+        """A whole cycle at each depth: draft steps of ``step_s``, verification of depth + 1 positions, the rest."""
+        return depths * step_s + self.verify_s(depths + 1.0) + self.rest.mean
 
 
 class ModelBased(DraftLengthPolicy):
@@ -146,18 +145,26 @@ class ModelBased(DraftLengthPolicy):
         accepted, trials = own[0, 1:], own[1, 1:]
         return (accepted + self.prior_strength * pooled) / np.maximum(trials + self.prior_strength, 1e-12)
 
-    def choose(self, rates: np.ndarray, costs: CycleCosts | None) -> int:
+    def choose(self, rates: np.ndarray, costs: tuple[CycleCosts, float] | None) -> int:
         if costs is None:
             return self.ceiling
+        cycle, step_s = costs
         depths = np.arange(self.min_gamma, self.ceiling + 1)
-        speed = expected_tokens(rates)[depths] / costs.cycle_s(depths.astype(float))
+        speed = expected_tokens(rates)[depths] / cycle.cycle_s(depths.astype(float), step_s)
         return int(depths[int(np.argmax(speed))])  # ties to the smaller γ
 
-    def costs_at(self, batch_size: int) -> CycleCosts | None:
+    def costs_at(self, batch_size: int) -> tuple[CycleCosts, float] | None:
+        """The costs measured at the nearest batch size, and the draft step's at the nearest one where a draft
+        step was measured (a batch size that only ran plain target steps has not measured one)."""
         if not self.costs:
             return None
-        nearest = min(self.costs, key=lambda b: (abs(b - batch_size), b))
-        return self.costs[nearest]
+
+        def nearest(sizes: list[int]) -> int:
+            return min(sizes, key=lambda b: (abs(b - batch_size), b))
+
+        drafted = [b for b, c in self.costs.items() if c.step.weight]
+        step_s = self.costs[nearest(drafted)].step.mean if drafted else 0.0
+        return self.costs[nearest(list(self.costs))], step_s
 
     # -- the protocol -------------------------------------------------------------------------------------
     def begin_cycle(self, batch_size: int) -> int:

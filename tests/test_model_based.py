@@ -77,6 +77,7 @@ def test_the_verification_line_is_fitted_from_measured_sizes():
         for _ in range(5):
             _cycle(policy, drafts, [0], step_s=1e-3, verify_s=verify)
     costs = policy.costs[1]
+    assert np.isclose(policy.costs_at(1)[1], 1e-3)
     assert np.allclose(costs.verify_s(np.array([1.0, 2.0, 7.0])), [0.008, 0.010, 0.020], atol=1e-9)
 
 
@@ -88,5 +89,6 @@ def test_live_runs_choose_within_the_ceiling_and_learn_costs(pair, concurrency):
     policy = _policy(gamma=5)
     result = engine.run(random_requests(4, max_new=12), policy, concurrency)
     assert all(0 <= c.num_drafts <= c.gamma <= 5 for c in result.cycles)
-    assert policy.costs and all(c.step.weight > 0 for c in policy.costs.values())
+    assert policy.costs and any(c.step.weight > 0 for c in policy.costs.values())
+    assert all(policy.costs_at(b)[1] > 0 for b in policy.costs)  # every batch size has a draft step's cost
     assert policy.pooled[1, 1] > 0  # position 1 was tested
