@@ -152,10 +152,11 @@ def test_scontrol_requeue_mid_sweep_resumes_and_keeps_whole_repeats(slurm_cluste
 def test_a_job_at_its_time_limit_is_checkpointed_requeued_and_finishes(slurm_cluster, tmp_path):
     """Time limit 2 minutes, submitit's signal 50 s before it (the controller checks every 30 s, so it comes 40-70 s
     into the job): the job stops, requeues itself (max_num_timeout) and resumes from its whole repeats until done.
-    Five repeats of AR, γ = 1, 2 (~1.5 minutes of work on 2 quiet cores) outlast one allocation; a repeat fits."""
-    done = sweep("+workload=en", *LONG, "task.repeats=5", "gamma=[1,2]", "hydra.launcher.timeout_min=2",
-                 "hydra.launcher.signal_delay_s=50", "hydra.launcher.max_num_timeout=8", f"hydra.sweep.dir={tmp_path}",
-                 timeout=1500)
+    Ten repeats of AR, γ = 1, 2 (~2.5 minutes of work on 2 quiet cores; five ended inside the first allocation
+    there) outlast one allocation; a repeat fits."""
+    done = sweep("+workload=en", *LONG, "task.repeats=10", "gamma=[1,2]", "hydra.launcher.timeout_min=2",
+                 "hydra.launcher.signal_delay_s=50", "hydra.launcher.max_num_timeout=20",
+                 f"hydra.sweep.dir={tmp_path}", timeout=2400)
     run = tmp_path / "0"
     log = (run / "__main__.log").read_text()
     assert "this job is timed-out" in log and "Requeued job" in log, log[-2000:]
