@@ -162,7 +162,7 @@ def test_a_job_at_its_time_limit_is_checkpointed_requeued_and_finishes(slurm_clu
     assert "this job is timed-out" in log and "Requeued job" in log, log[-2000:]
     assert done.returncode == 0, done.stderr[-3000:]
     after = points(run)
-    assert len(after) == 15 and repeats_whole(after)
+    assert len(after) == 10 * 3 and repeats_whole(after)
     assert max(p["conditions"]["restart_count"] for p in after) >= 1
 
 
