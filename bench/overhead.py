@@ -9,10 +9,14 @@ step, so slow drift on a shared machine hits both alike. Printed as medians and 
   steps 2..γ of a cycle (a verification before them slows them; see ``bare_cycles``);
 - verification: engine verify at γ (forward of γ+1 + exact sampler + sync) vs the bare (γ+1)-token forward;
 - whole cycle at γ: engine cycle (draft + verify + rest) vs γ bare draft forwards + the bare verification.
-Goals: AR and verification ≤ 1.05×, draft step ≤ 1.25×, cycle ≤ 1.10×.
+- draft step with a policy that reads the draft's signals (the confidence stop, threshold 0: it computes q(x)
+  and decides after every step, a host sync included, but never stops), so skipping the signals cannot meet
+  the draft-step goal.
+Goals: AR and verification ≤ 1.05×, draft step ≤ 1.25× (sampling from q included), cycle ≤ 1.10×.
 Also the cost of the draw itself over the vocabulary: softmax vs inverse-CDF vs exponential race.
 
     python bench/overhead.py --gamma 4 --rounds 5 --steps 30 --threads 1
+    python bench/overhead.py --models smollm2 --gamma 4 --rounds 3 --steps 10 --threads 1 --json out.json
 """
 
 from __future__ import annotations
@@ -21,16 +25,22 @@ import argparse
 import itertools
 import statistics
 import time
+from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from harness.engine import Engine, Request
 from harness.engine.kv import cache_argument
-from harness.engine.policy import FixedGamma
+from harness.engine.policy import DraftLengthPolicy, FixedGamma
+from harness.io import write_json
+from harness.metadata import base_metadata
 from harness.models.loading import load_pair
 from harness.sampling import SamplingParams, inverse_cdf, sample
 from harness.sampling.rejection import get_sampler
+from policies.confidence import ConfidenceStop
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target"},
         "draft": {"name_or_path": "harness/models/tiny/draft"}}
 
@@ -76,12 +86,14 @@ def bare_cycles(draft, target, prompt: list[int], gamma: int, steps: int) -> lis
     return out
 
 
-def engine_cycles(engine: Engine, prompt: list[int], gamma: int, steps: int) -> list:
+def engine_cycles(engine: Engine, prompt: list[int], gamma: int, steps: int,
+                  policy: DraftLengthPolicy | None = None) -> list:
     """``steps`` cycles at ``gamma`` (0: AR) from the prompt's context: short requests (two cycles each, so the
-    context stays within γ+1 tokens of the bare forwards'), after one warm-up cycle."""
+    context stays within γ+1 tokens of the bare forwards'), after one warm-up cycle. ``policy`` (default: fixed γ)
+    must draft γ every cycle."""
     per_request = 2
     requests = [Request(i, "p", "en", prompt, per_request * (gamma + 1) + 1) for i in range(steps // per_request + 2)]
-    session = engine.session(requests, FixedGamma(gamma) if gamma else None, 1)
+    session = engine.session(requests, policy or (FixedGamma(gamma) if gamma else None), 1)
     out = []
     while not session.done and len(out) < steps + 1:
         outcome = session.step()
@@ -96,16 +108,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--models", default="tiny", help="a pair under conf/models (tiny, smollm2, ...)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the medians and metadata here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    pair = load_pair(TINY, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
+    models = OmegaConf.load(ROOT / "conf" / "models" / f"{args.models}.yaml") if args.models != "tiny" else TINY
+    pair = load_pair(models, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
     engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
                     device="cpu", seed=1, vocab_size=pair.vocab_size)
     engine.eos = set()
     prompt = list(range(200, 240))
     g = args.gamma
     rows: dict[str, list[float]] = {k: [] for k in ("bare_ar", "bare_draft", "bare_draft_b2b", "bare_verify",
-                                                     "bare_cycle", "eng_ar", "eng_draft", "eng_verify", "eng_cycle")}
+                                                     "bare_cycle", "eng_ar", "eng_draft", "eng_draft_signals",
+                                                     "eng_verify", "eng_cycle")}
     for _ in range(args.rounds):  # alternate bare and engine so drift hits both
         rows["bare_ar"] += bare(pair.target, prompt, 1, args.steps)
         rows["eng_ar"] += [c.verify_s for c in engine_cycles(engine, prompt, 0, args.steps)]
@@ -118,16 +134,19 @@ def main() -> None:
             rows["eng_draft"] += [b - a for a, b in itertools.pairwise(c.draft_step_s)]  # steps 2..γ: 1 token each
             rows["eng_verify"].append(c.verify_s)
             rows["eng_cycle"].append(c.cycle_s)
+        for c in engine_cycles(engine, prompt, g, args.steps, ConfidenceStop(g, 0.0)):
+            rows["eng_draft_signals"] += [b - a for a, b in itertools.pairwise(c.draft_step_s)]
     med = {k: statistics.median(v) for k, v in rows.items()}
     budget = med["bare_cycle"]
-    print(f"tiny pair, batch 1, context {len(prompt)}, γ = {g}, {args.rounds} rounds x {args.steps} steps, "
+    print(f"{args.models} pair, batch 1, context {len(prompt)}, γ = {g}, {args.rounds} rounds x {args.steps} steps, "
           f"torch threads {args.threads}; medians in ms")
-    print(f"{'step':<22}{'engine':>10}{'bare':>10}{'ratio':>8}{'goal':>8}")
+    print(f"{'step':<22}{'engine':>10}{'bare':>10}{'ratio':>8}{'goal':>8}{'over, µs':>10}")
     for name, eng, ref, goal in (("AR step", med["eng_ar"], med["bare_ar"], 1.05),
                                  ("draft step", med["eng_draft"], med["bare_draft"], 1.25),
+                                 ("draft step, signals", med["eng_draft_signals"], med["bare_draft"], 1.25),
                                  (f"verification (γ={g})", med["eng_verify"], med["bare_verify"], 1.05),
                                  (f"cycle (γ={g})", med["eng_cycle"], budget, 1.10)):
-        print(f"{name:<22}{eng * 1e3:>10.3f}{ref * 1e3:>10.3f}{eng / ref:>8.2f}{goal:>8.2f}")
+        print(f"{name:<22}{eng * 1e3:>10.3f}{ref * 1e3:>10.3f}{eng / ref:>8.2f}{goal:>8.2f}{(eng - ref) * 1e6:>10.0f}")
     print(f"(bare draft step back to back, not inside a cycle: {med['bare_draft_b2b'] * 1e3:.3f} ms; engine draft "
           f"step over it: {med['eng_draft'] / med['bare_draft_b2b']:.2f}x)")
 
@@ -144,6 +163,16 @@ def main() -> None:
                        per_call(lambda: sample(probs, gen)))
     print(f"draw over V = {pair.vocab_size}: softmax {soft * 1e6:.1f} µs, inverse-CDF (keyed, used) {inv * 1e6:.1f} µs "
           f"({inv / soft:.2f}x softmax), exponential race {race * 1e6:.1f} µs ({race / soft:.2f}x)")
+    if args.json:
+        write_json(args.json, {**base_metadata(), "command": "python bench/overhead.py " + " ".join(
+            f"--{k} {v}" for k, v in vars(args).items() if v is not None and k != "json"),
+            "models": pair.metadata, "gamma": g, "threads": args.threads,
+            "samples": {k: len(v) for k, v in rows.items()},
+            "median_ms": {k: v * 1e3 for k, v in med.items()},
+            "ratios": {"ar": med["eng_ar"] / med["bare_ar"], "draft": med["eng_draft"] / med["bare_draft"],
+                       "draft_signals": med["eng_draft_signals"] / med["bare_draft"],
+                       "verify": med["eng_verify"] / med["bare_verify"], "cycle": med["eng_cycle"] / budget},
+            "draw_us": {"softmax": soft * 1e6, "inverse_cdf": inv * 1e6, "exponential_race": race * 1e6}})
 
 
 if __name__ == "__main__":

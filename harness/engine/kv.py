@@ -60,16 +60,29 @@ def attention_mask(valid: torch.Tensor, start: int, n: int, width: int, model: t
     keeps padding dummies (left padding, empty slots) from attending to nothing: a fully masked row
     makes NaN, which would sit in the cache and poison any product with it (0 · NaN = NaN).
     """
-    cols = torch.arange(width, device=valid.device)
-    query_cols = torch.arange(start, start + n, device=valid.device)
-    padded = torch.nn.functional.pad(valid, (0, width - valid.shape[1]))
-    causal = cols.unsqueeze(0) <= query_cols.unsqueeze(1)
-    own = cols.unsqueeze(0) == query_cols.unsqueeze(1)
-    mask = (padded[:, None, None, :] & causal) | own
-    if getattr(model.config, "_attn_implementation", "sdpa") == "eager":  # eager adds the mask to scores
+    padded = torch.nn.functional.pad(valid, (0, width - valid.shape[1])) if width > valid.shape[1] else valid.clone()
+    if n == 1:  # one query at the newest column: every column before it is causal already (the draft step's case)
+        padded[:, start] = True
+        mask = padded[:, None, None, :]
+    else:
+        cols = torch.arange(width, device=valid.device)
+        query_cols = torch.arange(start, start + n, device=valid.device)
+        causal = cols.unsqueeze(0) <= query_cols.unsqueeze(1)
+        own = cols.unsqueeze(0) == query_cols.unsqueeze(1)
+        mask = (padded[:, None, None, :] & causal) | own
+    if _is_eager(model):  # eager adds the mask to scores
         dtype = next(model.parameters()).dtype
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     return mask
+
+
+def _is_eager(model: torch.nn.Module) -> bool:
+    # transformers' config attribute lookup costs microseconds, paid per step: read it once per model
+    eager = model.__dict__.get("_spectune_eager")
+    if eager is None:
+        eager = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+        model.__dict__["_spectune_eager"] = eager
+    return eager
 
 
 class SlotKV:
@@ -79,6 +92,7 @@ class SlotKV:
         self.device = torch.device(device)
         self.batch = batch
         self.cache = DynamicCache()
+        self._constants: dict[tuple, torch.Tensor] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -93,17 +107,23 @@ class SlotKV:
     def columns(self) -> int:
         return self.valid.shape[1]
 
-    def forward(self, model: torch.nn.Module, tokens: torch.Tensor, new_valid: torch.Tensor,
+    def forward(self, model: torch.nn.Module, tokens: torch.Tensor, new_valid: torch.Tensor | None = None,
                 last_only: bool = False) -> torch.Tensor:
-        """Feed ``tokens [B, n]``; ``new_valid [B, n]`` says which are real (False = padding dummy).
+        """Feed ``tokens [B, n]``; ``new_valid [B, n]`` says which are real (False = padding dummy; None = all real).
 
         Real tokens of a row get consecutive positions from the row's ``next_pos``. Returns logits
         [B, n, V], or [B, 1, V] for the last column when ``last_only``.
         """
         n = tokens.shape[1]
         start = self._reserve(n)
-        offsets = new_valid.long().cumsum(1) - 1
-        positions = self.next_pos.unsqueeze(1) + offsets.clamp(min=0)
+        if new_valid is None:  # draft steps and verifications: no per-row counting (a few µs a step add up)
+            positions = self.next_pos.unsqueeze(1) + self._steps(n)
+            new_valid = self._all_real(tokens.shape[0], n)
+            advance: torch.Tensor | int = n
+        else:
+            offsets = new_valid.long().cumsum(1) - 1
+            positions = self.next_pos.unsqueeze(1) + offsets.clamp(min=0)
+            advance = new_valid.long().sum(1)
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.col_pos = torch.cat([self.col_pos, positions], dim=1)
         mask = attention_mask(self.valid, start, n, self._mask_width(), model)
@@ -111,8 +131,22 @@ class SlotKV:
         forward = self.forward_fn or model
         out = forward(input_ids=tokens, attention_mask=mask, position_ids=positions,
                       **model_kwargs(model, self.cache, start, n, last_only, self.device))
-        self.next_pos = self.next_pos + new_valid.long().sum(1)
+        self.next_pos = self.next_pos + advance
         return out.logits
+
+    def _steps(self, n: int) -> torch.Tensor:
+        """arange(n) on the device, made once per n (read-only)."""
+        cached = self._constants.get(("steps", n))
+        if cached is None:
+            cached = self._constants[("steps", n)] = torch.arange(n, device=self.device)
+        return cached
+
+    def _all_real(self, batch: int, n: int) -> torch.Tensor:
+        """An all-True [batch, n] validity block, made once per shape (read-only: ``torch.cat`` copies it)."""
+        cached = self._constants.get(("real", batch, n))
+        if cached is None:
+            cached = self._constants[("real", batch, n)] = torch.ones(batch, n, dtype=torch.bool, device=self.device)
+        return cached
 
     # Hooks the static subclass overrides: where columns go and how wide the mask is.
     forward_fn = None

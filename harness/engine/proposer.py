@@ -53,7 +53,7 @@ class DraftProposer:
             self._feed = (torch.cat([self.pending, last.unsqueeze(1)], dim=1),
                           torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], dim=1))
         else:
-            self._feed = (last.unsqueeze(1), torch.ones(batch, 1, dtype=torch.bool, device=self.device))
+            self._feed = (last.unsqueeze(1), None)
         self._drafted: list[torch.Tensor] = []
         self._laws: list[torch.Tensor] = []
         self.running = torch.ones(batch, dtype=torch.bool, device=self.device)
@@ -73,7 +73,7 @@ class DraftProposer:
         self.num_drafts += self.running.long()
         out = draft_signals(q, x, signals, self._cum_prob)
         self._cum_prob = out.get("cum_prob", self._cum_prob)
-        self._feed = (x.unsqueeze(1), torch.ones(x.shape[0], 1, dtype=torch.bool, device=self.device))
+        self._feed = (x.unsqueeze(1), None)  # every row's draft is real: kv.forward's fast path
         return x, q, out
 
     def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:

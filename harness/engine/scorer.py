@@ -31,7 +31,7 @@ class TargetScorer:
     def score(self, last: torch.Tensor, drafts: torch.Tensor | None) -> torch.Tensor:
         """Laws p[b, 0..γ] after ``last`` and after each draft: one causal forward of γ+1 tokens."""
         tokens = last.unsqueeze(1) if drafts is None else torch.cat([last.unsqueeze(1), drafts], dim=1)
-        logits = self.kv.forward(self.model, tokens, torch.ones_like(tokens, dtype=torch.bool))
+        logits = self.kv.forward(self.model, tokens)
         return warp(logits[..., : self.vocab_size], self.sampling)
 
     def rollback(self, next_pos: torch.Tensor) -> None:

@@ -52,7 +52,8 @@ def warp(logits: torch.Tensor, params: SamplingParams, allowed: torch.Tensor | N
         logits = logits.masked_fill(~allowed, float("-inf"))
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / params.temperature
+    if params.temperature != 1:
+        logits = logits / params.temperature
     vocab = logits.shape[-1]
     if 0 < params.top_k < vocab:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
@@ -88,7 +89,7 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     (harness.engine.randomness), which is what pairs policies and depths on common random numbers.
     A zero-probability index never has its cumulative mass exceed the one before it, so it is never drawn.
     """
-    cdf = probs.double().cumsum(-1)
+    cdf = torch.cumsum(probs, -1, dtype=torch.float64)
     point = (uniforms.double() * cdf[..., -1]).unsqueeze(-1)
     index = torch.searchsorted(cdf, point, right=True).squeeze(-1)
     return index.clamp(max=probs.shape[-1] - 1)
