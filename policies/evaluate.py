@@ -35,11 +35,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
-from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
+from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
 from policies.comparison import comparison_frame, comparison_rows, format_comparison
-from policies.registry import POLICIES, make_policy
+from policies.registry import POLICIES, make_policy, measure_policy
 
 log = logging.getLogger("policies.evaluate")
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -118,7 +118,7 @@ def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurr
             raise SpectuneError(f"evaluate.policies_from={str(base)!r} is invalid: it was trained on {len(overlap)} "
                                 f"held-out prompt(s) (e.g. {overlap[0]!r}); use the same split (train.* sizes, seed)")
         return found
-    from policies import train
+    from policies.pipeline import train_policies
 
     out = run_dir / "train" / f"c{concurrency}"
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,7 @@ def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurr
         if grid_csv is not None:  # the replay's costs made to agree with the live grid on these prompts
             sub.train.calibrate_to = str(grid_csv)
     log.info("training the learned policies for concurrency %d into %s", concurrency, out)
-    train.run(sub, out)
+    train_policies(sub, out)
     return out
 
 
@@ -165,9 +165,8 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
     nodes = {label: node for label, _, node in methods}
 
     def point(label: str, gamma: int) -> Frames:
-        policy = make_policy(nodes[label], gamma) if gamma else None
-        return measure_point(engine, requests, policy, label, gamma, concurrency=concurrency, warmup=warmup,
-                             max_context=max_context)
+        return measure_policy(engine, requests, nodes[label], label, gamma, concurrency=concurrency, warmup=warmup,
+                              max_context=max_context)
 
     return run_points(schedule([(label, gamma) for label, gamma, _ in methods], repeats),
                       conditions.watched(point))

@@ -1,6 +1,8 @@
-"""`python -m policies.train +workload=it`: train the PPO depth policy in replay, as Learning to Draft does live.
+"""The training pipeline as a library function: the PPO depth policy trained in replay, as Learning to Draft
+does live. ``python -m policies.train`` runs it as a Hydra application; ``policies.evaluate`` calls it for the
+policies it compares (one definition of the stages, no application calling another).
 
-Steps, all into the Hydra run directory:
+Steps, all into the given run directory:
 
 1. Split the workload (its seeded shuffle): the first ``train.train_prompts`` prompts train, the next
    ``train.heldout_prompts`` are held out (``policies.evaluate``'s, never traced here). An empty split is an error.
@@ -29,7 +31,7 @@ Steps, all into the Hydra run directory:
    the profile's costs with ``train.live_time=profile``; ``policies/train_live.py``), after the replay rounds; its
    replay score is evaluated again (round ``live``).
 
-:func:`run` reads as these stages, each taking values and returning values; the models are loaded once per
+:func:`train_policies` reads as these stages, each taking values and returning values; the models are loaded once per
 process (:func:`harness.measure.load_models`) for the traces, the profile and the live stage.
 """
 
@@ -40,11 +42,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import hydra
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness import cli, rundir
+from harness import rundir
 from harness.errors import SpectuneError
 from harness.io import write_figure
 from harness.metadata import base_metadata
@@ -54,7 +55,7 @@ from policies.envs.data import TraceSet
 from policies.envs.observation import OBS_FIELDS
 from policies.training import DepthTraining, save_policy, split_requests
 
-log = logging.getLogger("policies.train")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def _split_validation(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFram
     return frame[~frame["request_id"].isin(held)], frame[frame["request_id"].isin(held)]
 
 
-def run(cfg: DictConfig, run_dir: Path) -> int:
+def train_policies(cfg: DictConfig, run_dir: Path) -> int:
     """traces → profile (calibrated when asked) → depth policy → size rounds (batches) → live fine-tuning."""
     settings = TrainSettings.from_cfg(cfg)
     seed = int(cfg.seed)
@@ -267,14 +268,3 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
     axis.legend()
     write_figure(path, figure)
     plt.close(figure)
-
-
-
-
-@hydra.main(config_path="../conf", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> int:
-    return cli.run_job(run, cfg)
-
-
-if __name__ == "__main__":
-    cli.hydra_entry(main, "train")

@@ -1,6 +1,6 @@
 """What the training stages share: the PPO model and its file, the learning-rate schedule, the split of a
 workload, the periodic evaluation callback, and :class:`DepthTraining` (the depth policy with its replay
-validation). ``policies.train`` runs the stages in order; the size rounds (``policies.train_size``) and live
+validation). ``policies.pipeline`` runs the stages in order; the size rounds (``policies.train_size``) and live
 fine-tuning (``policies.train_live``) use these pieces. The replay's accounting (costs, scores, the hindsight
 oracle) is ``policies.replay``'s.
 """

@@ -49,7 +49,7 @@ def test_a_grid_with_fewer_than_two_depths_is_refused():
 
 
 def test_train_calibrate_to_reads_a_grid_file_and_writes_the_calibrated_profile(tmp_path):
-    from policies.train import TrainSettings, _calibrated
+    from policies.pipeline import TrainSettings, _calibrated
 
     traces = _traces([4, 0, 2, 3, 1, 4, 4, 0])
     frame = pd.DataFrame([{"cycle": c, "row": 0, "request_id": c, "position": k, "batch_size": 1,

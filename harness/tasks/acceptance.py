@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import hardware as hw
 from harness import rundir
 from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
@@ -86,13 +85,13 @@ def _median_ms(times: list[float]) -> float:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from harness.models.loading import load_pair
+    from harness.measure import load_models
     from workloads.loader import load_workload
 
     if not cfg.get("workload"):
         raise SpectuneError("task=acceptance needs a workload: add +workload=it|en|zh|es|mix")
-    hw.setup(cfg.hardware)  # validates the setup and applies its thread count before anything is timed
-    pair = load_pair(cfg.models, cfg.hardware)
+    # the setup validated and its thread count applied before anything is timed; the models loaded once per process
+    pair = load_models(cfg.models, cfg.hardware).pair
     wl = load_workload(cfg.workload, pair.tokenizer)
     params, eos = wl.sampling, pair.tokenizer.eos_token_id
     gen = torch.Generator(device=pair.target.device).manual_seed(wl.seed)

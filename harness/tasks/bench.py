@@ -31,7 +31,6 @@ from harness.measure import (
     Grid,
     aggregate,
     load_models,
-    measure_point,
     open_engine,
     pooled,
     repeats_option,
@@ -41,7 +40,7 @@ from harness.measure import (
 from harness.metadata import base_metadata
 from harness.stats.compare import AA_LABEL
 from harness.stats.goodput import parse_slo
-from policies import make_policy
+from policies.registry import make_policy, measure_policy
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +181,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                            **conditions.summary_fields(grid.points), "points": grid.points})
 
     def point(label: str, gamma: int) -> Frames:
-        policy = make_policy(settings.policy, gamma) if gamma else None
-        return measure_point(engine, requests, policy, label, gamma, concurrency=settings.concurrency,
-                             warmup=settings.warmup, max_context=max_context)
+        return measure_policy(engine, requests, settings.policy, label, gamma, concurrency=settings.concurrency,
+                              warmup=settings.warmup, max_context=max_context)
 
     grid = run_points(points, conditions.watched(point), done=done, on_point=write)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)

@@ -31,7 +31,6 @@ from harness.measure import (
     Grid,
     aggregate,
     load_models,
-    measure_point,
     open_engine,
     pooled,
     repeats_option,
@@ -42,7 +41,7 @@ from harness.metadata import base_metadata
 from harness.options import as_list, integer
 from harness.stats.goodput import parse_slo
 from harness.tasks.bench import BenchSettings, build_requests
-from policies import make_policy
+from policies.registry import measure_policy
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +176,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 _write(run_dir, frames, grid, tag, cells)
 
             def point(label: str, gamma: int, b: BenchSettings = bench, r: list = requests) -> Frames:
-                return measure_point(engine, r, make_policy(b.policy, gamma) if gamma else None, label, gamma,
-                                     concurrency=b.concurrency, warmup=b.warmup, max_context=max_context)
+                return measure_policy(engine, r, b.policy, label, gamma, concurrency=b.concurrency,
+                                      warmup=b.warmup, max_context=max_context)
 
             grid = run_points(schedule(bench.methods(), settings.repeats), conditions.watched(point),
                               on_point=write)

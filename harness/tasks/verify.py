@@ -179,15 +179,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
-    from harness import hardware as hw
     from harness.audit import real_pair as am  # loads torch and transformers
-    from harness.models.loading import load_pair
+    from harness.measure import load_models
     from harness.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload
 
     get_sampler(s["configured"])
-    hw.setup(cfg.hardware)  # validates the setup, applies its thread count
-    pair = load_pair(cfg.models, cfg.hardware)
+    pair = load_models(cfg.models, cfg.hardware).pair  # validates the setup, applies its thread count
     wl = load_workload(cfg.workload, pair.tokenizer)
     prompts = wl.prompts[: s["prompts"]]
     samplers = {name: get_sampler(name) for name in SAMPLERS}
