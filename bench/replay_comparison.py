@@ -7,8 +7,8 @@ In one run on the embedded tiny pair (CPU, T = 1, concurrency 1):
    training part too (for the language transfer).
 2. Per profile (``h200-llama3-8b-1b``, ``h200-llama3-8b-160m``: the tiny pair's acceptance × H200 costs, labelled
    synthetic; ``tiny-cpu-2core-vm``): a PPO depth policy trained in replay on the English training traces with
-   ``policies.train.run`` (``--timesteps`` steps, conf/train.yaml's PPO settings); for ``--language-profiles``
-   also one trained on the Italian training traces.
+   ``policies.pipeline.train_policies`` (``--timesteps`` steps, conf/train.yaml's PPO settings); for
+   ``--language-profiles`` also one trained on the Italian training traces.
 3. Per profile, on the held-out English traces, :func:`policies.replay.replay_table`: every baseline at its
    conf/policy defaults with the γ ceiling ``--max-depth`` (hf-heuristic and its transient variant start at the
    ceiling, as transformers' 20 would, and cap there; the acceptance classifier fitted on the English training
@@ -45,9 +45,9 @@ from harness.engine.traces import record
 from harness.io import write_csv, write_text
 from harness.measure import requests_of
 from harness.profile import check_profile, load_profile
-from policies import train as ppo_train
 from policies.classifier import fit_classifier, save_classifier
 from policies.envs.data import TraceSet
+from policies.pipeline import train_policies
 from policies.registry import make_policy
 from policies.replay import replay_scores, replay_table
 from policies.training import split_requests
@@ -89,13 +89,13 @@ def record_splits(language: str, args: argparse.Namespace, work: Path) -> dict[s
 
 
 def train_ppo(traces: Path, profile: str, language: str, args: argparse.Namespace, work: Path) -> Path:
-    """policies.train.run on recorded traces for one profile; returns its depth.zip."""
+    """policies.pipeline.train_policies on recorded traces for one profile; returns its depth.zip."""
     run_dir = work / f"ppo-{language}-{profile}"
     cfg = config(language, args, f"train.traces={traces}", f"train.profile={profile}",
                  "train.allow_profile_mismatch=true", f"train.timesteps={args.timesteps}",
                  f"train.eval_every={args.timesteps}")
     start = time.perf_counter()
-    ppo_train.run(cfg, run_dir)
+    train_policies(cfg, run_dir)
     log.info("PPO %s on %s: %.0f s", language, profile, time.perf_counter() - start)
     return rundir.DEPTH_POLICY.path(run_dir)
 
