@@ -91,6 +91,9 @@ def wrap(model: Any, draft_to_target: torch.Tensor, full_vocab_size: int) -> Any
     model.set_input_embeddings(MappedEmbedding(base, t2d))
     model.lm_head = ScatterHead(base.weight, d2t, full_vocab_size)
     model.config.tie_word_embeddings = False  # the head now holds the shared weight itself
+    # the ids it reads and the logits it returns span the target's vocabulary (what transformers' assisted
+    # generation checks to accept it as the target's assistant); the stored checkpoint keeps rows + 1
+    model.config.vocab_size = full_vocab_size
     return model
 
 
