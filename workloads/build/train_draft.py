@@ -60,6 +60,9 @@ class Recipe:
     train_prompts: dict = field(default_factory=lambda: {"en": None, "it": None, "es": None, "zh": None})
     rounds: int = 3
     draft_vocab: int = 12288
+    # the draft vocabulary is chosen from the first N training sequences (None: all): a run resumed with more
+    # teacher data keeps the vocabulary its checkpoint was trained with
+    vocab_from: int | None = None
     # the target's first two layers: an untrained [0, 1] draft already gives Σ min(p, q) ≈ 0.06 on held-out
     # English, [0, 29] (first + last) ≈ 0.0 (the last layer expects late features)
     layers: list[int] = field(default_factory=lambda: [0, 1])
@@ -191,12 +194,19 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="shards and checkpoints (default: the cache)")
     parser.add_argument("--steps", type=int, default=Recipe.steps)
     parser.add_argument("--threads", type=int, default=Recipe.threads)
+    parser.add_argument("--rounds", type=int, default=Recipe.rounds, help="times each training prompt is sampled")
+    parser.add_argument("--vocab-from", type=int, default=None, help="choose the draft vocabulary from the first N "
+                        "training sequences (keep it when a resumed run has more teacher data)")
     parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
     parser.add_argument("--sample-until", default=None, help="UTC time HH:MM: train on the teacher data sampled "
                         "by then (recorded)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    recipe = Recipe(steps=args.steps, threads=args.threads)
+    for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
+                            ("--vocab-from", args.vocab_from, 1)):
+        if value is not None and value < lo:
+            parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
+    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, vocab_from=args.vocab_from)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)  # CPU training slowed 4x on denormals without it
     torch.manual_seed(recipe.seed)
@@ -230,7 +240,7 @@ def main() -> None:
              f"({gen_minutes:.1f} min)")
 
     specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
-    d2t = choose_vocab(train, recipe.draft_vocab, specials, target.config.vocab_size)
+    d2t = choose_vocab(train[:recipe.vocab_from], recipe.draft_vocab, specials, target.config.vocab_size)
     rows = d2t.numel()
     t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
     coverage = {lang: round(float(sum(float((t2d[s.top_ids.long()] < rows).float().mul(s.top_probs.float()).sum())
@@ -246,6 +256,10 @@ def main() -> None:
     step, train_minutes, curve = 0, 0.0, []
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
+        key = "model.embed_tokens.weight"  # the frozen rows are the target's rows of the chosen vocabulary
+        if recipe.freeze_embedding and not torch.equal(state["draft"][key][:rows], draft.state_dict()[key][:rows]):
+            raise SystemExit(f"error: the checkpoint {ckpt} was trained with another draft vocabulary: pass the "
+                             "--vocab-from it was chosen with (TRAINING.json) or start in a new --work folder")
         draft.load_state_dict(state["draft"])
         opt.load_state_dict(state["opt"])
         step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
@@ -261,7 +275,7 @@ def main() -> None:
         return recipe.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - recipe.warmup)
                                                                / max(1, recipe.steps - recipe.warmup))))
 
-    gen = torch.Generator().manual_seed(recipe.seed)
+    gen = torch.Generator().manual_seed(recipe.seed + step)  # a resumed run draws new batches, not step 0's again
     draft.train()
     stopped_early = False
     bar = tqdm(range(step, recipe.steps), desc="distil", unit="step", initial=step, total=recipe.steps)
