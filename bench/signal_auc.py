@@ -25,6 +25,7 @@ import pandas as pd
 
 from analysis.report import markdown_table
 from analysis.signals import signal_auc
+from harness import rundir
 from harness.io import write_csv, write_text
 from harness.metadata import base_metadata
 
@@ -77,8 +78,7 @@ def main() -> int:
         table = signal_auc(frame, args.resamples, args.seed)
         table.insert(0, "traces", label)
         tables.append(table)
-        meta_path = path.with_name("traces.metadata.json")
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta = rundir.TRACES_METADATA.read(path.parent) if rundir.TRACES_METADATA.exists(path.parent) else {}
         sources[label] = {"path": str(path), "models": meta.get("models", {}).get("name"),
                           "workload": (meta.get("workload") or {}).get("name"),
                           "max_depth": meta.get("max_depth"), "sampling": (meta.get("workload") or {}).get("sampling")}

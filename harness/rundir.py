@@ -194,6 +194,7 @@ CLASSIFIER = RunFile("classifier.json", "json")
 # policies.evaluate: the grid's points and the policies against the best fixed γ.
 GRID = RunFile("grid.parquet", "parquet")
 GRID_CSV = RunFile("grid_c{concurrency}.csv", "csv")  # the grid at one concurrency, for calibration: .named()
+TUNING = RunFile("tuning.csv", "csv")  # threshold baselines replayed on the training traces, per value tried
 # The held-out prompts traced at one concurrency, for the oracle's replay: .named(concurrency=...).
 HELDOUT_TRACES = RunFile("heldout_traces_c{concurrency}.parquet", "parquet", TRACES.required)
 COMPARISON = RunFile("comparison.parquet", "parquet",

@@ -11,7 +11,9 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
    evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
    (``train/c<N>/``: traces of the training prompts, the measured cost profile — with ``evaluate.calibrate``
    scaled so that replay matches the grid's live throughput (``policies.calibrate``) — the PPO depth policy
-   (and size policy at concurrency > 1), and the acceptance classifier fitted on the same traces).
+   (and size policy at concurrency > 1), and the acceptance classifier fitted on the same traces). With
+   ``evaluate.tune`` (default) the threshold baselines get the same budget: each threshold is chosen in replay
+   on those training traces with that profile (``policies.tuning``; every value tried in ``tuning.csv``).
 4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
    ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method.
 5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the (calibrated) profile: the
@@ -40,6 +42,7 @@ from harness.metadata import base_metadata
 from harness.options import flag, integer
 from policies.comparison import comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy, measure_policy
+from policies.tuning import tunable
 
 log = logging.getLogger("policies.evaluate")
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -59,6 +62,7 @@ class EvaluateSettings:
     heldout_prompts: int
     params: dict[str, dict[str, Any]]
     calibrate: bool = False
+    tune: bool = True
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
@@ -84,7 +88,8 @@ class EvaluateSettings:
                        e.get("policies_from"), integer(cfg.train.max_depth, "train.max_depth", lo=1),
                        integer(cfg.train.train_prompts, "train.train_prompts", lo=1),
                        integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params,
-                       flag(e.get("calibrate", False), "evaluate.calibrate"))
+                       flag(e.get("calibrate", False), "evaluate.calibrate"),
+                       flag(e.get("tune", True), "evaluate.tune"))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -137,6 +142,37 @@ def _train_ids(directory: Path) -> set[str]:
         return set()
     split = rundir.TRACES_METADATA.read(directory).get("split", {})
     return set(split.get("train", []))
+
+
+def _training_traces(directory: Path) -> Any:
+    """The training traces the learned policies of ``directory`` were trained on (recorded there, or given)."""
+    from policies.envs.data import TraceSet
+
+    path = rundir.TRACES.path(directory)
+    if not path.is_file():
+        path = Path(str(rundir.TRAIN.read(directory).get("settings", {}).get("traces") or path))
+    if not path.is_file():
+        raise SpectuneError(f"evaluate.tune=true needs the training traces of {str(directory)!r}: none found "
+                            "(set evaluate.tune=false or train here)")
+    meta_path = path.with_name(rundir.TRACES_METADATA.name)
+    metadata = rundir.TRACES_METADATA.read(meta_path.parent) if meta_path.is_file() else {}
+    return TraceSet(pd.read_parquet(path), metadata, "training traces")
+
+
+def _tuned(methods: list[tuple[str, int, dict]], settings: EvaluateSettings, learned: Path, concurrency: int
+           ) -> tuple[list[tuple[str, int, dict]], pd.DataFrame]:
+    """The threshold baselines with their values tuned in replay on the training traces (explicit
+    ``evaluate.params`` values are kept as given)."""
+    from policies.tuning import GRIDS, tune
+
+    candidates = {label: node for label, _, node in methods
+                  if label in GRIDS and GRIDS[label][0] not in settings.params.get(label, {})}
+    if not candidates:
+        return methods, pd.DataFrame()
+    log.info("tuning %s on the training traces (replay, the learned policies' profile)", ", ".join(candidates))
+    tuned, table = tune(candidates, _training_traces(learned), _profile(learned), settings.max_depth)
+    return [(label, gamma, tuned.get(label, node)) for label, gamma, node in methods], \
+        table.assign(concurrency=concurrency)
 
 
 def _classifier(directory: Path, seed: int) -> Path:
@@ -235,6 +271,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     grids: list[pd.DataFrame] = []
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     measured_conditions: dict[str, Any] = {}  # per concurrency: what else ran during each held-out repeat
+    tunings: list[pd.DataFrame] = []  # the threshold baselines' replay scores per value tried
 
     def write() -> None:
         if grids:
@@ -255,8 +292,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         grids.append(grid)
         write()
         grid_csv = rundir.GRID_CSV.named(concurrency=concurrency).write(run_dir, grid) if settings.calibrate else None
-        learned = (_trained(cfg, settings, run_dir, concurrency, heldout_ids, grid_csv)
-                   if {"ppo", "acceptance-classifier"} & set(settings.policies) else None)
+        needs_learned = {"ppo", "acceptance-classifier"} & set(settings.policies) or \
+            (settings.tune and tunable(settings.policies))
+        learned = _trained(cfg, settings, run_dir, concurrency, heldout_ids, grid_csv) if needs_learned else None
         best_label = AR if best == 0 else f"fixed:gamma={best}"
         methods: list[tuple[str, int, dict]] = [(AR, 0, {"name": FIXED})]
         if best:
@@ -273,6 +311,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             node = policy_node(name, settings.params.get(name), **files)
             methods.append((name, settings.max_depth, node))
             labels[name] = name
+        if settings.tune and learned is not None:
+            methods, table = _tuned(methods, settings, learned, concurrency)
+            if len(table):
+                tunings.append(table)
+                rundir.TUNING.write(run_dir, pd.concat(tunings, ignore_index=True))
         log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
                  len(methods), settings.repeats)
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
