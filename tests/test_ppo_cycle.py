@@ -166,6 +166,16 @@ def test_a_fixed_action_scores_what_the_replay_gives_that_fixed_depth(recorded, 
     assert scores["policy_tok_s"] == pytest.approx(scores["fixed_tok_s"][depth], rel=1e-12)
 
 
+def test_the_policy_config_composes_and_builds(recorded, compose_config, tmp_path):
+    from omegaconf import OmegaConf
+
+    _, _, traces, _ = recorded
+    path = _constant_file(tmp_path / "cycle.zip", traces, 2)
+    cfg = compose_config("policy=ppo-cycle", f"policy.path={path}")
+    policy = make_policy(OmegaConf.to_container(cfg.policy, resolve=True), 3)
+    assert isinstance(policy, PPOCycle) and policy.describe()["profile"] == load_profile(PROFILE).label
+
+
 def test_bad_inputs_fail_in_one_line(recorded, tmp_path):
     _, _, traces, _ = recorded
     node = {"name": "ppo-cycle", "trust_pickle": False, "profile": None, "allow_profile_mismatch": False,
@@ -187,8 +197,9 @@ def test_bad_inputs_fail_in_one_line(recorded, tmp_path):
         CycleDepthEnv("live", traces, PROFILE, DEPTH)
 
 
-@pytest.mark.slow(reason="runs policies.train in process: traces, depth PPO and cycle PPO on the tiny pair")
 def test_the_pipeline_writes_a_cycle_policy_that_runs_in_the_engine(pair, tmp_path):
+    """policies.train in process on the embedded pair (5 prompts, the shipped profile, 64 depth and 128 cycle PPO
+    steps: a couple of seconds), then the cycle.zip it wrote in the engine at batches 1 and 2."""
     from policies.pipeline import train_policies
     from tests.pinning import compose
 
