@@ -146,6 +146,24 @@ def test_each_row_drafts_its_own_depth_with_no_per_step_decision(recorded, tmp_p
     assert (replay_depths(_policy(path), traces, DEPTH, load_profile(PROFILE)) == depth).all()
 
 
+class PerSlot(Watched):
+    """The actor's choice replaced by a known one per slot (slot 0: 1 draft, slot 1: 3), to see each row cut to
+    its own depth inside one batch."""
+
+    def choose(self, context, slots) -> None:
+        self.observation(context, slots)
+        self._depths.update({slot: 1 + 2 * (slot % 2) for slot in slots})
+
+
+def test_rows_of_one_batch_verify_their_own_depths(recorded, tmp_path):
+    engine, requests, traces, _ = recorded
+    policy = _policy(_constant_file(tmp_path / "cycle.zip", traces, DEPTH), PerSlot)
+    live = engine.run(requests, policy, SLOTS)
+    assert all(c.num_drafts == 1 + 2 * (c.slot % 2) for c in live.cycles) and policy.decisions == 0
+    assert {c.batch_size for c in live.cycles} == {1, 2} and {c.slot for c in live.cycles} == {0, 1}
+    assert {c.gamma for c in live.cycles if c.batch_size == 2} >= {3}  # the batch drafts to its deepest row
+
+
 @pytest.mark.parametrize("depth", range(DEPTH + 1))
 def test_a_fixed_action_scores_what_the_replay_gives_that_fixed_depth(recorded, depth):
     """Entry by entry, the environment's tokens and time at action d are the replay's at fixed depth d (exact);
