@@ -187,6 +187,7 @@ REPORT_FIGURE = RunFile("{name}.png", "figure")  # a figure report.md embeds: .n
 # policies.train: learned policies (SB3 archives), settings and validation, learning curves, the classifier.
 DEPTH_POLICY = RunFile("depth.zip", "policy")
 SIZE_POLICY = RunFile("size.zip", "policy")
+CYCLE_POLICY = RunFile("cycle.zip", "policy")  # train.cycle_timesteps > 0: policy=ppo-cycle's file
 TRAIN = RunFile("train.json", "json")
 CURVES_CSV = RunFile("curves.csv", "csv")
 CURVES_PNG = RunFile("curves.png", "figure")

@@ -11,9 +11,10 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
    evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
    (``train/c<N>/``: traces of the training prompts, the measured cost profile — with ``evaluate.calibrate``
    scaled so that replay matches the grid's live throughput (``policies.calibrate``) — the PPO depth policy
-   (and size policy at concurrency > 1), and the acceptance classifier fitted on the same traces). With
-   ``evaluate.tune`` (default) the threshold baselines get the same budget: each threshold is chosen in replay
-   on those training traces with that profile (``policies.tuning``; every value tried in ``tuning.csv``).
+   (and size policy at concurrency > 1), the cycle policy when ``train.cycle_timesteps`` > 0 (``ppo-cycle``, not in
+   the default list: the comparison piece for ``ppo``), and the acceptance classifier fitted on the same traces).
+   With ``evaluate.tune`` (default) the threshold baselines get the same budget: each threshold is chosen in
+   replay on those training traces with that profile (``policies.tuning``; every value tried in ``tuning.csv``).
 4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
    ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method.
 5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the (calibrated) profile: the
@@ -47,6 +48,7 @@ from policies.tuning import tunable
 log = logging.getLogger("policies.evaluate")
 CONF = Path(__file__).resolve().parent.parent / "conf"
 AR, FIXED = "ar", "fixed"
+LEARNED = ("ppo", "ppo-cycle", "acceptance-classifier")  # their files come from the training stage
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,11 @@ class EvaluateSettings:
         if settings.policies_from and not Path(settings.policies_from).is_dir():
             raise SpectuneError(f"evaluate.policies_from={settings.policies_from!r} is not found: give the run "
                                 "directory of python -m policies.train (with depth.zip)")
+        if "ppo-cycle" in names and not settings.policies_from and not cfg.train.get("cycle_timesteps"):
+            raise SpectuneError("evaluate.policies contains 'ppo-cycle': set train.cycle_timesteps > 0 so that the "
+                                "training stage writes its cycle.zip (or give evaluate.policies_from with one)")
         for name in names:  # parameters checked before any model loads (learned policies' files come later)
-            if name not in ("ppo", "acceptance-classifier"):
+            if name not in LEARNED:
                 make_policy(policy_node(name, params.get(name)), settings.max_depth)
         return settings
 
@@ -292,8 +297,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         grids.append(grid)
         write()
         grid_csv = rundir.GRID_CSV.named(concurrency=concurrency).write(run_dir, grid) if settings.calibrate else None
-        needs_learned = {"ppo", "acceptance-classifier"} & set(settings.policies) or \
-            (settings.tune and tunable(settings.policies))
+        needs_learned = set(LEARNED) & set(settings.policies) or (settings.tune and tunable(settings.policies))
         learned = _trained(cfg, settings, run_dir, concurrency, heldout_ids, grid_csv) if needs_learned else None
         best_label = AR if best == 0 else f"fixed:gamma={best}"
         methods: list[tuple[str, int, dict]] = [(AR, 0, {"name": FIXED})]
@@ -306,6 +310,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 files = {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
                 if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):  # LTD's size policy, batches only
                     files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
+            elif name == "ppo-cycle":
+                if not rundir.CYCLE_POLICY.exists(learned):
+                    raise SpectuneError(f"evaluate.policies contains 'ppo-cycle' but {learned} holds no cycle.zip: "
+                                        "train it with train.cycle_timesteps > 0")
+                files = {"path": str(rundir.CYCLE_POLICY.path(learned))}
             elif name == "acceptance-classifier":
                 files = {"weights_path": str(_classifier(learned, seed))}
             node = policy_node(name, settings.params.get(name), **files)

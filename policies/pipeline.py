@@ -26,7 +26,12 @@ Steps, all into the given run directory:
    policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``, ``curves.csv`` (a ``policy``
    and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
-7. ``train.live_steps`` > 0: the depth policy goes on training for that many steps on the live environment
+7. ``train.cycle_timesteps`` > 0: the cycle policy, PPO on ``spectune/CycleDepth-v0`` (the depth chosen once per
+   cycle, before drafting: the per-step policy's comparison piece) on the same training cycles, profile and PPO
+   settings, evaluated alike (``curves.csv`` rows with ``policy="cycle"``), written to ``cycle.zip`` for
+   ``policy=ppo-cycle policy.path=...``. It runs after the depth policy is saved, and off by default.
+
+8. ``train.live_steps`` > 0: the depth policy goes on training for that many steps on the live environment
    (``spectune/DraftDepth-v0``, ``backend="live"``: the engine on the training split, real synchronised time, or
    the profile's costs with ``train.live_time=profile``; ``policies/train_live.py``), after the replay rounds; its
    replay score is evaluated again (round ``live``).
@@ -52,8 +57,8 @@ from harness.metadata import base_metadata
 from harness.options import integer
 from harness.profile import Profile, load_profile
 from policies.envs.data import TraceSet
-from policies.envs.observation import OBS_FIELDS
-from policies.training import DepthTraining, save_policy, split_requests
+from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
+from policies.training import CycleTraining, DepthTraining, save_policy, split_requests
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,7 @@ class TrainSettings:
     live_steps: int = 0
     calibrate_to: str | None = None
     live_time: str = "measured"
+    cycle_timesteps: int = 0
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -107,7 +113,8 @@ class TrainSettings:
                    integer(t.get("rounds", 1), "train.rounds", lo=1),
                    integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0),
                    integer(t.get("live_steps", 0), "train.live_steps", lo=0), t.get("calibrate_to"),
-                   _live_time(t.get("live_time", "measured")))
+                   _live_time(t.get("live_time", "measured")),
+                   integer(t.get("cycle_timesteps", 0), "train.cycle_timesteps", lo=0))
 
 
 def _live_time(value: Any) -> str:
@@ -207,7 +214,8 @@ def _split_validation(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFram
 
 
 def train_policies(cfg: DictConfig, run_dir: Path) -> int:
-    """traces → profile (calibrated when asked) → depth policy → size rounds (batches) → live fine-tuning."""
+    """traces → profile (calibrated when asked) → depth policy → size rounds (batches) → live fine-tuning →
+    (optionally) the cycle policy."""
     settings = TrainSettings.from_cfg(cfg)
     seed = int(cfg.seed)
     frame, trace_meta = training_traces(settings, cfg, run_dir)
@@ -240,17 +248,37 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
                                                   "profile": profile.to_json(), "max_depth": settings.max_depth,
                                                   "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
                                                   "validation": final})
+    cycle_final = _cycle_policy(settings, seed, run_dir, profile, depth, trace_meta, curves) \
+        if settings.cycle_timesteps else None
     curve_frame = pd.DataFrame(curves)
     rundir.CURVES_CSV.write(run_dir, curve_frame)
     _plot(curve_frame[curve_frame["policy"] == "depth"], rundir.CURVES_PNG.path(run_dir))
     rundir.TRAIN.write(run_dir, {"settings": asdict(settings), "final_validation": final,
                                  "size_validation": size_final, "synthetic": synthetic,
+                                 **({"cycle_validation": cycle_final} if cycle_final else {}),
                                  "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
                                      **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
     log.info("wrote %s (policy=ppo policy.depth_path=%s%s)%s", path, path,
              f" policy.size_path={rundir.SIZE_POLICY.path(run_dir)}" if size_final else "",
              f"  [{synthetic}]" if synthetic else "")
     return 0
+
+
+def _cycle_policy(settings: TrainSettings, seed: int, run_dir: Path, profile: Profile, depth: DepthTraining,
+                  trace_meta: dict, curves: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cycle policy on the depth policy's training and validation cycles; writes ``cycle.zip``."""
+    cycle = CycleTraining(depth.env.traces, depth.val, profile, settings.max_depth, settings.reward,
+                          settings.outcome, settings.profile_jitter, settings.allow_profile_mismatch, settings.ppo,
+                          seed, run_dir, curves)
+    cycle.evaluate(0, 1)
+    final = cycle.train(settings.cycle_timesteps, settings.eval_every, 1)
+    path = rundir.CYCLE_POLICY.path(run_dir)
+    save_policy(cycle.model, settings.ppo, path, {"observation": list(CYCLE_FIELDS), "actions": "depth",
+                                                  "profile": profile.to_json(), "max_depth": settings.max_depth,
+                                                  "synthetic": cycle.env.synthetic,
+                                                  "trained_on": trace_meta.get("workload"), "validation": final})
+    log.info("wrote %s (policy=ppo-cycle policy.path=%s)", path, path)
+    return final
 
 
 def _plot(frame: pd.DataFrame, path: Path) -> None:

@@ -97,7 +97,8 @@ class PPODepth(DraftLengthPolicy):
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
         self._numpy_layers = numpy_layers(_layers(self.file.actor))
-        self.mismatch, self.profile = self._profile(depth_path, profile, allow_profile_mismatch)
+        self.mismatch, self.profile = resolve_profile(self.file, "policy.depth_path", depth_path, profile,
+                                                      allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
         if needs_costs and self.profile is None:
             raise SpectuneError(f"policy.depth_path={depth_path!r} reads the cost features {sorted(needs_costs)}: "
@@ -109,24 +110,6 @@ class PPODepth(DraftLengthPolicy):
             self.signals = self.signals | {"cum_prob"}
         self.rows = RowTracker()
         self.reset()
-
-    def _profile(self, depth_path: str, profile: str | None, allow: bool) -> tuple[bool, Profile | None]:
-        """The run's profile (or the file's own) and whether the file was trained for other models/hardware."""
-        trained = self.file.extra.get("profile")
-        try:
-            trained = Profile.from_json(trained, f"{depth_path}:spectune.json") if trained else None
-        except SpectuneError as err:
-            raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: its profile: {err}") from None
-        run = load_profile(profile) if profile else None
-        if trained is None or run is None:
-            return False, run or trained
-        diff = profile_mismatch(trained, {"models": run.models, "hardware": run.hardware})
-        if diff and not allow:
-            fields = ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
-            raise SpectuneError(f"policy.profile={profile!r} is invalid for policy.depth_path={depth_path!r}: the "
-                                f"policy was trained for profile {trained.label!r} ({fields}); set "
-                                "policy.allow_profile_mismatch=true to use it anyway (a transfer experiment)")
-        return bool(diff), run
 
     def reset(self) -> None:
         self.rows.reset()
@@ -244,6 +227,27 @@ class PPODepth(DraftLengthPolicy):
                 "features": list(self.features), "deterministic": self.deterministic,
                 "profile": self.profile.label if self.profile else None, "profile_arg": self.profile_arg,
                 "profile_mismatch": self.mismatch, "size": self.size.describe() if self.size else None}
+
+
+def resolve_profile(file: PolicyFile, key: str, path: str, profile: str | None,
+                    allow: bool) -> tuple[bool, Profile | None]:
+    """The run's profile (or the one the file was trained for) and whether the file was trained for other
+    models/hardware than ``profile`` (refused unless ``allow``); ``key`` names the file's config value."""
+    trained = file.extra.get("profile")
+    try:
+        trained = Profile.from_json(trained, f"{path}:spectune.json") if trained else None
+    except SpectuneError as err:
+        raise SpectuneError(f"{key}={path!r} is invalid: its profile: {err}") from None
+    run = load_profile(profile) if profile else None
+    if trained is None or run is None:
+        return False, run or trained
+    diff = profile_mismatch(trained, {"models": run.models, "hardware": run.hardware})
+    if diff and not allow:
+        fields = ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items())
+        raise SpectuneError(f"policy.profile={profile!r} is invalid for {key}={path!r}: the "
+                            f"policy was trained for profile {trained.label!r} ({fields}); set "
+                            "policy.allow_profile_mismatch=true to use it anyway (a transfer experiment)")
+    return bool(diff), run
 
 
 SIZE_EXTRA = ("levels", "obs_tokens")  # spectune.json keys of a size policy file

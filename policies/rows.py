@@ -46,14 +46,18 @@ class RowTracker:
     def on_step(self, step: DraftStep) -> None:
         """Record one draft step; at step 0 detect which busy slots hold a new request."""
         if step.step == 0:
-            self.context = step.context_length.detach().to("cpu", torch.long)
-            self.new_rows = {row for row in self.busy_rows() if self.expected.get(row) != int(self.context[row])}
+            self.see_context(step.context_length)
         values = {}
         for name in self.names:
             value = getattr(step, name)
             if value is not None:
                 values[name] = value.detach().to("cpu", torch.float64)
         self.steps.append(values)
+
+    def see_context(self, context_length: torch.Tensor) -> None:
+        """This cycle's context lengths (any draft step shows them): which busy slots hold a new request."""
+        self.context = context_length.detach().to("cpu", torch.long)
+        self.new_rows = {row for row in self.busy_rows() if self.expected.get(row) != int(self.context[row])}
 
     def busy_rows(self) -> list[int]:
         return [] if self.context is None else torch.nonzero(self.context > 0).flatten().tolist()

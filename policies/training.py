@@ -100,6 +100,7 @@ class EvalCallback(BaseCallback):
 class DepthTraining:
     """The depth policy being trained: its PPO model on ``spectune/DraftDepth-v0`` over the training cycles, and
     its replay score on the validation cycles (tokens/s beside the best fixed depth and the oracle).
+    :class:`CycleTraining` is the same on ``spectune/CycleDepth-v0``.
 
     Args:
         fit, val: training and validation cycles.
@@ -109,19 +110,23 @@ class DepthTraining:
         ppo: the ``train.ppo`` settings.
         seed: seeds the environment and PPO.
         run_dir: TensorBoard logs go to ``run_dir/tensorboard``.
-        curves: where every evaluation appends its row (``policy="depth"``, the round, the step, the scores).
+        curves: where every evaluation appends its row (``policy`` = :attr:`name`, the round, the step, the scores).
     """
+
+    name = "depth"  # the curves' policy column and TensorBoard's run name
+
+    @staticmethod
+    def make_env(*args: Any) -> Any:
+        from policies.envs.depth import DraftDepthEnv
+
+        return DraftDepthEnv("replay", *args)
 
     def __init__(self, fit: Any, val: Any, profile: Any, max_depth: int, reward: str, outcome: str,
                  profile_jitter: float, allow_profile_mismatch: bool, ppo: dict[str, Any], seed: int, run_dir: Path,
                  curves: list[dict[str, Any]]) -> None:
-        from policies.envs.depth import DraftDepthEnv
-
         self.val, self.profile, self.max_depth, self.curves = val, profile, max_depth, curves
-        self.env = DraftDepthEnv("replay", fit, profile, max_depth, reward, outcome, profile_jitter,
-                                 allow_profile_mismatch)
-        self.val_env = DraftDepthEnv("replay", val, profile, max_depth, reward, "realised", 0.0,
-                                     allow_profile_mismatch)
+        self.env = self.make_env(fit, profile, max_depth, reward, outcome, profile_jitter, allow_profile_mismatch)
+        self.val_env = self.make_env(val, profile, max_depth, reward, "realised", 0.0, allow_profile_mismatch)
         self.env.reset(seed=seed)
         self.model = ppo_model(ppo, self.env, seed, run_dir)
         self.latest: dict[str, Any] = {}
@@ -132,11 +137,11 @@ class DepthTraining:
 
         scores = replay_scores(self.val, self.profile, self.max_depth,
                                policy_depths(self.model, self.val_env, self.val.count))
-        self.curves.append({"policy": "depth", "round": round_index, "timesteps": step,
+        self.curves.append({"policy": self.name, "round": round_index, "timesteps": step,
                             **{k: v for k, v in scores.items() if k != "fixed_tok_s"}})
         self.latest = scores
-        log.info("step %6d: replay %.1f tok/s, best fixed depth %d %.1f tok/s (%+.1f%%), oracle %.1f tok/s, "
-                 "mean depth %.2f", step, scores["policy_tok_s"], scores["best_fixed_depth"],
+        log.info("%s step %6d: replay %.1f tok/s, best fixed depth %d %.1f tok/s (%+.1f%%), oracle %.1f tok/s, "
+                 "mean depth %.2f", self.name, step, scores["policy_tok_s"], scores["best_fixed_depth"],
                  scores["best_fixed_tok_s"], scores["vs_best_fixed_pct"], scores["oracle_tok_s"],
                  scores["mean_depth"])
         return scores
@@ -145,9 +150,22 @@ class DepthTraining:
         """``timesteps`` PPO steps (round 1 starts the step count, later rounds go on), evaluated every
         ``eval_every`` steps and at the end; returns the last scores."""
         callback = EvalCallback(eval_every, functools.partial(self.evaluate, round_index=round_index))
-        self.model.learn(timesteps, callback=callback, progress_bar=True, tb_log_name="depth",
+        self.model.learn(timesteps, callback=callback, progress_bar=True, tb_log_name=self.name,
                          reset_num_timesteps=round_index == 1)
         last = self.curves[-1]
-        if last["timesteps"] != self.model.num_timesteps or last["policy"] != "depth":
+        if last["timesteps"] != self.model.num_timesteps or last["policy"] != self.name:
             return self.evaluate(self.model.num_timesteps, round_index)
         return self.latest
+
+
+class CycleTraining(DepthTraining):
+    """The cycle policy being trained: PPO on ``spectune/CycleDepth-v0`` (one step = one cycle's depth) with the
+    same settings, traces and profile as the depth policy, scored alike (curves' ``policy="cycle"``)."""
+
+    name = "cycle"
+
+    @staticmethod
+    def make_env(*args: Any) -> Any:
+        from policies.envs.cycle_depth import CycleDepthEnv
+
+        return CycleDepthEnv("replay", *args)

@@ -19,9 +19,10 @@ from harness.profile import load_profile
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler
 from policies.classifier import fit_classifier, save_classifier
+from policies.envs.cycle_depth import CycleDepthEnv
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
-from policies.envs.observation import OBS_FIELDS
+from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
 from policies.registry import POLICIES, make_policy
 from policies.replay import replay_depths, replay_scores, replay_table
 from policies.sb3_files import annotate_policy_file
@@ -59,11 +60,24 @@ def _ppo_file(path: Path, traces: TraceSet) -> str:
     return str(path)
 
 
+def _cycle_file(path: Path, traces: TraceSet) -> str:
+    """A real (briefly trained) PPO cycle policy file for the cycle environment on these traces."""
+    env = CycleDepthEnv("replay", traces, PROFILE, DEPTH, allow_profile_mismatch=True)
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [8]})
+    model.learn(32)
+    model.save(path)
+    annotate_policy_file(path, {"observation": list(CYCLE_FIELDS), "actions": "depth",
+                                "profile": load_profile(PROFILE).to_json(), "max_depth": DEPTH})
+    return str(path)
+
+
 def _every_policy(frame, traces: TraceSet, tmp_path: Path) -> dict:
     """Every registered policy at its conf/policy defaults, ceiling DEPTH (model files fitted/trained here)."""
     weights = save_classifier(fit_classifier(frame, epochs=20), tmp_path / "classifier.json")
     extra = {"acceptance-classifier": {"weights_path": str(weights)},
              "ppo": {"depth_path": _ppo_file(tmp_path / "depth.zip", traces), "profile": PROFILE},
+             "ppo-cycle": {"path": _cycle_file(tmp_path / "cycle.zip", traces), "profile": PROFILE},
              "hf-heuristic": {"max_gamma": DEPTH}, "hf-heuristic-transient": {"max_gamma": DEPTH}}
     out = {}
     for name in sorted(POLICIES):

@@ -4,6 +4,8 @@
   means "don't speculate this cycle". One episode is one cycle of one row (``depth.py``).
 - ``spectune/VerifySize-v0``: after drafting, how many of the batch's drafted tokens go to the target,
   taken across rows by cumulative draft probability (``verify_size.py``).
+- ``spectune/CycleDepth-v0``: the cycle's depth chosen once, before drafting, from what is known then
+  (``cycle_depth.py``; replay only): the per-step depth environment's comparison piece.
 
 ``backend="replay"`` replays ``task=trace`` traces with the costs of a hardware profile (fast, for training);
 ``backend="live"`` drives the engine's session on real models with real synchronised time (slow; to
@@ -19,6 +21,7 @@ from harness.errors import SpectuneError
 ENV_IDS: dict[str, str] = {
     "spectune/DraftDepth-v0": "policies.envs.depth:DraftDepthEnv",
     "spectune/VerifySize-v0": "policies.envs.verify_size:VerifySizeEnv",
+    "spectune/CycleDepth-v0": "policies.envs.cycle_depth:CycleDepthEnv",
 }
 
 

@@ -21,6 +21,10 @@ idx   name                   value (scaling)
 ====  =====================  ==========================================================================
 
 Indices 0–3 are :data:`harness.engine.policy.DRAFT_SIGNALS` (same names, same order).
+
+**Cycle** (``spectune/CycleDepth-v0``, :class:`policies.ppo_cycle.PPOCycle`): the depth is chosen once, before
+drafting, so the observation holds only what is known then: :data:`CYCLE_FIELDS`, the depth observation's
+fields 5–9 with their values at step 0 (g is g(1, b)), scaled alike (:func:`cycle_observation`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,19 @@ def depth_observation(token_prob, entropy, margin, cum_prob, position, context_l
     """:func:`scale_depth` by name, for one row (scalars → [10]) or many rows (arrays [B] → [B, 10])."""
     values = (token_prob, entropy, margin, cum_prob, position, context_length, batch_size, recent_acceptance, c, g)
     return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in values]), axis=-1))
+
+
+# -- the cycle observation --------------------------------------------------------------------------------
+CYCLE_FIELDS: tuple[str, ...] = ("context_length", "batch_size", "recent_acceptance", "c", "g")
+assert set(CYCLE_FIELDS) < set(OBS_FIELDS)
+
+
+def cycle_observation(context_length, batch_size, recent_acceptance, c, g) -> np.ndarray:
+    """The cycle policy's observation, known before drafting (g = g(1, b): verifying one drafted position), scaled
+    by :func:`scale_depth`'s scales; one row (scalars → [5]) or many (arrays [B] → [B, 5])."""
+    values = (context_length, batch_size, recent_acceptance, c, g)
+    return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in values]), axis=-1),
+                       CYCLE_FIELDS)
 
 
 # -- the size observation and cut ---------------------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""A stable-baselines3 PPO policy that chooses each row's draft depth once per cycle, before drafting.
+
+The comparison piece for :class:`policies.ppo.PPODepth`: that policy decides after every draft step (one host sync
+per step); this one reads no draft signal and makes no per-step decision, so the difference between the two is
+what per-step stopping buys. It is trained on ``spectune/CycleDepth-v0`` (``train.cycle_timesteps``), whose
+observation it builds with the same function (:func:`~policies.envs.observation.cycle_observation`): context
+length, rows in flight, the request's recent acceptance, the profile's c(b) and g(1, b).
+
+Per cycle: :meth:`PPOCycle.begin_cycle` runs the actor (numpy, deterministic argmax by default) once for all rows
+it knows (their context is the previous cycle's plus its emitted tokens) and returns the deepest choice, capped at
+the grid's γ (0: a plain target step). Rows drafting in lockstep cannot stop apart without a per-step decision,
+so the batch drafts to that depth and :meth:`PPOCycle.end_drafting`, called once after drafting, keeps each row's
+own depth (a prefix of its chain; the cut reads no target value, so the sampler stays exact). A cycle with a row
+whose request is new (its context is not known before drafting) drafts to γ and that row's depth is chosen in
+``end_drafting`` from the same observation, then with the context the step shows.
+
+Recent acceptance is :class:`~harness.engine.policy.AcceptanceHistory` per request, the traces' definition;
+:class:`~policies.rows.RowTracker` tracks each slot's context. The file's ``spectune.json`` names its
+observation, ``max_depth`` (the action space is Discrete(max_depth + 1)) and the profile it was trained for,
+checked as ``policy=ppo`` checks its file.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from harness.errors import SpectuneError
+from policies.envs.observation import CYCLE_FIELDS, cycle_observation
+from policies.ppo import _layers, actor_actions, numpy_layers, resolve_profile
+from policies.rows import RowTracker
+from policies.sb3_files import PolicyFile, read_policy_file
+
+log = logging.getLogger(__name__)
+
+KEY = "policy.path"
+
+
+class PPOCycle(DraftLengthPolicy):
+    """PPO cycle-depth policy from ``path`` (a ``cycle.zip`` of ``policies.train``); γ caps the depth.
+
+    Args:
+        gamma: the most drafts per cycle (depths the actor picks above it are cut to it).
+        path: the policy file.
+        trust_pickle: load the file with SB3 itself (its pickles run); only for files you trust.
+        profile: the cost profile of this run (path or shipped name); ``None`` uses the file's.
+        allow_profile_mismatch: use a file trained for another profile (a transfer experiment).
+        deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
+        seed: seed of the sampled actions when not deterministic.
+    """
+
+    name = "ppo-cycle"
+    signals: frozenset[str] = frozenset()  # reads no draft signal: no per-step decision
+
+    def __init__(self, gamma: int, path: str | None, trust_pickle: bool, profile: str | None,
+                 allow_profile_mismatch: bool, deterministic: bool, seed: int) -> None:
+        check_gamma(gamma, "the ppo-cycle depth ceiling")
+        for key, value in (("trust_pickle", trust_pickle), ("allow_profile_mismatch", allow_profile_mismatch),
+                           ("deterministic", deterministic)):
+            if not isinstance(value, bool):
+                raise SpectuneError(f"policy.{key}={value!r} is invalid: must be true or false")
+        if not path:
+            raise SpectuneError(f"{KEY} is unset: policy=ppo-cycle needs a policy file "
+                                f"({KEY}=RUN_DIR/cycle.zip, from python -m policies.train train.cycle_timesteps=N)")
+        self.max_gamma, self.deterministic, self.seed = gamma, deterministic, int(seed)
+        self.file: PolicyFile = read_policy_file(path, KEY, trust_pickle)
+        self.max_depth = self._check(path)
+        self._numpy_layers = numpy_layers(_layers(self.file.actor))
+        self.mismatch, self.profile = resolve_profile(self.file, KEY, path, profile, allow_profile_mismatch)
+        if self.profile is None:
+            raise SpectuneError(f"{KEY}={path!r} reads the costs c and g: give policy.profile=PROFILE (the file "
+                                "names no profile of its own)")
+        self.profile_arg = profile
+        self.rows = RowTracker()
+        self.reset()
+
+    def _check(self, path: str) -> int:
+        """The file's max_depth, after checking its observation and action space are the cycle environment's."""
+        extra, n = self.file.extra, self.file.action_space.n
+        if extra.get("actions") == ["stop", "continue"]:
+            raise SpectuneError(f"{KEY}={path!r} is invalid: it is a per-step depth policy file (stop/continue); "
+                                "load it with policy=ppo policy.depth_path=...")
+        features = tuple(extra.get("observation", CYCLE_FIELDS))
+        if features != CYCLE_FIELDS or self.file.observation_space.shape != (len(CYCLE_FIELDS),):
+            raise SpectuneError(f"{KEY}={path!r} is invalid: observation {list(features)} of shape "
+                                f"{self.file.observation_space.shape} is not the cycle environment's "
+                                f"{list(CYCLE_FIELDS)}")
+        max_depth = extra.get("max_depth", n - 1)
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1 \
+                or n != max_depth + 1 or self.file.action_space.start != 0:
+            raise SpectuneError(f"{KEY}={path!r} is invalid: max_depth={max_depth!r} does not match its action space "
+                                f"Discrete({n}) (a depth 0..max_depth: Discrete(max_depth + 1), max_depth >= 1)")
+        return int(max_depth)
+
+    def reset(self) -> None:
+        self.rows.reset()
+        self.history = AcceptanceHistory()  # per request id
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self._serving: dict[int, int] = {}  # slot -> request this cycle (before_cycle)
+        self._new: set[int] = set()  # slots whose request is new this cycle
+        self._depths: dict[int, int] = {}  # slot -> depth chosen this cycle
+        self._in_flight = 0
+
+    # -- the observation and the actor -------------------------------------------------------------------
+    def observation(self, context: np.ndarray, slots: list[int]) -> np.ndarray:
+        """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot)."""
+        batch = self._in_flight
+        recent = [self.history.rate(self._serving.get(slot, -1 - slot)) for slot in slots]
+        return cycle_observation(context, batch, recent, self.profile.c(batch), self.profile.g(1, batch))
+
+    def choose(self, context: np.ndarray, slots: list[int]) -> None:
+        """Each slot's depth (≤ γ) from the actor, one call for all of them."""
+        actions = actor_actions(self._numpy_layers, self.observation(context, slots), self.deterministic,
+                                self.generator)
+        for slot, action in zip(slots, actions.tolist(), strict=True):
+            self._depths[slot] = min(int(action), self.max_gamma)
+
+    # -- the protocol ------------------------------------------------------------------------------------
+    def before_cycle(self, rows: list[int], request_ids: list[int]) -> None:
+        serving = dict(zip(rows, request_ids, strict=True))
+        self._new = {row for row, rid in serving.items() if self._serving.get(row) != rid}
+        self._serving = serving
+
+    def begin_cycle(self, batch_size: int) -> int:
+        """The deepest depth the known rows choose; γ when a row's context is not known yet (a new request)."""
+        self.rows.begin_cycle()
+        self._depths = {}
+        self._in_flight = batch_size  # rows in flight: the environment's batch_size
+        known = sorted(self._serving)
+        if not known or self._new or len(known) != batch_size or any(r not in self.rows.expected for r in known):
+            return self.max_gamma
+        self.choose(np.asarray([self.rows.expected[r] for r in known], dtype=np.float64), known)
+        return max(self._depths.values())
+
+    def end_drafting(self, step: DraftStep) -> list[int] | None:
+        """Each slot's chosen depth (rows not chosen yet are chosen here, from the context the step shows)."""
+        slots = step.active.shape[0]
+        if len(self._depths) != self._in_flight:
+            self.rows.see_context(step.context_length)  # one host read per such cycle, never per step
+            pending = [row for row in self.rows.busy_rows() if row not in self._depths]
+            if pending:
+                self.choose(self.rows.context[pending].numpy().astype(np.float64), pending)
+        return [self._depths.get(slot, 0) for slot in range(slots)]
+
+    def observe(self, feedback: CycleFeedback) -> None:
+        rows = self.rows.observe(feedback)
+        if rows is None:
+            return
+        ids = feedback.request_ids or [self._serving.get(row, -1 - row) for row in rows]
+        for rid, drafts, accepted in zip(ids, feedback.num_drafts, feedback.num_accepted, strict=True):
+            self.history.add(rid, accepted, drafts)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "max_gamma": self.max_gamma, "max_depth": self.max_depth,
+                "file": self.file.describe(), "features": list(CYCLE_FIELDS), "deterministic": self.deterministic,
+                "profile": self.profile.label, "profile_arg": self.profile_arg, "profile_mismatch": self.mismatch}
