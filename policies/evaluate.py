@@ -277,6 +277,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     measured_conditions: dict[str, Any] = {}  # per concurrency: what else ran during each held-out repeat
     tunings: list[pd.DataFrame] = []  # the threshold baselines' replay scores per value tried
+    tuned_values: dict[str, dict] = {}  # per concurrency: the value each threshold baseline ran with
 
     def write() -> None:
         if grids:
@@ -325,6 +326,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             if len(table):
                 tunings.append(table)
                 rundir.TUNING.write(run_dir, pd.concat(tunings, ignore_index=True))
+                chosen = table[table["chosen"]]
+                tuned_values[f"c{concurrency}"] = {p: {k: v} for p, k, v in zip(chosen["policy"], chosen["parameter"],
+                                                                                chosen["value"], strict=True)}
         log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
                  len(methods), settings.repeats)
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
@@ -343,7 +347,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                 concurrency=concurrency, best_gamma=best, replay=replay, seed=seed)
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
-    rundir.METADATA.write(run_dir, {**metadata, "finished": True, **base_metadata()})
+    rundir.METADATA.write(run_dir, {**metadata, "finished": True, "tuned": tuned_values, **base_metadata()})
     log.info("results: %s", run_dir)
     return 0
 
