@@ -128,12 +128,23 @@ def test_writers_stamp_metadata_and_readers_refuse_foreign_tables(tmp_path):
 
 
 def _shape(obj: Any) -> Any:
-    """The structure of a JSON value: keys of objects (recursively), the shape of a list's first item."""
+    """The structure of a JSON value: keys of objects (recursively), the merged shape of a list's items.
+
+    Merged, not the first item's: which keys an item has may depend on measured values (the best method's
+    row has no difference-to-the-best columns, and which method is best is wall-clock time's choice)."""
     if isinstance(obj, dict):
         return {k: _shape(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_shape(obj[0])] if obj and isinstance(obj[0], dict | list) else "list"
+        items = [_shape(item) for item in obj if isinstance(item, dict | list)]
+        return [_merge(items)] if items else "list"
     return "value"
+
+
+def _merge(shapes: list[Any]) -> Any:
+    if all(isinstance(s, dict) for s in shapes):
+        keys = sorted({k for s in shapes for k in s})
+        return {k: _merge([s[k] for s in shapes if k in s]) for k in keys}
+    return shapes[0]
 
 
 # What differs between machines and is not a change of format: the host's and packages' details.

@@ -183,6 +183,9 @@ def export(draft, d2t: torch.Tensor, tokenizer, out: Path, record: dict) -> None
     save_file({"draft_to_target": d2t.contiguous()}, str(tmp / draft_vocab.MAP_FILE))
     tokenizer.save_pretrained(tmp)
     (tmp / "TRAINING.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    notes = out / "TRAINING.md"  # written by hand from TRAINING.json and the measurements: kept
+    if notes.is_file():
+        shutil.copy2(notes, tmp / notes.name)
     if out.exists():
         shutil.rmtree(out)
     tmp.replace(out)
