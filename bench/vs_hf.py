@@ -103,13 +103,14 @@ def ratio_ci(numerator: list[float], denominator: list[float], resamples: int = 
     return float(a.sum() / b.sum()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
 
-def breakdown(total_s: float, target: TimedCalls, draft: TimedCalls, prompts: int) -> dict[str, float]:
+def breakdown(total_s: float, calls: list, prompts: int) -> dict[str, float]:
     """Milliseconds per cycle (one target forward after the prefill) in target forwards, draft forwards and the
-    rest (sampling, acceptance, bookkeeping, Python); prefill forwards included in the model columns."""
-    cycles = max(1, target.calls - prompts)
-    return {"cycles": cycles, "target_ms": 1e3 * target.seconds / cycles, "draft_ms": 1e3 * draft.seconds / cycles,
-            "rest_ms": 1e3 * (total_s - target.seconds - draft.seconds) / cycles,
-            "draft_forwards_per_cycle": draft.calls / cycles}
+    rest (sampling, acceptance, bookkeeping, Python); prefill forwards included in the model columns. ``calls``:
+    [target calls, draft calls, target seconds, draft seconds] summed over the prompts."""
+    target_calls, draft_calls, target_s, draft_s = calls
+    cycles = max(1, target_calls - prompts)
+    return {"cycles": cycles, "target_ms": 1e3 * target_s / cycles, "draft_ms": 1e3 * draft_s / cycles,
+            "rest_ms": 1e3 * (total_s - target_s - draft_s) / cycles, "draft_forwards_per_cycle": draft_calls / cycles}
 
 
 def main() -> None:
@@ -169,9 +170,7 @@ def main() -> None:
         return out
 
     def cycle_breakdown(run: dict, method: str) -> dict[str, float]:
-        t_calls, d_calls, t_s, d_s = run[f"{method}_calls"]
-        target_calls.calls, draft_calls.calls, target_calls.seconds, draft_calls.seconds = t_calls, d_calls, t_s, d_s
-        return breakdown(sum(run[f"{method}_s"]), target_calls, draft_calls, len(prompts))
+        return breakdown(sum(run[f"{method}_s"]), run[f"{method}_calls"], len(prompts))
 
     rows, runs = [], {}
     ar = runs[0] = paired(0)

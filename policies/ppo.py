@@ -50,6 +50,12 @@ ACTIONS = ("stop", "continue")  # Discrete(2) as spectune/DraftDepth-v0: 0 = sto
 DEFAULT_OBSERVATION = OBS_FIELDS
 
 
+def check_flags(**flags: object) -> None:
+    """The PPO policies' true/false parameters: anything else fails in one line naming it."""
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise SpectuneError(f"policy.{key}={value!r} is invalid: must be true or false")
+
 class PPODepth(DraftLengthPolicy):
     """PPO depth policy from ``depth_path`` (an SB3 ``.zip``); γ (the grid's value) is the ceiling on depth.
 
@@ -71,10 +77,8 @@ class PPODepth(DraftLengthPolicy):
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None) -> None:
         check_gamma(gamma, "the ppo depth ceiling")
-        for key, value in (("trust_pickle", trust_pickle), ("allow_profile_mismatch", allow_profile_mismatch),
-                           ("deterministic", deterministic)):
-            if not isinstance(value, bool):
-                raise SpectuneError(f"policy.{key}={value!r} is invalid: must be true or false")
+        check_flags(trust_pickle=trust_pickle, allow_profile_mismatch=allow_profile_mismatch,
+                    deterministic=deterministic)
         if not depth_path:
             raise SpectuneError("policy.depth_path is unset: policy=ppo needs a policy file "
                                 "(policy.depth_path=RUN_DIR/depth.zip, from python -m policies.train)")

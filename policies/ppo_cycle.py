@@ -30,7 +30,7 @@ import torch
 from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 from policies.envs.observation import CYCLE_FIELDS, cycle_observation
-from policies.ppo import _layers, actor_actions, numpy_layers, resolve_profile
+from policies.ppo import _layers, actor_actions, check_flags, numpy_layers, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 
@@ -58,10 +58,8 @@ class PPOCycle(DraftLengthPolicy):
     def __init__(self, gamma: int, path: str | None, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int) -> None:
         check_gamma(gamma, "the ppo-cycle depth ceiling")
-        for key, value in (("trust_pickle", trust_pickle), ("allow_profile_mismatch", allow_profile_mismatch),
-                           ("deterministic", deterministic)):
-            if not isinstance(value, bool):
-                raise SpectuneError(f"policy.{key}={value!r} is invalid: must be true or false")
+        check_flags(trust_pickle=trust_pickle, allow_profile_mismatch=allow_profile_mismatch,
+                    deterministic=deterministic)
         if not path:
             raise SpectuneError(f"{KEY} is unset: policy=ppo-cycle needs a policy file "
                                 f"({KEY}=RUN_DIR/cycle.zip, from python -m policies.train train.cycle_timesteps=N)")

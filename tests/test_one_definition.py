@@ -13,19 +13,15 @@ import pytest
 import torch
 from stable_baselines3 import PPO
 
-from harness.engine import Engine
 from harness.engine.policy import DRAFT_SIGNALS, FixedGamma
-from harness.engine.traces import record
 from harness.profile import load_profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.envs.data import TraceSet
 from policies.envs.depth import DRAFT, DraftDepthEnv
 from policies.envs.observation import OBS_FIELDS
 from policies.ppo import PPODepth
 from policies.replay import replay_depths
 from policies.sb3_files import annotate_policy_file
-from tests.tiny_models import random_requests
+from tests.tiny_models import record_three_requests
 
 DEPTH, SLOTS = 4, 2
 PROFILE = "tiny-cpu-2core-vm"
@@ -34,14 +30,7 @@ PROFILE = "tiny-cpu-2core-vm"
 @pytest.fixture(scope="module")
 def recorded(pair):
     """The engine, its requests, and traces of them drafted to DEPTH every cycle."""
-    target, draft = pair
-    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
-                    device="cpu", seed=5)
-    requests = random_requests(3, max_new=14, seed=4)
-    session = engine.session(requests, None, SLOTS, keep_laws=True)
-    frame = record(session, requests, DEPTH)
-    outputs = {r.request_id: r.output_ids for r in session.result().requests}
-    return engine, requests, TraceSet(frame, {"concurrency": SLOTS}, "memory"), outputs
+    return record_three_requests(pair, DEPTH, SLOTS)
 
 
 def _always_continue(path, traces: TraceSet) -> str:

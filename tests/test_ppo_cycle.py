@@ -20,7 +20,6 @@ from gymnasium.utils.env_checker import check_env
 from stable_baselines3 import PPO
 
 from harness.engine import Engine
-from harness.engine.traces import record
 from harness.errors import SpectuneError
 from harness.profile import load_profile
 from harness.sampling import SamplingParams
@@ -33,7 +32,7 @@ from policies.ppo_cycle import PPOCycle
 from policies.registry import make_policy
 from policies.replay import replay_costs, replay_depths, replay_scores
 from policies.sb3_files import annotate_policy_file
-from tests.tiny_models import random_requests
+from tests.tiny_models import random_requests, record_three_requests
 
 DEPTH, SLOTS = 4, 2
 PROFILE = "tiny-cpu-2core-vm"
@@ -42,14 +41,7 @@ PROFILE = "tiny-cpu-2core-vm"
 @pytest.fixture(scope="module")
 def recorded(pair):
     """The engine, its requests, and traces of them drafted to DEPTH every cycle."""
-    target, draft = pair
-    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
-                    device="cpu", seed=5)
-    requests = random_requests(3, max_new=14, seed=4)
-    session = engine.session(requests, None, SLOTS, keep_laws=True)
-    frame = record(session, requests, DEPTH)
-    outputs = {r.request_id: r.output_ids for r in session.result().requests}
-    return engine, requests, TraceSet(frame, {"concurrency": SLOTS}, "memory"), outputs
+    return record_three_requests(pair, DEPTH, SLOTS)
 
 
 def _constant_file(path, traces: TraceSet, depth: int, **extra) -> str:

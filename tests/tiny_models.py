@@ -45,3 +45,22 @@ def tiny_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
     """The engine tests' target and a draft that agrees with it in part (noise of scale 0.3 on every weight)."""
     target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
     return target, perturbed(target, scale=0.3, seed=2)
+
+
+def record_three_requests(pair, depth: int, slots: int):
+    """(engine, requests, traces, outputs): 3 random requests × 14 new tokens at T = 1, seed 5, drafted to ``depth``
+    every cycle at ``slots`` rows — the recording the one-definition tests replay."""
+    from harness.engine import Engine
+    from harness.engine.traces import record
+    from harness.sampling import SamplingParams
+    from harness.sampling.rejection import get_sampler
+    from policies.envs.data import TraceSet
+
+    target, draft = pair
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
+                    device="cpu", seed=5)
+    requests = random_requests(3, max_new=14, seed=4)
+    session = engine.session(requests, None, slots, keep_laws=True)
+    frame = record(session, requests, depth)
+    outputs = {r.request_id: r.output_ids for r in session.result().requests}
+    return engine, requests, TraceSet(frame, {"concurrency": slots}, "memory"), outputs
