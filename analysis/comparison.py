@@ -1,7 +1,7 @@
 """Policies against grid search across languages: ``comparison.parquet`` of ``policies.evaluate`` runs as one frame,
 and the summary the question needs — does a policy beat the best fixed γ, where, by how much, and at what cost.
 
-    python -m analysis.comparison RUN_OR_MULTIRUN_DIR [--out comparison-summary.md]
+    python -m analysis.comparison RUN_OR_MULTIRUN_DIR [--metric decode|e2e] [--out comparison-summary.md]
 
 ``load_comparisons`` finds every ``comparison.parquet`` at or below the paths (a multirun over languages is one
 directory) with its run's context (``analysis.load``), refusing runs of different models or hardware unless
@@ -21,6 +21,7 @@ import pandas as pd
 from analysis.load import Paths, load_table
 from analysis.report import markdown_table
 from harness import cli, rundir
+from harness.errors import SpectuneError
 from harness.io import write_text
 
 log = logging.getLogger(__name__)
@@ -34,19 +35,31 @@ def load_comparisons(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     return load_table(paths, rundir.COMPARISON, allow_mixed, marker=rundir.COMPARISON.name)
 
 
-def policy_summary(frame: pd.DataFrame, goal_pct: float = 10.0, floor_pct: float = -2.0) -> pd.DataFrame:
-    """Per (concurrency, policy), over languages: see the module docstring. Rows sorted by mean % vs best fixed."""
+METRICS = {"decode": "decode_vs_best_fixed_pct", "e2e": "vs_best_fixed_pct"}
+
+
+def policy_summary(frame: pd.DataFrame, goal_pct: float = 10.0, floor_pct: float = -2.0, metric: str = "decode"
+                   ) -> pd.DataFrame:
+    """Per (concurrency, policy), over languages: see the module docstring. ``metric``: decode tok/s (the primary
+    one) or end-to-end tok/s. Rows sorted by mean % vs best fixed."""
+    if metric not in METRICS:
+        raise SpectuneError(f"metric={metric!r} is invalid: choose from {', '.join(METRICS)}")
+    key = METRICS[metric]
+    if key not in frame or frame[key].isna().all():
+        raise SpectuneError(f"metric={metric!r}: these comparisons have no {key} column (runs made before decode "
+                            "throughput was recorded): use --metric e2e")
     rows = []
     for (concurrency, policy), group in frame.groupby(["concurrency", "policy"], sort=False):
-        pct = group["vs_best_fixed_pct"].astype(float)
-        lo, hi = group["vs_best_fixed_pct_ci95_lo"].astype(float), group["vs_best_fixed_pct_ci95_hi"].astype(float)
+        pct = group[key].astype(float)
+        lo, hi = group[f"{key}_ci95_lo"].astype(float), group[f"{key}_ci95_hi"].astype(float)
         rows.append({"concurrency": int(concurrency), "policy": policy, "languages": int(group["language"].nunique()),
                      "mean_vs_best_fixed_pct": float(pct.mean()),
                      "min_vs_best_fixed_pct": float(pct.min()), "max_vs_best_fixed_pct": float(pct.max()),
                      f"languages_ci_above_0_and_ge_{goal_pct:g}pct": int(((lo > 0) & (pct >= goal_pct)).sum()),
                      "languages_ci_above_0": int((lo > 0).sum()),
                      f"languages_ci_below_{floor_pct:g}pct": int((hi < floor_pct).sum()),
-                     "mean_speedup_vs_ar": _mean(group, "speedup_vs_ar"),
+                     "mean_speedup_vs_ar": _mean(group, "decode_speedup_vs_ar" if metric == "decode"
+                                                 else "speedup_vs_ar"),
                      "mean_decision_pct_of_cycle": _mean(group, "decision_pct_of_cycle"),
                      "mean_no_draft_cycles_pct": _mean(group, "no_draft_cycles_pct"),
                      "mean_oracle_gap_pct": _mean(group, "oracle_gap_pct")})
@@ -61,17 +74,20 @@ def _mean(group: pd.DataFrame, column: str) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "tok_s", "speedup_vs_ar", "vs_best_fixed_pct",
-                "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi", "acceptance_length", "mean_drafts_per_cycle",
-                "no_draft_cycles_pct", "tpot_p50_ms", "decision_pct_of_cycle", "oracle_gap_pct"]
+PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "hindsight_gamma", "decode_tok_s",
+                "decode_speedup_vs_ar", "decode_vs_best_fixed_pct", "decode_vs_best_fixed_pct_ci95_lo",
+                "decode_vs_best_fixed_pct_ci95_hi", "decode_vs_hindsight_pct", "tok_s", "speedup_vs_ar",
+                "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi", "acceptance_length",
+                "mean_drafts_per_cycle", "no_draft_cycles_pct", "tpot_p50_ms", "decision_pct_of_cycle",
+                "oracle_gap_pct"]
 
 
-def report(frame: pd.DataFrame) -> str:
-    """The summary over languages, then every language's rows."""
+def report(frame: pd.DataFrame, metric: str = "decode") -> str:
+    """The summary over languages (ranked by ``metric``), then every language's rows."""
     per_language = frame[[c for c in PER_LANGUAGE if c in frame]].sort_values(["concurrency", "language", "policy"],
                                                                               kind="stable", ignore_index=True)
-    parts = ["## Over languages", "", markdown_table(policy_summary(frame), FLOAT), "", "## Per language", "",
-             markdown_table(per_language, FLOAT)]
+    parts = [f"## Over languages (by {metric} tok/s)", "", markdown_table(policy_summary(frame, metric=metric), FLOAT),
+             "", "## Per language", "", markdown_table(per_language, FLOAT)]
     return "\n".join(parts) + "\n"
 
 
@@ -79,12 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(prog="python -m analysis.comparison", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="policies.evaluate run or multirun directories")
     parser.add_argument("--out", help="also write the report (Markdown) here")
+    parser.add_argument("--metric", default="decode", choices=sorted(METRICS),
+                        help="rank by decode tok/s (after the first token; default) or end-to-end tok/s")
     parser.add_argument("--allow-mixed", action="store_true", help="pool runs of different models or hardware")
     return cli.run_command(parser, _print_report, argv)
 
 
 def _print_report(args: argparse.Namespace) -> None:
-    text = report(load_comparisons(args.paths, args.allow_mixed))
+    text = report(load_comparisons(args.paths, args.allow_mixed), args.metric)
     log.info(text)
     if args.out:
         write_text(Path(args.out), text)

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.stats.compare import clusters
-from harness.stats.intervals import paired_ratio_interval
+from harness.stats.compare import Clusters, clusters, decode_clusters
+from harness.stats.intervals import paired_ratio_interval, ratio_interval
 
 # Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
 COLUMNS = (
@@ -26,6 +26,9 @@ COLUMNS = (
     "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi",
     "acceptance_length", "per_position_acceptance", "mean_drafts_per_cycle", "no_draft_cycles_pct",
     "tpot_p50_ms", "tpot_p99_ms", "decision_pct_of_cycle",
+    "decode_tok_s", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi", "decode_speedup_vs_ar",
+    "decode_vs_best_fixed_pct", "decode_vs_best_fixed_pct_ci95_lo", "decode_vs_best_fixed_pct_ci95_hi",
+    "hindsight_gamma", "decode_vs_hindsight_pct", "decode_vs_hindsight_pct_ci95_lo", "decode_vs_hindsight_pct_ci95_hi",
     "replay_tok_s", "replay_vs_best_fixed_pct", "oracle_gap_pct", "oracle_vs_best_fixed_pct",
 )
 
@@ -50,16 +53,20 @@ def _cycle_stats(cycles: pd.DataFrame) -> dict[str, float | None]:
 def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycles: pd.DataFrame,
                     points: list[dict[str, Any]], labels: Mapping[str, str], best_label: str, *, language: str,
                     concurrency: int, best_gamma: int, replay: Mapping[str, Mapping[str, float]] | None,
-                    seed: int) -> list[dict[str, Any]]:
+                    seed: int, fixed: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """One row per method of the held-out runs.
 
     ``methods`` are ``harness.measure.aggregate``'s per-method summaries (throughput and speedup CIs,
     latencies, acceptance), ``labels`` maps a method label to its policy name, ``best_label`` is the best fixed
-    γ's method, ``replay`` maps a method label to its replay scores on the held-out traces.
+    γ's method, ``replay`` maps a method label to its replay scores on the held-out traces, ``fixed`` maps the
+    label of every fixed-γ method that ran (AR: γ 0) to its γ: with more than AR and the best fixed γ among them,
+    the best of them on these prompts is the hindsight-fixed ceiling.
     """
     ok = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in points if p.get("status") == "ok"}
     good = requests[[(m, int(r)) in ok for m, r in zip(requests["method"], requests["repeat"], strict=True)]]
     table = clusters(good, ok)
+    decode = decode_clusters(good)
+    hindsight = _hindsight(decode, fixed or {}, best_label)
     rows = []
     for entry in methods:
         label = entry["method"]
@@ -82,6 +89,7 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
                                        table.den[best_label], seed=seed)
             row["vs_best_fixed_pct"] = 100 * (iv.estimate - 1)
             row["vs_best_fixed_pct_ci95_lo"], row["vs_best_fixed_pct_ci95_hi"] = 100 * (iv.lo - 1), 100 * (iv.hi - 1)
+        row.update(_decode(decode, label, best_label, hindsight, fixed or {}, seed))
         row["acceptance_length"] = entry.get("spec_decode_acceptance_length")
         row["per_position_acceptance"] = list(entry.get("spec_decode_per_position_acceptance_rates") or [])
         row["tpot_p50_ms"] = entry.get("median_tpot_ms")
@@ -95,6 +103,36 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
             row["oracle_vs_best_fixed_pct"] = scores["oracle_vs_best_fixed_pct"]
         rows.append(row)
     return rows
+
+
+def _hindsight(decode: Clusters, fixed: Mapping[str, int], best_label: str) -> str | None:
+    """The fixed-γ method with the highest decode tok/s on the held-out clusters, when more fixed γ ran than AR
+    and the training grid's pick (else there is nothing to choose among)."""
+    ran = [label for label in fixed if label in decode.num]
+    if len(set(ran) - {"ar", best_label}) == 0:
+        return None
+    return max(ran, key=lambda label: (decode.num[label].sum() / decode.den[label].sum(), -fixed[label]))
+
+
+def _decode(decode: Clusters, label: str, best_label: str, hindsight: str | None, fixed: Mapping[str, int],
+            seed: int) -> dict[str, Any]:
+    """Decode tok/s with its CI, over AR, and paired % against the best fixed γ and the hindsight ceiling."""
+    if label not in decode.num or not decode.den[label].sum() > 0:
+        return {}
+    num, den = decode.num[label], decode.den[label]
+    iv = ratio_interval(num, den, seed=seed)
+    out: dict[str, Any] = {"decode_tok_s": iv.estimate, "decode_tok_s_ci95_lo": iv.lo, "decode_tok_s_ci95_hi": iv.hi}
+    if "ar" in decode.num:
+        out["decode_speedup_vs_ar"] = float((num.sum() / den.sum()) / (decode.num["ar"].sum() / decode.den["ar"].sum()))
+    for key, other in (("decode_vs_best_fixed_pct", best_label), ("decode_vs_hindsight_pct", hindsight)):
+        if other is None or other not in decode.num:
+            continue
+        pair = paired_ratio_interval(num, den, decode.num[other], decode.den[other], seed=seed)
+        out[key], out[f"{key}_ci95_lo"], out[f"{key}_ci95_hi"] = (100 * (pair.estimate - 1), 100 * (pair.lo - 1),
+                                                                   100 * (pair.hi - 1))
+    if hindsight is not None:
+        out["hindsight_gamma"] = fixed[hindsight]
+    return out
 
 
 def comparison_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -111,16 +149,24 @@ def _num(value: Any, spec: str) -> str:
 
 
 def format_comparison(frame: pd.DataFrame) -> str:
-    """The printed table: throughput, speedup vs AR, % vs best fixed γ with its paired CI, acceptance, TPOT,
-    decision time and the oracle's gap."""
-    head = (f"{'lang':<4} {'conc':>4} {'policy':<24} {'tok/s':>7} {'vs AR':>6} {'vs best fixed γ [95% CI]':>26} "
-            f"{'acc.len':>7} {'TPOT p50':>8} {'p99':>6} {'decide%':>7} {'oracle gap':>10}")
-    lines = [head, "-" * len(head)]
+    """The printed table, rows in run order: decode tok/s (primary) with its speed-up over AR
+    and paired % against the best fixed γ and the hindsight ceiling, end-to-end tok/s and its % beside, then
+    acceptance, TPOT, decision time and the oracle's gap."""
+    head = (f"{'lang':<4} {'conc':>4} {'policy':<24} {'decode':>7} {'vs AR':>6} {'decode vs best fixed γ':>24} "
+            f"{'vs hindsight':>22} {'e2e tok/s':>9} {'e2e vs best fixed':>24} {'acc.len':>7} {'TPOT p50':>8} "
+            f"{'decide%':>7} {'oracle gap':>10}")
+    lines = ["decode tok/s (tokens after the first / (E2EL - TTFT)) is the primary metric; % are paired, [95% CI]",
+             head, "-" * len(head)]
     for row in frame.itertuples(index=False):
-        ci = (f"{_num(row.vs_best_fixed_pct, '+.1f')}% [{_num(row.vs_best_fixed_pct_ci95_lo, '+.1f')}, "
-              f"{_num(row.vs_best_fixed_pct_ci95_hi, '+.1f')}]")
-        lines.append(f"{row.language:<4} {row.concurrency:>4} {str(row.method)[:24]:<24} {_num(row.tok_s, '.1f'):>7} "
-                     f"{_num(row.speedup_vs_ar, '.2f'):>6} {ci:>26} {_num(row.acceptance_length, '.2f'):>7} "
-                     f"{_num(row.tpot_p50_ms, '.2f'):>8} {_num(row.tpot_p99_ms, '.2f'):>6} "
+        lines.append(f"{row.language:<4} {row.concurrency:>4} {str(row.method)[:24]:<24} "
+                     f"{_num(row.decode_tok_s, '.1f'):>7} {_num(row.decode_speedup_vs_ar, '.2f'):>6} "
+                     f"{_pct(row, 'decode_vs_best_fixed_pct'):>24} {_pct(row, 'decode_vs_hindsight_pct'):>22} "
+                     f"{_num(row.tok_s, '.1f'):>9} {_pct(row, 'vs_best_fixed_pct'):>24} "
+                     f"{_num(row.acceptance_length, '.2f'):>7} {_num(row.tpot_p50_ms, '.2f'):>8} "
                      f"{_num(row.decision_pct_of_cycle, '.2f'):>7} {_num(row.oracle_gap_pct, '+.1f'):>10}")
     return "\n".join(lines)
+
+
+def _pct(row: Any, key: str) -> str:
+    return (f"{_num(getattr(row, key), '+.1f')}% [{_num(getattr(row, f'{key}_ci95_lo'), '+.1f')}, "
+            f"{_num(getattr(row, f'{key}_ci95_hi'), '+.1f')}]")

@@ -6,7 +6,8 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 1. Split the workload's seeded shuffle: the first ``train.train_prompts`` train, the next
    ``train.heldout_prompts`` are held out (the split ``policies.train`` uses). An empty split is an error.
 2. Grid search on the training prompts over **every** γ in 0..``train.max_depth`` (γ = 0 is autoregressive
-   decoding): the best by throughput is the baseline (``grid.parquet``, ``grid_c<N>.csv``).
+   decoding): the best by decode throughput (the comparison's primary metric) is the baseline (``grid.parquet``,
+   ``grid_c<N>.csv``).
 3. Learned policies: from ``evaluate.policies_from`` (a ``policies.train`` run directory, or an earlier
    evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
    (``train/c<N>/``: traces of the training prompts, the measured cost profile — with ``evaluate.calibrate``
@@ -16,7 +17,8 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
    With ``evaluate.tune`` (default) the threshold baselines get the same budget: each threshold is chosen in
    replay on those training traces with that profile (``policies.tuning``; every value tried in ``tuning.csv``).
 4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
-   ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method.
+   ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method. With
+   ``evaluate.hindsight`` every other fixed γ in 1..max_depth runs too: the hindsight-fixed ceiling.
 5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the (calibrated) profile: the
    hindsight bound and each policy's replay score on the same cycles (``policies.replay``). ``replay_*`` and
    ``oracle_*`` columns compare with the best fixed depth *in hindsight on those traces*, not the grid's γ.
@@ -65,6 +67,7 @@ class EvaluateSettings:
     params: dict[str, dict[str, Any]]
     calibrate: bool = False
     tune: bool = True
+    hindsight: bool = False
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
@@ -91,7 +94,8 @@ class EvaluateSettings:
                        integer(cfg.train.train_prompts, "train.train_prompts", lo=1),
                        integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params,
                        flag(e.get("calibrate", False), "evaluate.calibrate"),
-                       flag(e.get("tune", True), "evaluate.tune"))
+                       flag(e.get("tune", True), "evaluate.tune"), flag(e.get("hindsight", False),
+                                                                        "evaluate.hindsight"))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -215,24 +219,35 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
                  seed: int) -> tuple[int, pd.DataFrame]:
-    """Every γ in 0..max_depth on the training prompts: the best by pooled throughput (ties: smaller γ)."""
+    """Every γ in 0..max_depth on the training prompts: the best by pooled decode throughput (ties: smaller γ)."""
     methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_depth + 1)]
     log.info("grid search on %d training prompts, concurrency %d: γ = 0..%d, %d repeat(s)", len(train), concurrency,
              settings.max_depth, settings.grid_repeats)
     grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context)
     summaries, _ = aggregate(grid, seed=seed)
+    decode = _decode_tok_s(grid.frames()[0])
     frame = pd.DataFrame([{"concurrency": concurrency, "method": s["method"], "gamma": int(s["gamma"]),
-                           "status": s["status"], "tok_s": s.get("output_throughput_pooled"),
+                           "status": s["status"], "decode_tok_s": decode.get(s["method"]),
+                           "tok_s": s.get("output_throughput_pooled"),
                            "tok_s_ci95_lo": s.get("output_throughput_ci95_lo"),
                            "tok_s_ci95_hi": s.get("output_throughput_ci95_hi"),
                            "acceptance_length": s.get("spec_decode_acceptance_length")} for s in summaries])
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[(frame["status"] == "ok") & frame["decode_tok_s"].notna()]
     if not len(ok):
         raise SpectuneError(f"the grid search failed at every γ (concurrency {concurrency}): see the log")
-    best = ok.sort_values(["tok_s", "gamma"], ascending=[False, True]).iloc[0]
-    log.info("best fixed γ on the training prompts at concurrency %d: %d (%.1f tok/s)", concurrency, best["gamma"],
-             best["tok_s"])
+    best = ok.sort_values(["decode_tok_s", "gamma"], ascending=[False, True]).iloc[0]
+    log.info("best fixed γ on the training prompts at concurrency %d: %d (%.1f decode tok/s, %.1f end to end)",
+             concurrency, best["gamma"], best["decode_tok_s"], best["tok_s"])
     return int(best["gamma"]), frame
+
+
+def _decode_tok_s(requests: pd.DataFrame) -> dict[str, float]:
+    """Per method, pooled decode tok/s: tokens after the first over Σ (E2EL − TTFT) (``harness.stats.compare``'s
+    decode clusters summed), the metric the comparison ranks by."""
+    ok = requests[(requests["status"] == "ok") & (requests["output_tokens"] > 1)]
+    seconds = ((ok["e2el_ms"] - ok["ttft_ms"]) / 1e3).groupby(ok["method"]).sum()
+    tokens = (ok["output_tokens"] - 1).groupby(ok["method"]).sum()
+    return {str(m): float(tokens[m] / seconds[m]) for m in tokens.index if seconds[m] > 0}
 
 
 def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profile: Any, policies: dict[str, Any],
@@ -305,6 +320,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         if best:
             methods.append((best_label, best, {"name": FIXED}))
         labels = {AR: AR, best_label: "best fixed γ"}
+        fixed = {AR: 0, best_label: best}
+        if settings.hindsight:  # every other fixed γ too: the best of them on these prompts is the ceiling
+            for gamma in range(1, settings.max_depth + 1):
+                if gamma != best:
+                    label = f"fixed:gamma={gamma}"
+                    methods.append((label, gamma, {"name": FIXED}))
+                    labels[label], fixed[label] = label, gamma
         for name in settings.policies:
             files: dict[str, Any] = {}
             if name == "ppo":
@@ -344,7 +366,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, _profile(learned), nodes,
                              run_dir)
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
-                                concurrency=concurrency, best_gamma=best, replay=replay, seed=seed)
+                                concurrency=concurrency, best_gamma=best, replay=replay, seed=seed, fixed=fixed)
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
     rundir.METADATA.write(run_dir, {**metadata, "finished": True, "tuned": tuned_values, **base_metadata()})

@@ -12,6 +12,7 @@ from harness.stats.compare import (
     AA_LABEL,
     clusters,
     compare,
+    decode_clusters,
     indistinguishable,
     latency_intervals,
     mad_rule,
@@ -134,6 +135,21 @@ def test_time_shares_add_up_to_each_run_duration_so_the_pooled_throughput_is_exa
     assert table.den["ar"].sum() == pytest.approx(total)
     assert table.num["ar"].sum() / table.den["ar"].sum() == pytest.approx(
         frame[frame.method == "ar"]["output_tokens"].sum() / total)
+
+
+def test_decode_clusters_count_tokens_after_the_first_over_e2el_minus_ttft():
+    frame, _ = _synthetic_requests({"ar": 100.0, "fixed:gamma=2": 130.0})
+    frame.loc[0, "status"] = "error"  # a failed request and a one-token one count 0 and take no time
+    frame.loc[1, "output_tokens"] = 1
+    table = decode_clusters(frame)
+    assert table.n == 48
+    mine = frame[(frame.method == "ar") & (frame.status == "ok") & (frame.output_tokens > 1)]
+    assert table.num["ar"].sum() == mine["output_tokens"].sum() - len(mine)
+    assert table.den["ar"].sum() == pytest.approx(((mine["e2el_ms"] - mine["ttft_ms"]) / 1e3).sum())
+    assert table.num["ar"][0] == 0 and table.den["ar"][0] == 0 and table.den["ar"][1] == 0
+    # at concurrency 1 with one request per cluster, pooled decode tok/s is the token-weighted 1/TPOT
+    assert table.num["fixed:gamma=2"].sum() / table.den["fixed:gamma=2"].sum() > table.num["ar"].sum() / table.den[
+        "ar"].sum()
 
 
 def test_compare_finds_the_best_its_indistinguishable_twin_and_the_noise_floor():

@@ -82,6 +82,11 @@ def clusters(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
     total = frame.groupby(["method", "repeat"])["e2el"].transform("sum")
     scale = np.array([durations.get((m, r), np.nan) for m, r in zip(frame["method"], frame["repeat"], strict=True)])
     frame["den"] = np.where(total > 0, frame["e2el"] / total.where(total > 0, 1.0) * scale, 0.0)
+    return _wide(frame)
+
+
+def _wide(frame: pd.DataFrame) -> Clusters:
+    """Long rows (method, repeat, request_id, num, den) → aligned per-method arrays over the complete clusters."""
     wide_num = frame.pivot_table(index=["repeat", "request_id"], columns="method", values="num", aggfunc="sum")
     wide_den = frame.pivot_table(index=["repeat", "request_id"], columns="method", values="den", aggfunc="sum")
     keep = wide_num.notna().all(axis=1) & wide_den.notna().all(axis=1)
@@ -89,6 +94,19 @@ def clusters(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
     keys = [(int(r), int(i)) for r, i in wide_num.index]
     return Clusters(keys, {m: wide_num[m].to_numpy() for m in wide_num.columns},
                     {m: wide_den[m].to_numpy() for m in wide_den.columns})
+
+
+def decode_clusters(requests: pd.DataFrame) -> Clusters:
+    """The cluster table of decode throughput: per (repeat, request) the tokens after the first and the time they
+    took (E2EL − TTFT). Σ over clusters gives tokens per second after the first token — 1 / TPOT pooled over
+    requests, the rate a reader sees once the answer has started; prefill and queueing are left out, so a policy is
+    judged on the cycles it chose. Requests with fewer than two tokens, or failed, count 0 and take no time."""
+    frame = requests[["method", "repeat", "request_id", "status", "output_tokens", "ttft_ms", "e2el_ms"]].copy()
+    ok = (frame["status"] == "ok") & (frame["output_tokens"] > 1)
+    frame["num"] = np.where(ok, frame["output_tokens"].astype(float) - 1.0, 0.0)
+    decode_ms = frame["e2el_ms"].astype(float) - frame["ttft_ms"].astype(float)
+    frame["den"] = np.where(ok, decode_ms.fillna(0.0) / 1e3, 0.0)
+    return _wide(frame)
 
 
 def mad_score(values: Sequence[float]) -> float:
