@@ -100,7 +100,7 @@ class PPODepth(DraftLengthPolicy):
                                 f"{self.file.action_space.n}) {list(actions)} is not the depth policy's Discrete(2) "
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
-        self._numpy_layers = numpy_layers(_layers(self.file.actor))
+        self._numpy_layers = numpy_layers(self.file.actor)
         self.mismatch, self.profile = resolve_profile(self.file, "policy.depth_path", depth_path, profile,
                                                       allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
@@ -286,7 +286,7 @@ class PPOSize:
         if profile is None:
             raise SpectuneError(f"policy.size_path={path!r} reads the costs c and g: give policy.profile=PROFILE")
         self.profile, self.deterministic, self.path = profile, deterministic, path
-        self._numpy_layers = numpy_layers(_layers(self.file.actor))
+        self._numpy_layers = numpy_layers(self.file.actor)
         self.generator = torch.Generator().manual_seed(0)
 
     def action(self, obs: np.ndarray) -> int:
@@ -317,28 +317,19 @@ def actor_actions(layers: list[tuple[np.ndarray, np.ndarray, Callable | None]], 
     return torch.multinomial(torch.softmax(torch.from_numpy(h), -1), 1, generator=generator).squeeze(1)
 
 
-def numpy_layers(layers: list[tuple[torch.Tensor, torch.Tensor, Callable | None]]
-                 ) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
-    """The actor's layers as (weightᵀ, bias, activation) float32 numpy arrays: x @ Wᵀ + b per layer."""
-    functions = {torch.tanh: np.tanh, torch.relu: lambda x: np.maximum(x, 0)}
-    out = []
-    for weight, bias, activation in layers:
-        if activation is not None and activation not in functions:
-            raise SpectuneError(f"the policy network's activation {activation!r} is not supported: tanh or ReLU")
-        out.append((weight.numpy().T.astype(np.float32), bias.numpy().astype(np.float32),
-                    functions.get(activation)))
-    return out
-
-
-def _layers(actor: torch.nn.Sequential) -> list[tuple[torch.Tensor, torch.Tensor, Callable | None]]:
-    """(weight, bias, activation) per linear layer of the actor, activations as plain functions."""
-    functions = {torch.nn.Tanh: torch.tanh, torch.nn.ReLU: torch.relu, torch.nn.Identity: None}
+def numpy_layers(actor: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
+    """An SB3 actor's linear layers as (weightᵀ, bias, activation) float32 numpy arrays, activations as numpy
+    functions: x @ Wᵀ + b per layer, what :func:`actor_actions` runs without torch dispatch."""
+    functions = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: lambda x: np.maximum(x, 0), torch.nn.Identity: None}
     layers: list = []
     for module in actor:
         if isinstance(module, torch.nn.Linear):
-            layers.append([module.weight.detach(), module.bias.detach(), None])
+            layers.append([module.weight.detach().numpy().T.astype(np.float32),
+                           module.bias.detach().numpy().astype(np.float32), None])
+        elif type(module) in functions:
+            layers[-1][2] = functions[type(module)]
         else:
-            layers[-1][2] = functions.get(type(module), module)
+            raise SpectuneError(f"the policy network's activation {module!r} is not supported: tanh or ReLU")
     return [tuple(layer) for layer in layers]
 
 

@@ -124,7 +124,7 @@ def test_actor_read_without_unpickling_matches_sb3(trained, monkeypatch):
 def test_the_engine_side_actor_decides_as_sb3_predict(trained, tmp_path):
     """PPODepth's numpy actor (ReLU, two hidden layers here) gives SB3's deterministic action on 256 random
     observations, and logits equal to float32 precision."""
-    from policies.ppo import PPODepth, _layers, numpy_layers
+    from policies.ppo import PPODepth, numpy_layers
 
     source, model = trained
     path = tmp_path / "depth.zip"
@@ -135,7 +135,7 @@ def test_the_engine_side_actor_decides_as_sb3_predict(trained, tmp_path):
     actions, _ = model.predict(obs, deterministic=True)
     assert policy.act(obs).tolist() == (actions == 1).tolist()
     h = obs
-    for weight, bias, activation in numpy_layers(_layers(read_policy_file(path).actor)):
+    for weight, bias, activation in numpy_layers(read_policy_file(path).actor):
         h = h @ weight + bias
         h = activation(h) if activation is not None else h
     np.testing.assert_allclose(h, read_policy_file(path).logits(torch.from_numpy(obs)).numpy(), atol=1e-5)
