@@ -45,7 +45,8 @@ def parse_pairs(values: list[str], flag: str) -> dict[str, Path]:
 
 
 def oracle_headroom(frame: pd.DataFrame, meta: dict, label: str, profile_path: Path) -> dict:
-    """Replay tok/s of the best fixed depth and of the hindsight oracle on these traces, with the profile's costs."""
+    """Replay tok/s of the best fixed depth, of the hindsight oracle and of the informed oracle (choosing on the
+    drafted tokens' acceptance probabilities, not on the acceptance coin) on these traces, with the profile's costs."""
     from harness.profile import load_profile
     from policies.envs.data import TraceSet
     from policies.replay import replay_scores
@@ -57,7 +58,9 @@ def oracle_headroom(frame: pd.DataFrame, meta: dict, label: str, profile_path: P
     best = int(scores["best_fixed_depth"])
     fixed = float(np.asarray(scores["fixed_tok_s"])[best])
     return {"profile": profile.label, "best_fixed_depth": best, "best_fixed_tok_s": fixed,
-            "oracle_tok_s": float(scores["oracle_tok_s"]), "headroom_pct": 100 * (scores["oracle_tok_s"] / fixed - 1)}
+            "oracle_tok_s": float(scores["oracle_tok_s"]), "headroom_pct": 100 * (scores["oracle_tok_s"] / fixed - 1),
+            "informed_oracle_tok_s": float(scores["informed_oracle_tok_s"]),
+            "informed_headroom_pct": float(scores["informed_oracle_vs_best_fixed_pct"])}
 
 
 def main() -> int:

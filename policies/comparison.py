@@ -26,10 +26,11 @@ COLUMNS = (
     "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo", "vs_best_fixed_pct_ci95_hi",
     "acceptance_length", "per_position_acceptance", "mean_drafts_per_cycle", "no_draft_cycles_pct",
     "tpot_p50_ms", "tpot_p99_ms", "decision_pct_of_cycle",
-    "decode_tok_s", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi", "decode_speedup_vs_ar",
+    "decode_tok_s", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi", "decode_repeat_cv_pct", "decode_speedup_vs_ar",
     "decode_vs_best_fixed_pct", "decode_vs_best_fixed_pct_ci95_lo", "decode_vs_best_fixed_pct_ci95_hi",
     "hindsight_gamma", "decode_vs_hindsight_pct", "decode_vs_hindsight_pct_ci95_lo", "decode_vs_hindsight_pct_ci95_hi",
-    "replay_tok_s", "replay_vs_best_fixed_pct", "oracle_gap_pct", "oracle_vs_best_fixed_pct",
+    "replay_tok_s", "replay_error_pct", "replay_vs_best_fixed_pct", "oracle_gap_pct", "oracle_vs_best_fixed_pct",
+    "informed_oracle_vs_best_fixed_pct",
 )
 
 
@@ -98,9 +99,12 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
         scores = (replay or {}).get(label)
         if scores:
             row["replay_tok_s"] = scores["policy_tok_s"]
+            if row.get("decode_tok_s"):  # replay times cycles only: it predicts decode throughput
+                row["replay_error_pct"] = 100 * (scores["policy_tok_s"] / row["decode_tok_s"] - 1)
             row["replay_vs_best_fixed_pct"] = scores["vs_best_fixed_pct"]
             row["oracle_gap_pct"] = 100 * (scores["policy_tok_s"] / scores["oracle_tok_s"] - 1)
             row["oracle_vs_best_fixed_pct"] = scores["oracle_vs_best_fixed_pct"]
+            row["informed_oracle_vs_best_fixed_pct"] = scores.get("informed_oracle_vs_best_fixed_pct")
         rows.append(row)
     return rows
 
@@ -122,6 +126,11 @@ def _decode(decode: Clusters, label: str, best_label: str, hindsight: str | None
     num, den = decode.num[label], decode.den[label]
     iv = ratio_interval(num, den, seed=seed)
     out: dict[str, Any] = {"decode_tok_s": iv.estimate, "decode_tok_s_ci95_lo": iv.lo, "decode_tok_s_ci95_hi": iv.hi}
+    repeats = np.array([r for r, _ in decode.keys])
+    per_repeat = [num[repeats == r].sum() / den[repeats == r].sum() for r in np.unique(repeats)
+                  if den[repeats == r].sum() > 0]
+    if len(per_repeat) > 1:  # the live run-to-run noise: what a replay's prediction can be held to
+        out["decode_repeat_cv_pct"] = float(100 * np.std(per_repeat, ddof=1) / np.mean(per_repeat))
     if "ar" in decode.num:
         out["decode_speedup_vs_ar"] = float((num.sum() / den.sum()) / (decode.num["ar"].sum() / decode.den["ar"].sum()))
     for key, other in (("decode_vs_best_fixed_pct", best_label), ("decode_vs_hindsight_pct", hindsight)):

@@ -77,20 +77,27 @@ def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50) -
 
 
 def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray) -> dict[str, Any]:
-    """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, and of the
-    hindsight oracle (:func:`oracle_depths`)."""
+    """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, of the
+    hindsight oracle (:func:`oracle_depths`) and of the informed oracle (the same choice on expected outcomes)."""
     costs = replay_costs(traces, profile, max_depth)
     index = np.arange(traces.count)
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
     fixed = tokens.sum(0) / costs.sum(0)
     best = int(np.argmax(fixed))
     oracle = oracle_depths(tokens, costs)
+    # The same oracle choosing on expected outcomes (Σ Π accept_prob: the target's verdict odds on the drafted
+    # tokens, without the acceptance coin), scored on the realised ones: the headroom that is not luck. A policy
+    # reading only the draft knows less than this, so it bounds what any of them can gain.
+    informed = oracle_depths(traces.expected[:, : max_depth + 1] + 1.0, costs)
     rate = float(tokens[index, depths].sum() / costs[index, depths].sum())
     oracle_rate = float(tokens[index, oracle].sum() / costs[index, oracle].sum())
+    informed_rate = float(tokens[index, informed].sum() / costs[index, informed].sum())
     return {"policy_tok_s": rate, "best_fixed_depth": best, "best_fixed_tok_s": float(fixed[best]),
             "oracle_tok_s": oracle_rate, "vs_best_fixed_pct": 100 * (rate / fixed[best] - 1),
-            "oracle_vs_best_fixed_pct": 100 * (oracle_rate / fixed[best] - 1), "mean_depth": float(np.mean(depths)),
-            "fixed_tok_s": fixed.tolist()}
+            "oracle_vs_best_fixed_pct": 100 * (oracle_rate / fixed[best] - 1),
+            "informed_oracle_tok_s": informed_rate,
+            "informed_oracle_vs_best_fixed_pct": 100 * (informed_rate / fixed[best] - 1),
+            "mean_depth": float(np.mean(depths)), "fixed_tok_s": fixed.tolist()}
 
 
 def check_depth(traces: TraceSet, max_depth: int, profile: Profile) -> int:

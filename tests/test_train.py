@@ -18,14 +18,16 @@ from policies.replay import oracle_depths, replay_scores
 from policies.training import WarmupLinear, split_requests
 
 
-def _traces(leading: list[int], depth: int = 3) -> TraceSet:
-    """One recorded cycle per entry, batch 1, whose first ``leading`` drafts are accepted."""
+def _traces(leading: list[int], depth: int = 3, accept_prob: float | None = 0.5) -> TraceSet:
+    """One recorded cycle per entry, batch 1, whose first ``leading`` drafts are accepted (every draft's acceptance
+    probability ``accept_prob``; None: its outcome, 1 or 0)."""
     rows = []
     for cycle, lead in enumerate(leading):
         for position in range(1, depth + 1):
             rows.append({"cycle": cycle, "row": 0, "request_id": cycle, "position": position, "batch_size": 1,
                          "context_length": 10, "recent_acceptance": 0.5, "token_prob": 0.5, "entropy": 1.0,
-                         "margin": 0.1, "cum_prob": 0.5 ** position, "accept_prob": 0.5,
+                         "margin": 0.1, "cum_prob": 0.5 ** position,
+                         "accept_prob": float(position <= lead) if accept_prob is None else accept_prob,
                          "accepted": position <= lead})
     return TraceSet(pd.DataFrame(rows))
 
@@ -45,6 +47,19 @@ def test_replay_scores_of_fixed_depths_and_the_oracle_are_known_answers():
     assert scores["best_fixed_depth"] == 3
     assert scores["oracle_tok_s"] == pytest.approx(7 / 3.8) == scores["policy_tok_s"]
     assert scores["vs_best_fixed_pct"] == pytest.approx(100 * ((7 / 3.8) / (7 / 4.8) - 1))
+
+
+def test_the_informed_oracle_knows_acceptance_odds_not_the_coin():
+    """Same cycles. With every draft's acceptance probability 0.5 the odds tell the cycles apart not at all: the
+    informed oracle's expected tokens per depth are 1, 1.5, 1.75, 1.875 for costs 1, 1.2, 1.4, 1.6 (best: depth 1,
+    tied with 2, the smaller wins) in every cycle, so it scores fixed depth 1 on the realised outcomes. With
+    probabilities equal to the outcomes (0 or 1) it knows what the hindsight oracle knows and matches it."""
+    traces = _traces([3, 0, 1])
+    scores = replay_scores(traces, _profile(0.1, 0.1), 3, np.zeros(3, dtype=int))
+    assert scores["informed_oracle_tok_s"] == pytest.approx(5 / 3.6)
+    assert scores["informed_oracle_vs_best_fixed_pct"] == pytest.approx(100 * ((5 / 3.6) / (7 / 4.8) - 1))
+    scores = replay_scores(_traces([3, 0, 1], accept_prob=None), _profile(0.1, 0.1), 3, np.zeros(3, dtype=int))
+    assert scores["informed_oracle_tok_s"] == pytest.approx(scores["oracle_tok_s"]) == pytest.approx(7 / 3.8)
 
 
 def test_the_oracle_stops_before_its_first_rejection_only_when_verification_pays():
