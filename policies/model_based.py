@@ -65,25 +65,37 @@ class CycleCosts:
         self.step = _Ewm(halflife)  # one draft step
         self.rest = _Ewm(halflife)  # the cycle's own work outside drafting and verification
         self.verify: dict[int, _Ewm] = {}  # positions verified -> verification time
+        self._line: tuple[float, float] | None = None  # the verification line, refitted after an observation
 
     def observe(self, steps: int, feedback: CycleFeedback) -> None:
         if steps > 0:
             self.step.update(feedback.draft_s / steps)
         self.verify.setdefault(steps + 1, _Ewm(self.halflife)).update(feedback.verify_s)
         self.rest.update(max(0.0, feedback.cycle_s - feedback.draft_s - feedback.verify_s))
+        self._line = None
+
+    def line(self) -> tuple[float, float]:
+        """(intercept, slope) of the verification time against positions verified: least squares through the
+        measured means (slope ≥ 0); with one size measured, the prior slope as a fraction of that time per
+        position. Fitted once per observation, not per decision (a decision is made for every row)."""
+        if self._line is None:
+            n = np.array(sorted(self.verify), dtype=float)
+            t = np.array([self.verify[int(k)].mean for k in n])
+            if len(n) >= 2:  # closed-form least squares: np.polyfit's SVD costs ~50 µs a call
+                dn = n - n.mean()
+                slope = float((dn * (t - t.mean())).sum() / (dn * dn).sum())
+                intercept = float(t.mean() - slope * n.mean())
+                if slope < 0:
+                    slope, intercept = 0.0, float(t.mean())
+            else:
+                slope = self.verify_slope * float(t[0])
+                intercept = float(t[0] - slope * n[0])
+            self._line = (intercept, slope)
+        return self._line
 
     def verify_s(self, positions: np.ndarray) -> np.ndarray:
-        """Verification time at each number of positions: a least-squares line through the measured means
-        (slope ≥ 0); with one size measured, the prior slope as a fraction of that time per position."""
-        n = np.array(sorted(self.verify), dtype=float)
-        t = np.array([self.verify[int(k)].mean for k in n])
-        if len(n) >= 2:
-            slope, intercept = np.polyfit(n, t, 1)
-            if slope < 0:
-                slope, intercept = 0.0, float(t.mean())
-        else:
-            slope = self.verify_slope * t[0]
-            intercept = t[0] - slope * n[0]
+        """Verification time at each number of positions (:meth:`line`)."""
+        intercept, slope = self.line()
         return np.maximum(intercept + slope * positions, 1e-9)
 
     def cycle_s(self, depths: np.ndarray, step_s: float) -> np.ndarray:
