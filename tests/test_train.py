@@ -50,11 +50,11 @@ def test_replay_scores_of_fixed_depths_and_the_oracle_are_known_answers():
 
 
 def test_the_informed_oracle_knows_acceptance_odds_not_the_coin():
-    """Same cycles. With every draft's acceptance probability 0.5 the odds tell the cycles apart not at all: the
-    informed oracle's expected tokens per depth are 1, 1.5, 1.75, 1.875 for costs 1, 1.2, 1.4, 1.6 (best: depth 1,
-    tied with 2, the smaller wins) in every cycle, so it scores fixed depth 1 on the realised outcomes. With
+    """Same cycles. With every draft's acceptance probability 0.4 the odds tell the cycles apart not at all: the
+    informed oracle's expected tokens per depth are 1, 1.4, 1.56, 1.624 for costs 1, 1.2, 1.4, 1.6 (rates 1, 1.167,
+    1.114, 1.015: depth 1) in every cycle, so it scores fixed depth 1 on the realised outcomes. With
     probabilities equal to the outcomes (0 or 1) it knows what the hindsight oracle knows and matches it."""
-    traces = _traces([3, 0, 1])
+    traces = _traces([3, 0, 1], accept_prob=0.4)
     scores = replay_scores(traces, _profile(0.1, 0.1), 3, np.zeros(3, dtype=int))
     assert scores["informed_oracle_tok_s"] == pytest.approx(5 / 3.6)
     assert scores["informed_oracle_vs_best_fixed_pct"] == pytest.approx(100 * ((5 / 3.6) / (7 / 4.8) - 1))
