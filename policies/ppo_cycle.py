@@ -3,8 +3,8 @@
 The comparison piece for :class:`policies.ppo.PPODepth`: that policy decides after every draft step (one host sync
 per step); this one reads no draft signal and makes no per-step decision, so the difference between the two is
 what per-step stopping buys. It is trained on ``spectune/CycleDepth-v0`` (``train.cycle_timesteps``), whose
-observation it builds with the same function (:func:`~policies.envs.observation.cycle_observation`): context
-length, rows in flight, the request's recent acceptance, the profile's c(b) and g(1, b).
+observation it builds bit for bit as :func:`~policies.envs.observation.cycle_observation` does (the tests hold the
+two equal): context length, rows in flight, the request's recent acceptance, the profile's c(b) and g(1, b).
 
 Per cycle: :meth:`PPOCycle.begin_cycle` runs the actor (numpy, deterministic argmax by default) once for all rows
 it knows (their context is the previous cycle's plus its emitted tokens) and returns the deepest choice, capped at
@@ -29,7 +29,7 @@ import torch
 
 from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
-from policies.envs.observation import CYCLE_FIELDS, cycle_observation
+from policies.envs.observation import CYCLE_FIELDS, scales
 from policies.ppo import actor_actions, check_flags, numpy_layers, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
@@ -72,6 +72,7 @@ class PPOCycle(DraftLengthPolicy):
             raise SpectuneError(f"{KEY}={path!r} reads the costs c and g: give policy.profile=PROFILE (the file "
                                 "names no profile of its own)")
         self.profile_arg = profile
+        self._scales = scales(CYCLE_FIELDS).tolist()
         self.rows = RowTracker()
         self.reset()
 
@@ -101,13 +102,23 @@ class PPOCycle(DraftLengthPolicy):
         self._new: set[int] = set()  # slots whose request is new this cycle
         self._depths: dict[int, int] = {}  # slot -> depth chosen this cycle
         self._in_flight = 0
+        self._costs: dict[int, tuple[float, float, float]] = {}  # batch -> (batch, c, g(1)) as floats
 
     # -- the observation and the actor -------------------------------------------------------------------
     def observation(self, context: np.ndarray, slots: list[int]) -> np.ndarray:
-        """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot)."""
+        """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot), equal bit
+        for bit to :func:`~policies.envs.observation.cycle_observation`'s (float64 division, then float32) but
+        built from Python floats in one array construction: between forwards each numpy call runs on evicted
+        caches (see :meth:`policies.ppo.PPODepth.observation`). c and g are looked up once per batch size."""
         batch = self._in_flight
-        recent = [self.history.rate(self._serving.get(slot, -1 - slot)) for slot in slots]
-        return cycle_observation(context, batch, recent, self.profile.c(batch), self.profile.g(1, batch))
+        costs = self._costs.get(batch)
+        if costs is None:
+            costs = self._costs[batch] = (float(batch), self.profile.c(batch), self.profile.g(1, batch))
+        s_context, s_batch, s_recent, s_c, s_g = self._scales
+        return np.array([[length / s_context, costs[0] / s_batch,
+                          self.history.rate(self._serving.get(slot, -1 - slot)) / s_recent, costs[1] / s_c,
+                          costs[2] / s_g] for length, slot in zip(np.asarray(context).tolist(), slots, strict=True)],
+                        dtype=np.float32)
 
     def choose(self, context: np.ndarray, slots: list[int]) -> None:
         """Each slot's depth (≤ γ) from the actor, one call for all of them."""

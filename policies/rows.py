@@ -36,12 +36,13 @@ class RowTracker:
 
     def reset(self) -> None:
         self.context: torch.Tensor | None = None  # [B] this cycle's context lengths, None before step 0
+        self._lengths: list[int] = []  # the same as ints
         self.steps: list[dict[str, torch.Tensor]] = []  # per step: name -> [B] host tensor
         self.expected: dict[int, int] = {}  # slot -> context its next cycle starts at if the request continues
         self.new_rows: set[int] = set()  # slots whose request began before this cycle
 
     def begin_cycle(self) -> None:
-        self.context, self.steps = None, []
+        self.context, self.steps, self._lengths = None, [], []
 
     def on_step(self, step: DraftStep) -> None:
         """Record one draft step; at step 0 detect which busy slots hold a new request."""
@@ -57,10 +58,11 @@ class RowTracker:
     def see_context(self, context_length: torch.Tensor) -> None:
         """This cycle's context lengths (any draft step shows them): which busy slots hold a new request."""
         self.context = context_length.detach().to("cpu", torch.long)
-        self.new_rows = {row for row in self.busy_rows() if self.expected.get(row) != int(self.context[row])}
+        self._lengths = self.context.tolist()  # plain ints: per-row tensor indexing costs µs each, between forwards
+        self.new_rows = {row for row in self.busy_rows() if self.expected.get(row) != self._lengths[row]}
 
     def busy_rows(self) -> list[int]:
-        return [] if self.context is None else torch.nonzero(self.context > 0).flatten().tolist()
+        return [] if self.context is None else [row for row, length in enumerate(self._lengths) if length > 0]
 
     def rows_of(self, feedback: CycleFeedback) -> list[int] | None:
         """Slot of each row listed in ``feedback``; None when this cycle cannot be mapped (then learn nothing)."""
@@ -87,7 +89,7 @@ class RowTracker:
         if rows is None:
             self.expected = {}
             return None
-        start = {row: int(self.context[row]) if self.context is not None else self.expected.get(row) for row in rows}
+        start = {row: self._lengths[row] if self.context is not None else self.expected.get(row) for row in rows}
         self.expected = {row: start[row] + accepted + 1
                          for row, accepted in zip(rows, feedback.num_accepted, strict=True) if start[row] is not None}
         return rows
