@@ -129,8 +129,8 @@ def test_requests_that_end_at_their_first_token(pair, concurrency):
 def test_continuous_batching_and_open_loop_timing(pair):
     target, draft = pair
     requests = random_requests(6, max_new=8)
-    for i, req in enumerate(requests):
-        req.arrival_s = 0.02 * i
+    for i, req in enumerate(requests):  # in pairs: two rows in flight however fast a request finishes
+        req.arrival_s = 0.02 * (i // 2)
     engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     result = engine.run(requests, FixedGamma(2), 2)
     frame = requests_frame(result.requests)
