@@ -16,22 +16,16 @@ from __future__ import annotations
 import argparse
 import collections
 import time
-from pathlib import Path
 
 import torch
-from env_speed import TINY, workload_cfg  # a sibling script (run as python bench/decisions_live.py)
+from env_speed import ROOT, pair_and_engine, workload_cfg  # a sibling script (python bench/decisions_live.py)
 from omegaconf import OmegaConf
 
-from harness.engine import Engine
 from harness.engine.records import cycles_frame
 from harness.measure import requests_of
-from harness.models.loading import load_pair
-from harness.sampling.rejection import get_sampler
-from harness.sampling.warp import SamplingParams
 from policies.registry import make_policy
 from workloads.loader import load_workload
 
-ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ("before_cycle", "begin_cycle", "continue_drafting", "end_drafting", "observe")
 
 
@@ -47,10 +41,7 @@ def main() -> None:
     parser.add_argument("--also", nargs="*", default=[], help="more methods of the policy to time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models = OmegaConf.load(ROOT / "conf" / "models" / f"{args.models}.yaml") if args.models != "tiny" else TINY
-    pair = load_pair(models, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
-    engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
-                    device="cpu", seed=1, vocab_size=pair.vocab_size)
+    pair, engine = pair_and_engine(args.models)
     node = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "policy" / f"{args.policy}.yaml"))
     node.update(OmegaConf.to_container(OmegaConf.from_dotlist(args.param)))
     policy = make_policy(node, args.gamma)

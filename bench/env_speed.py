@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +31,21 @@ from workloads.loader import load_workload
 TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target"},
         "draft": {"name_or_path": "harness/models/tiny/draft"}}
 DEPTH = 8
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pair_and_engine(models: str, temperature: float = 1.0) -> tuple[Any, Engine]:
+    """A pair of conf/models (``tiny``: the embedded one) in float32 on the CPU and an engine on it (exact
+    sampler, seed 1): what the engine benchmarks measure."""
+    from omegaconf import OmegaConf
+
+    from harness.sampling import SamplingParams
+
+    node = TINY if models == "tiny" else OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml")
+    pair = load_pair(node, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
+    engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=temperature),
+                    sampler=get_sampler("exact"), device="cpu", seed=1, vocab_size=pair.vocab_size)
+    return pair, engine
 
 
 def steps_per_second(env: DraftDepthEnv, steps: int, seed: int = 0) -> float:

@@ -28,21 +28,15 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from env_speed import pair_and_engine  # a sibling script (run as python bench/overhead.py)
 
 from harness.engine import Engine, Request
 from harness.engine.kv import cache_argument
 from harness.engine.policy import DraftLengthPolicy, FixedGamma
 from harness.io import write_json
 from harness.metadata import base_metadata
-from harness.models.loading import load_pair
-from harness.sampling import SamplingParams, inverse_cdf, sample
-from harness.sampling.rejection import get_sampler
+from harness.sampling import inverse_cdf, sample
 from policies.confidence import ConfidenceStop
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target"},
-        "draft": {"name_or_path": "harness/models/tiny/draft"}}
 
 
 @torch.inference_mode()
@@ -112,10 +106,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the medians and metadata here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models = OmegaConf.load(ROOT / "conf" / "models" / f"{args.models}.yaml") if args.models != "tiny" else TINY
-    pair = load_pair(models, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
-    engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
-                    device="cpu", seed=1, vocab_size=pair.vocab_size)
+    pair, engine = pair_and_engine(args.models)
     engine.eos = set()
     prompt = list(range(200, 240))
     g = args.gamma

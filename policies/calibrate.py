@@ -42,8 +42,8 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) ->
     ``decode_tok_s`` column (tokens after the first over E2EL − TTFT), when the grid has one, is matched instead of
     the end-to-end rate. Returns it and the fit."""
     rate = "decode_tok_s" if "decode_tok_s" in grid and grid["decode_tok_s"].notna().any() else "tok_s"
-    ok = grid.dropna(subset=[rate]).rename(columns={"tok_s": "e2e_tok_s", rate: "tok_s"})
-    ok = ok[(ok["tok_s"] > 0) & (ok["gamma"] <= traces.max_depth)]
+    ok = grid.dropna(subset=[rate])
+    ok = ok[(ok[rate] > 0) & (ok["gamma"] <= traces.max_depth)]
     if len(ok) < 2:
         raise SpectuneError(f"the grid has {len(ok)} usable depth(s): calibration needs at least two")
     depth = int(ok["gamma"].max())
@@ -52,7 +52,7 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) ->
     per_depth = base - fixed[:, None]
     tokens = np.minimum(traces.leading[:, None], np.arange(depth + 1)[None, :]) + 1.0
     gammas = ok["gamma"].astype(int).to_numpy()
-    live_s = tokens[:, gammas].sum(0) / ok["tok_s"].to_numpy(float)  # seconds the live rate implies
+    live_s = tokens[:, gammas].sum(0) / ok[rate].to_numpy(float)  # seconds the live rate implies
     design = np.stack([np.full(len(gammas), fixed.sum()), per_depth[:, gammas].sum(0)], 1)
     (alpha, beta), _ = nnls(design / live_s[:, None], np.ones(len(gammas)))
     if alpha <= 0:
@@ -62,7 +62,7 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) ->
     fit = {"method": "least squares on relative error, non-negative: alpha·fixed + beta·per-depth = live seconds",
            "alpha_fixed_scale": float(alpha), "beta_per_depth_scale": float(beta),
            "residual_pct_by_gamma": residual, "max_abs_residual_pct": float(max(abs(r) for r in residual.values())),
-           "grid_rate": rate, "grid_tok_s": {int(g): float(r) for g, r in zip(gammas, ok["tok_s"], strict=True)},
+           "grid_rate": rate, "grid_tok_s": {int(g): float(r) for g, r in zip(gammas, ok[rate], strict=True)},
            "from_profile": profile.label}
     verify = {b: [alpha * v[0] + beta * (x - v[0]) for x in v] for b, v in profile.t_verify_s.items()}
     calibrated = dataclasses.replace(

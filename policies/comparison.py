@@ -115,7 +115,7 @@ def _hindsight(decode: Clusters, fixed: Mapping[str, int], best_label: str) -> s
     ran = [label for label in fixed if label in decode.num]
     if len(set(ran) - {"ar", best_label}) == 0:
         return None
-    return max(ran, key=lambda label: (decode.num[label].sum() / decode.den[label].sum(), -fixed[label]))
+    return max(ran, key=lambda label: (decode.rate(label), -fixed[label]))
 
 
 def _decode(decode: Clusters, label: str, best_label: str, hindsight: str | None, fixed: Mapping[str, int],
@@ -132,7 +132,7 @@ def _decode(decode: Clusters, label: str, best_label: str, hindsight: str | None
     if len(per_repeat) > 1:  # the live run-to-run noise: what a replay's prediction can be held to
         out["decode_repeat_cv_pct"] = float(100 * np.std(per_repeat, ddof=1) / np.mean(per_repeat))
     if "ar" in decode.num:
-        out["decode_speedup_vs_ar"] = float((num.sum() / den.sum()) / (decode.num["ar"].sum() / decode.den["ar"].sum()))
+        out["decode_speedup_vs_ar"] = decode.rate(label) / decode.rate("ar")
     for key, other in (("decode_vs_best_fixed_pct", best_label), ("decode_vs_hindsight_pct", hindsight)):
         if other is None or other not in decode.num:
             continue

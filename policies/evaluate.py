@@ -43,6 +43,7 @@ from harness.errors import SpectuneError
 from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
+from harness.stats.compare import decode_rates
 from policies.comparison import comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy, measure_policy
 from policies.tuning import tunable
@@ -225,7 +226,7 @@ def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurren
              settings.max_depth, settings.grid_repeats)
     grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context)
     summaries, _ = aggregate(grid, seed=seed)
-    decode = _decode_tok_s(grid.frames()[0])
+    decode = decode_rates(grid.frames()[0])
     frame = pd.DataFrame([{"concurrency": concurrency, "method": s["method"], "gamma": int(s["gamma"]),
                            "status": s["status"], "decode_tok_s": decode.get(s["method"]),
                            "tok_s": s.get("output_throughput_pooled"),
@@ -239,15 +240,6 @@ def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurren
     log.info("best fixed γ on the training prompts at concurrency %d: %d (%.1f decode tok/s, %.1f end to end)",
              concurrency, best["gamma"], best["decode_tok_s"], best["tok_s"])
     return int(best["gamma"]), frame
-
-
-def _decode_tok_s(requests: pd.DataFrame) -> dict[str, float]:
-    """Per method, pooled decode tok/s: tokens after the first over Σ (E2EL − TTFT) (``harness.stats.compare``'s
-    decode clusters summed), the metric the comparison ranks by."""
-    ok = requests[(requests["status"] == "ok") & (requests["output_tokens"] > 1)]
-    seconds = ((ok["e2el_ms"] - ok["ttft_ms"]) / 1e3).groupby(ok["method"]).sum()
-    tokens = (ok["output_tokens"] - 1).groupby(ok["method"]).sum()
-    return {str(m): float(tokens[m] / seconds[m]) for m in tokens.index if seconds[m] > 0}
 
 
 def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profile: Any, policies: dict[str, Any],

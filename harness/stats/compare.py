@@ -70,6 +70,10 @@ class Clusters:
     def n(self) -> int:
         return len(self.keys)
 
+    def rate(self, method: str) -> float:
+        """Σ num / Σ den of ``method`` over every cluster (its pooled throughput)."""
+        return float(self.num[method].sum() / self.den[method].sum())
+
 
 def clusters(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float], value: str = "output_tokens"
              ) -> Clusters:
@@ -96,17 +100,30 @@ def _wide(frame: pd.DataFrame) -> Clusters:
                     {m: wide_den[m].to_numpy() for m in wide_den.columns})
 
 
-def decode_clusters(requests: pd.DataFrame) -> Clusters:
-    """The cluster table of decode throughput: per (repeat, request) the tokens after the first and the time they
-    took (E2EL − TTFT). Σ over clusters gives tokens per second after the first token — 1 / TPOT pooled over
-    requests, the rate a reader sees once the answer has started; prefill and queueing are left out, so a policy is
-    judged on the cycles it chose. Requests with fewer than two tokens, or failed, count 0 and take no time."""
+def _decode_terms(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per request: ``num`` the tokens after the first, ``den`` the seconds they took (E2EL − TTFT); failed requests
+    and those with fewer than two tokens count 0 and take no time."""
     frame = requests[["method", "repeat", "request_id", "status", "output_tokens", "ttft_ms", "e2el_ms"]].copy()
     ok = (frame["status"] == "ok") & (frame["output_tokens"] > 1)
     frame["num"] = np.where(ok, frame["output_tokens"].astype(float) - 1.0, 0.0)
     decode_ms = frame["e2el_ms"].astype(float) - frame["ttft_ms"].astype(float)
     frame["den"] = np.where(ok, decode_ms.fillna(0.0) / 1e3, 0.0)
-    return _wide(frame)
+    return frame
+
+
+def decode_clusters(requests: pd.DataFrame) -> Clusters:
+    """The cluster table of decode throughput: per (repeat, request) the tokens after the first and the time they
+    took (E2EL − TTFT). Σ over clusters gives tokens per second after the first token — 1 / TPOT pooled over
+    requests, the rate a reader sees once the answer has started; prefill and queueing are left out, so a policy is
+    judged on the cycles it chose. Requests with fewer than two tokens, or failed, count 0 and take no time."""
+    return _wide(_decode_terms(requests))
+
+
+def decode_rates(requests: pd.DataFrame) -> dict[str, float]:
+    """Per method, pooled decode tok/s over all of its requests (:func:`decode_clusters`' terms summed, without
+    aligning clusters across methods: a method whose run failed does not drop the others' requests)."""
+    sums = _decode_terms(requests).groupby("method")[["num", "den"]].sum()
+    return {str(m): float(row.num / row.den) for m, row in sums.iterrows() if row.den > 0}
 
 
 def mad_score(values: Sequence[float]) -> float:
