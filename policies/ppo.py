@@ -40,7 +40,7 @@ from harness.engine.policy import (
 )
 from harness.errors import SpectuneError
 from harness.profile import Profile, load_profile, profile_mismatch
-from policies.envs.observation import OBS_FIELDS, OBS_HIGH, scales, size_cut, size_observation
+from policies.envs.observation import OBS_FIELDS, OBS_HIGH, scale_rows, scales, size_cut, size_observation
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 
@@ -157,10 +157,9 @@ class PPODepth(DraftLengthPolicy):
         ``column(name)`` for the per-row features (the draft signals and the context length)."""
         if "recent_acceptance" in self.features and (self._recent is None or len(self._recent) != slots):
             self._recent = self.recent_acceptance(slots).tolist()
-        columns = [(constant[name],) * slots if name in constant else
-                   self._recent if name == "recent_acceptance" else column(name) for name in self.features]
-        return np.array([[values[row] / scale for values, scale in zip(columns, self._scales, strict=True)]
-                         for row in range(slots)], dtype=np.float32)
+        return scale_rows([(constant[name],) * slots if name in constant else
+                           self._recent if name == "recent_acceptance" else column(name) for name in self.features],
+                          self._scales)
 
     def act(self, obs: np.ndarray) -> torch.Tensor:
         """[B] bool: rows whose action is "continue" (one actor call for all rows, in numpy)."""

@@ -29,7 +29,7 @@ import torch
 
 from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
-from policies.envs.observation import CYCLE_FIELDS, scales
+from policies.envs.observation import CYCLE_FIELDS, scale_rows, scales
 from policies.ppo import actor_actions, check_flags, numpy_layers, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
@@ -107,18 +107,17 @@ class PPOCycle(DraftLengthPolicy):
     # -- the observation and the actor -------------------------------------------------------------------
     def observation(self, context: np.ndarray, slots: list[int]) -> np.ndarray:
         """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot), equal bit
-        for bit to :func:`~policies.envs.observation.cycle_observation`'s (float64 division, then float32) but
-        built from Python floats in one array construction: between forwards each numpy call runs on evicted
-        caches (see :meth:`policies.ppo.PPODepth.observation`). c and g are looked up once per batch size."""
+        for bit to :func:`~policies.envs.observation.cycle_observation`'s, built by
+        :func:`~policies.envs.observation.scale_rows` (cheap on cold caches). c and g are looked up once per batch
+        size."""
         batch = self._in_flight
         costs = self._costs.get(batch)
         if costs is None:
             costs = self._costs[batch] = (float(batch), self.profile.c(batch), self.profile.g(1, batch))
-        s_context, s_batch, s_recent, s_c, s_g = self._scales
-        return np.array([[length / s_context, costs[0] / s_batch,
-                          self.history.rate(self._serving.get(slot, -1 - slot)) / s_recent, costs[1] / s_c,
-                          costs[2] / s_g] for length, slot in zip(np.asarray(context).tolist(), slots, strict=True)],
-                        dtype=np.float32)
+        rows = len(slots)
+        recent = [self.history.rate(self._serving.get(slot, -1 - slot)) for slot in slots]
+        return scale_rows([np.asarray(context).tolist(), (costs[0],) * rows, recent, (costs[1],) * rows,
+                           (costs[2],) * rows], self._scales)
 
     def choose(self, context: np.ndarray, slots: list[int]) -> None:
         """Each slot's depth (≤ γ) from the actor, one call for all of them."""
