@@ -7,7 +7,10 @@ and the summary the question needs — does a policy beat the best fixed γ, whe
 directory) with its run's context (``analysis.load``), refusing runs of different models or hardware unless
 ``allow_mixed``. ``policy_summary`` gives, per (concurrency, policy): the mean over languages of the % vs the best
 fixed γ, in how many languages the paired CI lies wholly above 0 and the estimate is ≥ ``goal_pct``, in how many
-the CI lies wholly below ``floor_pct``, the mean decision time and the mean gap to the oracle.
+the CI lies wholly below ``floor_pct``, the mean decision time and the mean gap to the oracle. ``load_map`` gives,
+per (language, concurrency), which γ to run at that load and what adaptation adds there: the grid's best fixed γ
+(0: speculation off) with its speed-up over AR, and the best policy with its paired CI against that γ; per
+language, the grid's choices in vLLM's ``num_speculative_tokens_per_batch_size`` form.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from analysis.report import markdown_table
 from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_text
+from harness.tasks.tune import vllm_schedule
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,56 @@ def _mean(group: pd.DataFrame, column: str) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
+FIXED_ROWS = ("ar", "best fixed γ")  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
+
+
+def load_map(frame: pd.DataFrame, metric: str = "decode") -> pd.DataFrame:
+    """Which γ at which load, and what adaptation adds there: one row per (language, concurrency) with the grid's
+    best fixed γ (0 = speculation off; chosen on the training prompts) and its speed-up over AR, the
+    hindsight-fixed γ where it was measured, the best adaptive policy and PPO with their % and paired 95% CI
+    against the best fixed γ, by ``metric``."""
+    if metric not in METRICS:
+        raise SpectuneError(f"metric={metric!r} is invalid: choose from {', '.join(METRICS)}")
+    key = METRICS[metric]
+    speedup = "decode_speedup_vs_ar" if metric == "decode" else "speedup_vs_ar"
+    rows = []
+    for (language, concurrency), group in frame.groupby(["language", "concurrency"], sort=True):
+        best = int(group["best_fixed_gamma"].iloc[0])
+        fixed = group[group["policy"] == "best fixed γ"]
+        adaptive = group[~group["policy"].isin(FIXED_ROWS) & ~group["policy"].str.startswith("fixed:")]
+        row = {"language": language, "concurrency": int(concurrency), "best_fixed_gamma": best,
+               "best_fixed_speedup_vs_ar": float(fixed[speedup].iloc[0]) if best and len(fixed) else 1.0,
+               "hindsight_gamma": _first(group, "hindsight_gamma")}
+        if len(adaptive):
+            top = adaptive.loc[adaptive[key].astype(float).idxmax()]
+            row.update(best_policy=top["policy"], **_pct(top, key, "best_policy"))
+        ppo = adaptive[adaptive["policy"] == "ppo"]
+        if len(ppo):
+            row.update(_pct(ppo.iloc[0], key, "ppo"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def vllm_schedules(frame: pd.DataFrame) -> dict[str, list[list[int]]]:
+    """Per language, the grid's best fixed γ per measured concurrency as vLLM's
+    ``num_speculative_tokens_per_batch_size`` ranges (``harness.tasks.tune.vllm_schedule``)."""
+    return {language: vllm_schedule({int(c): int(g) for c, g in
+                                     group.groupby("concurrency")["best_fixed_gamma"].first().items()})
+            for language, group in frame.groupby("language", sort=True)}
+
+
+def _pct(row: pd.Series, key: str, name: str) -> dict[str, float]:
+    return {f"{name}_vs_best_fixed_pct": float(row[key]), f"{name}_ci95_lo": float(row[f"{key}_ci95_lo"]),
+            f"{name}_ci95_hi": float(row[f"{key}_ci95_hi"])}
+
+
+def _first(group: pd.DataFrame, column: str) -> int | None:
+    if column not in group:
+        return None
+    values = pd.to_numeric(group[column], errors="coerce").dropna()
+    return int(values.iloc[0]) if len(values) else None
+
+
 PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "hindsight_gamma", "decode_tok_s",
                 "decode_speedup_vs_ar", "decode_vs_best_fixed_pct", "decode_vs_best_fixed_pct_ci95_lo",
                 "decode_vs_best_fixed_pct_ci95_hi", "decode_vs_hindsight_pct", "tok_s", "speedup_vs_ar",
@@ -86,8 +140,11 @@ def report(frame: pd.DataFrame, metric: str = "decode") -> str:
     """The summary over languages (ranked by ``metric``), then every language's rows."""
     per_language = frame[[c for c in PER_LANGUAGE if c in frame]].sort_values(["concurrency", "language", "policy"],
                                                                               kind="stable", ignore_index=True)
+    schedules = [f"- {language}: `{table}`" for language, table in vllm_schedules(frame).items()]
     parts = [f"## Over languages (by {metric} tok/s)", "", markdown_table(policy_summary(frame, metric=metric), FLOAT),
-             "", "## Per language", "", markdown_table(per_language, FLOAT)]
+             "", f"## Per load (by {metric} tok/s)", "", markdown_table(load_map(frame, metric), FLOAT), "",
+             "The grid's best fixed γ per concurrency as vLLM's `num_speculative_tokens_per_batch_size`:", "",
+             *schedules, "", "## Per language", "", markdown_table(per_language, FLOAT)]
     return "\n".join(parts) + "\n"
 
 
