@@ -73,6 +73,7 @@ class PPODepth(DraftLengthPolicy):
     """
 
     name = "ppo"
+    reads_context = True  # the step-0 decision covers new requests too, before anything is drafted
 
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None) -> None:
@@ -125,6 +126,7 @@ class PPODepth(DraftLengthPolicy):
         self._in_flight = 0
         self._serving: dict[int, int] = {}  # slot -> request it served last cycle (before_cycle)
         self._new_request = False  # a slot of the coming cycle took a new request
+        self._context: dict[int, int] = {}  # slot -> context length before this cycle (before_cycle)
         self._cum: list[tuple[torch.Tensor, torch.Tensor]] = []  # this cycle's (cum_prob, drafting) per step
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
@@ -166,25 +168,33 @@ class PPODepth(DraftLengthPolicy):
         return actor_actions(self._numpy_layers, obs, self.deterministic, self.generator) == self.continue_action
 
     # -- the protocol ------------------------------------------------------------------------------------
-    def before_cycle(self, rows: list[int], request_ids: list[int]) -> None:
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
         serving = dict(zip(rows, request_ids, strict=True))
-        self._new_request = any(self._serving.get(row) != rid for row, rid in serving.items())
+        new = [row for row, rid in serving.items() if self._serving.get(row) != rid]
+        self._new_request = bool(new)
         self._serving = serving
+        self._context = dict(zip(rows, context_lengths, strict=True)) if context_lengths is not None else {}
+        if self._context:  # a new request's history starts now (the environment's recent acceptance: the prior)
+            for row in new:
+                self.history.forget(row)
+            if new:
+                self._recent = None
 
     def begin_cycle(self, batch_size: int) -> int:
-        """The step-0 decision for the rows known from the last cycle: γ = 0 when every one of them says stop."""
+        """The step-0 decision, before anything is drafted: γ = 0 when every row says stop. Each row's context comes
+        from ``before_cycle``; without it (a caller that does not pass it) only rows known from the last cycle can
+        be decided, and a cycle with a new request speculates (its rows stop after one draft if told)."""
         self.rows.begin_cycle()
         self._cum = []
         self._in_flight = batch_size  # rows in flight this cycle: the environment's batch_size
-        known = sorted(self.rows.expected)
-        if not known or len(known) != batch_size or self._new_request:
-            # New requests in the batch (a free slot filled, or a finished request replaced: before_cycle says so;
-            # the context and acceptance history known are not theirs): speculate, they stop after one draft if told.
+        lengths = self._context if len(self._context) == batch_size else self.rows.expected
+        known = sorted(lengths)
+        if not known or len(known) != batch_size or (self._new_request and lengths is self.rows.expected):
             return self.max_gamma
         width = max(known) + 1
         context = [0] * width
         for row in known:
-            context[row] = self.rows.expected[row]
+            context[row] = lengths[row]
         before = {name: 1.0 if name == "cum_prob" else 0.0 for name in self.signals}  # the environment's step-0 values
         constant = self._constant.get((batch_size, -1, width))
         if constant is None:  # first time at this shape: through a DraftStep, which computes and caches the constants
@@ -202,9 +212,10 @@ class PPODepth(DraftLengthPolicy):
     def continue_drafting(self, step: DraftStep) -> torch.Tensor:
         if step.step == 0:
             self.rows.on_step(step)
-            for row in self.rows.new_rows:
-                self.history.forget(row)
-                self._recent = None
+            if not self._context:  # without before_cycle's context, new requests are found here
+                for row in self.rows.new_rows:
+                    self.history.forget(row)
+                    self._recent = None
         if self.size is not None:
             self._cum.append((step.cum_prob.detach().to("cpu", torch.float64), step.active.detach().cpu()))
         return self.act(self.observation(step)).to(step.active.device)

@@ -53,6 +53,7 @@ class PPOCycle(DraftLengthPolicy):
     """
 
     name = "ppo-cycle"
+    reads_context = True  # a new request's depth is chosen before drafting, from its context
     signals: frozenset[str] = frozenset()  # reads no draft signal: no per-step decision
 
     def __init__(self, gamma: int, path: str | None, trust_pickle: bool, profile: str | None,
@@ -103,6 +104,7 @@ class PPOCycle(DraftLengthPolicy):
         self._depths: dict[int, int] = {}  # slot -> depth chosen this cycle
         self._in_flight = 0
         self._costs: dict[int, tuple[float, float, float]] = {}  # batch -> (batch, c, g(1)) as floats
+        self._context: dict[int, int] = {}  # slot -> context length before this cycle (before_cycle)
 
     # -- the observation and the actor -------------------------------------------------------------------
     def observation(self, context: np.ndarray, slots: list[int]) -> np.ndarray:
@@ -127,20 +129,25 @@ class PPOCycle(DraftLengthPolicy):
             self._depths[slot] = min(int(action), self.max_gamma)
 
     # -- the protocol ------------------------------------------------------------------------------------
-    def before_cycle(self, rows: list[int], request_ids: list[int]) -> None:
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
         serving = dict(zip(rows, request_ids, strict=True))
         self._new = {row for row, rid in serving.items() if self._serving.get(row) != rid}
         self._serving = serving
+        self._context = dict(zip(rows, context_lengths, strict=True)) if context_lengths is not None else {}
 
     def begin_cycle(self, batch_size: int) -> int:
-        """The deepest depth the known rows choose; γ when a row's context is not known yet (a new request)."""
+        """The deepest depth the rows choose, every row chosen before drafting from the context ``before_cycle``
+        gave; without it (a caller that does not pass it), γ when a row's context is not known yet (a new request:
+        its depth is chosen once the first draft step shows its context)."""
         self.rows.begin_cycle()
         self._depths = {}
         self._in_flight = batch_size  # rows in flight: the environment's batch_size
         known = sorted(self._serving)
-        if not known or self._new or len(known) != batch_size or any(r not in self.rows.expected for r in known):
+        context = self._context if len(self._context) == len(known) else self.rows.expected
+        if not known or len(known) != batch_size or any(r not in context for r in known) \
+                or (self._new and context is self.rows.expected):
             return self.max_gamma
-        self.choose(np.asarray([self.rows.expected[r] for r in known], dtype=np.float64), known)
+        self.choose(np.asarray([context[r] for r in known], dtype=np.float64), known)
         return max(self._depths.values())
 
     def end_drafting(self, step: DraftStep) -> list[int] | None:

@@ -171,7 +171,8 @@ class RecordedCycle:
 def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, max_depth: int, slots: int) -> np.ndarray:
     """Per-row depths the policy chooses on one recorded cycle (begin_cycle, then the engine's drafting loop)."""
     count = entries.stop - entries.start
-    policy.before_cycle([int(r) for r in traces.row[entries]], [int(r) for r in traces.request_id[entries]])
+    policy.before_cycle([int(r) for r in traces.row[entries]], [int(r) for r in traces.request_id[entries]],
+                        [int(c) for c in traces.context_length[entries]] if policy.reads_context else None)
     gamma = min(int(policy.begin_cycle(count)), max_depth)
     if gamma <= 0:
         return np.zeros(count, dtype=int)

@@ -278,11 +278,14 @@ def test_ppo_observation_is_the_depth_environments(tmp_path):
     np.testing.assert_allclose(policy.observation(step), expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("reads_context", [True, False], ids=["context", "no-context"])
 @pytest.mark.parametrize("bias", [5.0, -5.0], ids=["always-continue", "always-stop"])
-def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_says(pair, tmp_path, bias):
-    """Always continue: every cycle drafts the ceiling. Always stop: every request's first cycle drafts once (its slot
-    is new to the policy: ``before_cycle`` names each slot's request), every later cycle of it does not speculate at
-    all (the step-0 decision: γ = 0)."""
+def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_says(pair, tmp_path, bias,
+                                                                                   reads_context):
+    """Always continue: every cycle drafts the ceiling. Always stop: no cycle speculates (the step-0 decision:
+    γ = 0), a new request's first included, since ``before_cycle`` gives its context. Without the context (a
+    caller that does not pass it) every request's first cycle drafts once (its slot is new to the policy), every
+    later cycle of it does not speculate."""
     target, draft = pair
     gen = torch.Generator().manual_seed(0)
     requests = [Request(i, f"p{i}", "en", torch.randint(0, 64, (5 + i,), generator=gen).tolist(), 10)
@@ -291,6 +294,7 @@ def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_sa
                     device="cpu", seed=0)
     reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
     policy = make_policy(_node(_linear_policy(tmp_path / "p.zip", bias_continue=bias)), 5)
+    policy.reads_context = reads_context
     for concurrency in (1, 3):
         result = engine.run(requests, policy, concurrency)
         assert {r.request_id: r.output_ids for r in result.requests} == reference
@@ -300,6 +304,9 @@ def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_sa
         by_request: dict[int, list[int]] = {}
         for cycle in sorted(result.cycles, key=lambda c: c.cycle):
             by_request.setdefault(cycle.request_id, []).append(cycle.num_drafts)
+        if reads_context:
+            assert {d for drafts in by_request.values() for d in drafts} == {0}, by_request
+            continue
         later = {d for drafts in by_request.values() for d in drafts[1:]}
         # At concurrency 3 a finished request changes the batch's row count: the policy speculates (1 draft) then.
         assert {drafts[0] for drafts in by_request.values()} == {1}, by_request

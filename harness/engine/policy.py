@@ -136,10 +136,13 @@ class DraftLengthPolicy(ABC):
 
     name: str = "policy"
     signals: frozenset[str] = frozenset()  # names from DRAFT_SIGNALS that continue_drafting reads
+    reads_context: bool = False  # True: before_cycle is given each busy slot's context length (a host read)
 
-    def before_cycle(self, rows: list[int], request_ids: list[int]) -> None:
-        """The cycle about to start: its busy slots and the request each serves (called before
-        :meth:`begin_cycle`; optional). A policy with per-slot state learns here which slots took a new request."""
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
+        """The cycle about to start: its busy slots, the request each serves and, for a policy that
+        :attr:`reads_context`, each slot's tokens before the cycle (called before :meth:`begin_cycle`; optional).
+        A policy with per-slot state learns here which slots took a new request; with the context it can decide a
+        new request's first cycle before anything is drafted, as its environment does."""
 
     @abstractmethod
     def begin_cycle(self, batch_size: int) -> int:

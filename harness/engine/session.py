@@ -351,7 +351,10 @@ class Session:
             return self.verify(0)
         clock = time.perf_counter
         start = clock()
-        policy.before_cycle(list(self._rows), [self.slots[row].request_id for row in self._rows])
+        rows = list(self._rows)
+        context = self._context.tolist() if policy.reads_context else None  # a host read, only when asked for
+        policy.before_cycle(rows, [self.slots[row].request_id for row in rows],
+                            [context[row] for row in rows] if context is not None else None)
         gamma = policy.begin_cycle(len(self._rows))
         outside = clock() - start
         inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)
