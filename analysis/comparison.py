@@ -27,6 +27,7 @@ from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_text
 from harness.tasks.tune import vllm_schedule
+from policies.comparison import BEST_FIXED
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def _mean(group: pd.DataFrame, column: str) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-FIXED_ROWS = ("ar", "best fixed γ")  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
+FIXED_ROWS = ("ar", BEST_FIXED)  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
 
 
 def load_map(frame: pd.DataFrame, metric: str = "decode") -> pd.DataFrame:
@@ -93,7 +94,7 @@ def load_map(frame: pd.DataFrame, metric: str = "decode") -> pd.DataFrame:
     rows = []
     for (language, concurrency), group in frame.groupby(["language", "concurrency"], sort=True):
         best = int(group["best_fixed_gamma"].iloc[0])
-        fixed = group[group["policy"] == "best fixed γ"]
+        fixed = group[group["policy"] == BEST_FIXED]
         adaptive = group[~group["policy"].isin(FIXED_ROWS) & ~group["policy"].str.startswith("fixed:")]
         row = {"language": language, "concurrency": int(concurrency), "best_fixed_gamma": best,
                "best_fixed_speedup_vs_ar": float(fixed[speedup].iloc[0]) if best and len(fixed) else 1.0,

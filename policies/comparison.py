@@ -19,6 +19,8 @@ from harness.stats.compare import Clusters, clusters, decode_clusters
 from harness.stats.intervals import paired_ratio_interval, ratio_interval
 
 # Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
+BEST_FIXED = "best fixed γ"  # the policy label of the grid's best fixed γ row (AR keeps "ar" when γ = 0)
+
 COLUMNS = (
     "language", "concurrency", "policy", "method", "gamma", "best_fixed_gamma", "repeats", "prompts",
     "tok_s_median", "tok_s", "tok_s_ci95_lo", "tok_s_ci95_hi",

@@ -44,7 +44,7 @@ from harness.measure import Frames, Grid, aggregate, repeats_option, run_points,
 from harness.metadata import base_metadata
 from harness.options import flag, integer
 from harness.stats.compare import decode_rates
-from policies.comparison import comparison_frame, comparison_rows, format_comparison
+from policies.comparison import BEST_FIXED, comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy, measure_policy
 from policies.tuning import tunable
 
@@ -311,7 +311,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         methods: list[tuple[str, int, dict]] = [(AR, 0, {"name": FIXED})]
         if best:
             methods.append((best_label, best, {"name": FIXED}))
-        labels = {AR: AR, best_label: "best fixed γ"}
+        labels = {AR: AR, best_label: BEST_FIXED}
         fixed = {AR: 0, best_label: best}
         if settings.hindsight:  # every other fixed γ too: the best of them on these prompts is the ceiling
             for gamma in range(1, settings.max_depth + 1):
