@@ -5,8 +5,9 @@ per-position acceptance rates of the request itself, shrunk towards the rates po
 it has few observations of its own, and the costs are the ones this run pays, measured from its own cycles:
 the time of one draft step, the verification as an affine function of the positions verified, and the rest of
 the cycle, each per batch size. Every cycle each row drafts the γ that maximises its expected tokens per second
-(γ = 0, a plain target step, when no γ pays). No draft signal is read: the decision is made once per cycle,
-and rows are stopped at their own γ without a host sync at steps where no row stops.
+(γ = 0, a plain target step, when no γ pays). No draft signal is read: the decision is made once per cycle, from
+the requests ``before_cycle`` names, and rows are stopped at their own γ without a host sync at steps where no
+row stops (none at all when every row chose the same γ).
 
 It is the model-based baseline a learned policy has to beat: if reinforcement learning cannot do better than
 "estimate acceptance, plug it into the cost model", it adds nothing.
@@ -139,6 +140,7 @@ class ModelBased(DraftLengthPolicy):
         self.costs: dict[int, CycleCosts] = {}
         self.limits: dict[int, int] = {}  # slot -> γ chosen this cycle
         self.default = self.ceiling  # γ for a row whose request is new this cycle
+        self.serving: dict[int, int] | None = None  # slot -> request this cycle (before_cycle; None: not told)
         self.steps = 0
 
     # -- estimates ----------------------------------------------------------------------------------------
@@ -157,13 +159,20 @@ class ModelBased(DraftLengthPolicy):
         accepted, trials = own[0, 1:], own[1, 1:]
         return (accepted + self.prior_strength * pooled) / np.maximum(trials + self.prior_strength, 1e-12)
 
-    def choose(self, rates: np.ndarray, costs: tuple[CycleCosts, float] | None) -> int:
+    def seconds(self, costs: tuple[CycleCosts, float] | None) -> np.ndarray | None:
+        """The cycle's seconds at each γ in min_gamma..ceiling (None before any cycle was measured): computed once
+        per cycle, not per row."""
         if costs is None:
-            return self.ceiling
+            return None
         cycle, step_s = costs
-        depths = np.arange(self.min_gamma, self.ceiling + 1)
-        speed = expected_tokens(rates)[depths] / cycle.cycle_s(depths.astype(float), step_s)
-        return int(depths[int(np.argmax(speed))])  # ties to the smaller γ
+        return cycle.cycle_s(np.arange(self.min_gamma, self.ceiling + 1, dtype=float), step_s)
+
+    def choose(self, rates: np.ndarray, seconds: np.ndarray | None) -> int:
+        """argmax over γ of E(γ) / seconds(γ) (:meth:`seconds`); the ceiling while nothing was measured."""
+        if seconds is None:
+            return self.ceiling
+        speed = expected_tokens(rates)[self.min_gamma:] / seconds
+        return self.min_gamma + int(np.argmax(speed))  # ties to the smaller γ
 
     def costs_at(self, batch_size: int) -> tuple[CycleCosts, float] | None:
         """The costs measured at the nearest batch size, and the draft step's at the nearest one where a draft
@@ -179,11 +188,29 @@ class ModelBased(DraftLengthPolicy):
         return self.costs[nearest(list(self.costs))], step_s
 
     # -- the protocol -------------------------------------------------------------------------------------
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
+        self.serving = dict(zip(rows, request_ids, strict=True))
+
     def begin_cycle(self, batch_size: int) -> int:
+        """Every row's γ, chosen once per cycle. Told the cycle's requests (``before_cycle``), a new one gets the
+        pooled rates and the batch drafts to its deepest row; otherwise new requests are found at step 0."""
         self.rows.begin_cycle()
-        costs, pooled = self.costs_at(batch_size), self.pooled_rates()
-        self.default = self.choose(pooled, costs)
-        self.limits = {slot: self.choose(self.rates(request, pooled), costs)
+        seconds, pooled = self.seconds(self.costs_at(batch_size)), self.pooled_rates()
+        if self.serving is not None:
+            default: int | None = None
+            self.limits = {}
+            for slot, request in self.serving.items():
+                if request in self.requests:
+                    self.limits[slot] = self.choose(self.rates(request, pooled), seconds)
+                else:  # no cycle of its own yet: the pooled rates, chosen once for every such row
+                    default = self.choose(pooled, seconds) if default is None else default
+                    self.limits[slot] = default
+            ceiling = max(self.limits.values(), default=0)
+            # A drafting cycle drafts once for every row: one that chose 0 stops after it (as after step 0 below).
+            self.limits = {slot: max(1, gamma) for slot, gamma in self.limits.items()}
+            return ceiling
+        self.default = self.choose(pooled, seconds)
+        self.limits = {slot: self.choose(self.rates(request, pooled), seconds)
                        for slot, request in self.slot_request.items()}
         ceiling = max([self.default, *self.limits.values()])
         if ceiling == 0:
@@ -192,7 +219,7 @@ class ModelBased(DraftLengthPolicy):
         return min(self.ceiling, max(2, ceiling))
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
-        if step.step == 0:
+        if step.step == 0 and self.serving is None:
             self.rows.on_step(step)
             busy = self.rows.busy_rows()
             self.limits = {row: self.default if row in self.rows.new_rows else self.limits.get(row, self.default)

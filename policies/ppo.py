@@ -124,9 +124,7 @@ class PPODepth(DraftLengthPolicy):
         self._constant: dict[tuple[int, int, int], dict[str, float]] = {}
         self._recent: list[float] | None = None
         self._in_flight = 0
-        self._serving: dict[int, int] = {}  # slot -> request it served last cycle (before_cycle)
-        self._new_request = False  # a slot of the coming cycle took a new request
-        self._context: dict[int, int] = {}  # slot -> context length before this cycle (before_cycle)
+        self._new_request = False  # a slot of the coming cycle took a new request (before_cycle)
         self._cum: list[tuple[torch.Tensor, torch.Tensor]] = []  # this cycle's (cum_prob, drafting) per step
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
@@ -169,12 +167,9 @@ class PPODepth(DraftLengthPolicy):
 
     # -- the protocol ------------------------------------------------------------------------------------
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
-        serving = dict(zip(rows, request_ids, strict=True))
-        new = [row for row, rid in serving.items() if self._serving.get(row) != rid]
+        new = self.rows.see_cycle(rows, request_ids, context_lengths)
         self._new_request = bool(new)
-        self._serving = serving
-        self._context = dict(zip(rows, context_lengths, strict=True)) if context_lengths is not None else {}
-        if self._context:  # a new request's history starts now (the environment's recent acceptance: the prior)
+        if self.rows.announced:  # a new request's history starts now (the environment's recent acceptance: the prior)
             for row in new:
                 self.history.forget(row)
             if new:
@@ -187,7 +182,8 @@ class PPODepth(DraftLengthPolicy):
         self.rows.begin_cycle()
         self._cum = []
         self._in_flight = batch_size  # rows in flight this cycle: the environment's batch_size
-        lengths = self._context if len(self._context) == batch_size else self.rows.expected
+        announced = self.rows.announced
+        lengths = announced if len(announced) == batch_size else self.rows.expected
         known = sorted(lengths)
         if not known or len(known) != batch_size or (self._new_request and lengths is self.rows.expected):
             return self.max_gamma
@@ -212,7 +208,7 @@ class PPODepth(DraftLengthPolicy):
     def continue_drafting(self, step: DraftStep) -> torch.Tensor:
         if step.step == 0:
             self.rows.on_step(step)
-            if not self._context:  # without before_cycle's context, new requests are found here
+            if not self.rows.announced:  # without before_cycle's context, new requests are found here
                 for row in self.rows.new_rows:
                     self.history.forget(row)
                     self._recent = None

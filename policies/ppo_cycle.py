@@ -99,15 +99,13 @@ class PPOCycle(DraftLengthPolicy):
         self.rows.reset()
         self.history = AcceptanceHistory()  # per request id
         self.generator = torch.Generator().manual_seed(self.seed)
-        self._serving: dict[int, int] = {}  # slot -> request this cycle (before_cycle)
-        self._new: set[int] = set()  # slots whose request is new this cycle
+        self._new: set[int] = set()  # slots whose request is new this cycle (before_cycle)
         self._depths: dict[int, int] = {}  # slot -> depth chosen this cycle
         self._in_flight = 0
         self._costs: dict[int, tuple[float, float, float]] = {}  # batch -> (batch, c, g(1)) as floats
-        self._context: dict[int, int] = {}  # slot -> context length before this cycle (before_cycle)
 
     # -- the observation and the actor -------------------------------------------------------------------
-    def observation(self, context: np.ndarray, slots: list[int]) -> np.ndarray:
+    def observation(self, context: list[int], slots: list[int]) -> np.ndarray:
         """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot), equal bit
         for bit to :func:`~policies.envs.observation.cycle_observation`'s, built by
         :func:`~policies.envs.observation.scale_rows` (cheap on cold caches). c and g are looked up once per batch
@@ -117,11 +115,12 @@ class PPOCycle(DraftLengthPolicy):
         if costs is None:
             costs = self._costs[batch] = (float(batch), self.profile.c(batch), self.profile.g(1, batch))
         rows = len(slots)
-        recent = [self.history.rate(self._serving.get(slot, -1 - slot)) for slot in slots]
-        return scale_rows([np.asarray(context).tolist(), (costs[0],) * rows, recent, (costs[1],) * rows,
+        serving = self.rows.serving
+        recent = [self.history.rate(serving.get(slot, -1 - slot)) for slot in slots]
+        return scale_rows([[float(length) for length in context], (costs[0],) * rows, recent, (costs[1],) * rows,
                            (costs[2],) * rows], self._scales)
 
-    def choose(self, context: np.ndarray, slots: list[int]) -> None:
+    def choose(self, context: list[int], slots: list[int]) -> None:
         """Each slot's depth (≤ γ) from the actor, one call for all of them."""
         actions = actor_actions(self._numpy_layers, self.observation(context, slots), self.deterministic,
                                 self.generator)
@@ -130,10 +129,7 @@ class PPOCycle(DraftLengthPolicy):
 
     # -- the protocol ------------------------------------------------------------------------------------
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
-        serving = dict(zip(rows, request_ids, strict=True))
-        self._new = {row for row, rid in serving.items() if self._serving.get(row) != rid}
-        self._serving = serving
-        self._context = dict(zip(rows, context_lengths, strict=True)) if context_lengths is not None else {}
+        self._new = self.rows.see_cycle(rows, request_ids, context_lengths)
 
     def begin_cycle(self, batch_size: int) -> int:
         """The deepest depth the rows choose, every row chosen before drafting from the context ``before_cycle``
@@ -142,29 +138,33 @@ class PPOCycle(DraftLengthPolicy):
         self.rows.begin_cycle()
         self._depths = {}
         self._in_flight = batch_size  # rows in flight: the environment's batch_size
-        known = sorted(self._serving)
-        context = self._context if len(self._context) == len(known) else self.rows.expected
+        known = sorted(self.rows.serving)
+        announced = self.rows.announced
+        context = announced if len(announced) == len(known) else self.rows.expected
         if not known or len(known) != batch_size or any(r not in context for r in known) \
                 or (self._new and context is self.rows.expected):
             return self.max_gamma
-        self.choose(np.asarray([context[r] for r in known], dtype=np.float64), known)
+        self.choose([context[r] for r in known], known)
         return max(self._depths.values())
 
     def end_drafting(self, step: DraftStep) -> list[int] | None:
-        """Each slot's chosen depth (rows not chosen yet are chosen here, from the context the step shows)."""
-        slots = step.active.shape[0]
+        """Each slot's chosen depth (rows not chosen yet are chosen here, from the context the step shows); None
+        when every row keeps all ``step.step + 1`` drafts (no cut to make: the rows chose alike)."""
         if len(self._depths) != self._in_flight:
             self.rows.see_context(step.context_length)  # one host read per such cycle, never per step
             pending = [row for row in self.rows.busy_rows() if row not in self._depths]
             if pending:
-                self.choose(self.rows.context[pending].numpy().astype(np.float64), pending)
-        return [self._depths.get(slot, 0) for slot in range(slots)]
+                self.choose(self.rows.context[pending].tolist(), pending)
+        drafted = step.step + 1
+        if len(self._depths) == self._in_flight and all(depth >= drafted for depth in self._depths.values()):
+            return None
+        return [self._depths.get(slot, 0) for slot in range(step.active.shape[0])]
 
     def observe(self, feedback: CycleFeedback) -> None:
         rows = self.rows.observe(feedback)
         if rows is None:
             return
-        ids = feedback.request_ids or [self._serving.get(row, -1 - row) for row in rows]
+        ids = feedback.request_ids or [self.rows.serving.get(row, -1 - row) for row in rows]
         for rid, drafts, accepted in zip(ids, feedback.num_drafts, feedback.num_accepted, strict=True):
             self.history.add(rid, accepted, drafts)
 

@@ -40,6 +40,18 @@ class RowTracker:
         self.steps: list[dict[str, torch.Tensor]] = []  # per step: name -> [B] host tensor
         self.expected: dict[int, int] = {}  # slot -> context its next cycle starts at if the request continues
         self.new_rows: set[int] = set()  # slots whose request began before this cycle
+        self.serving: dict[int, int] = {}  # slot -> request it serves this cycle (see_cycle)
+        self.announced: dict[int, int] = {}  # slot -> context length before this cycle (see_cycle), when given
+
+    def see_cycle(self, rows: list[int], request_ids: list[int],
+                  context_lengths: list[int] | None = None) -> set[int]:
+        """What ``before_cycle`` tells a policy: each busy slot's request and, when given, its context length.
+        Returns the slots whose request is new this cycle (a slot serving another request than last cycle)."""
+        serving = dict(zip(rows, request_ids, strict=True))
+        new = {row for row, rid in serving.items() if self.serving.get(row) != rid}
+        self.serving = serving
+        self.announced = dict(zip(rows, context_lengths, strict=True)) if context_lengths is not None else {}
+        return new
 
     def begin_cycle(self) -> None:
         self.context, self.steps, self._lengths = None, [], []
