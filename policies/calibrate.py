@@ -8,8 +8,10 @@ profile whose per-depth cost is off teaches the wrong depth (measured: a PPO pol
 
 The grid search measures, on the training prompts, the live tokens/s r_k of every fixed depth k; the traces of
 the same prompts give the tokens each depth would emit. In replay a fixed depth k costs, per recorded entry e,
-F_e + D_e(k): a fixed part F = (t_verify(1) + overhead)/b and a depth part D(k) = (k·t_draft + t_verify(k+1) −
-t_verify(1))/b. Calibration finds the two scales (α, β) with
+F_e + D_e(k): a fixed part F = (t_verify(1) + overhead)/s and a depth part D(k) = (k·t_draft + t_verify(k+1) −
+t_verify(1))/s, where s = b (the entry's share of its batch's cycle) for a system rate and s = 1 (the whole cycle,
+which the request waits for) for a request's decode rate, the grid's primary one. Calibration finds the two scales
+(α, β) with
 
     α·Σ_e F_e + β·Σ_e D_e(k) ≈ Σ_e tokens_e(k) / r_k     for every k of the grid,
 
@@ -39,15 +41,19 @@ log = logging.getLogger(__name__)
 def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) -> tuple[Profile, dict[str, Any]]:
     """The profile scaled so that replaying ``traces`` at every fixed depth of ``grid`` (columns ``gamma``,
     ``tok_s``: live tokens/s on the traced prompts) gives the live throughput. Replay times cycles only, so a
-    ``decode_tok_s`` column (tokens after the first over E2EL − TTFT), when the grid has one, is matched instead of
-    the end-to-end rate. Returns it and the fit."""
+    ``decode_tok_s`` column (tokens after the first over E2EL − TTFT, pooled over requests), when the grid has one,
+    is matched instead of the end-to-end rate, by the replay's per-request rate (:func:`replay_costs`). Returns it
+    and the fit."""
     rate = "decode_tok_s" if "decode_tok_s" in grid and grid["decode_tok_s"].notna().any() else "tok_s"
+    # Like for like: a request's decode rate against the replay charging each row the whole cycle, the system's
+    # end-to-end rate against each row's share (the same at batch 1; at b rows the scales would absorb × b).
+    per = "request" if rate == "decode_tok_s" else "system"
     ok = grid.dropna(subset=[rate])
     ok = ok[(ok[rate] > 0) & (ok["gamma"] <= traces.max_depth)]
     if len(ok) < 2:
         raise SpectuneError(f"the grid has {len(ok)} usable depth(s): calibration needs at least two")
     depth = int(ok["gamma"].max())
-    base = replay_costs(traces, profile, depth)  # [N, depth + 1]
+    base = replay_costs(traces, profile, depth, per)  # [N, depth + 1]
     fixed = base[:, 0]
     per_depth = base - fixed[:, None]
     tokens = np.minimum(traces.leading[:, None], np.arange(depth + 1)[None, :]) + 1.0
@@ -62,7 +68,8 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) ->
     fit = {"method": "least squares on relative error, non-negative: alpha·fixed + beta·per-depth = live seconds",
            "alpha_fixed_scale": float(alpha), "beta_per_depth_scale": float(beta),
            "residual_pct_by_gamma": residual, "max_abs_residual_pct": float(max(abs(r) for r in residual.values())),
-           "grid_rate": rate, "grid_tok_s": {int(g): float(r) for g, r in zip(gammas, ok[rate], strict=True)},
+           "grid_rate": rate, "replay_rate": per,
+           "grid_tok_s": {int(g): float(r) for g, r in zip(gammas, ok[rate], strict=True)},
            "from_profile": profile.label}
     verify = {b: [alpha * v[0] + beta * (x - v[0]) for x in v] for b, v in profile.t_verify_s.items()}
     calibrated = dataclasses.replace(

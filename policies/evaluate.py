@@ -256,7 +256,7 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
     for label, policy in policies.items():
         depths = np.zeros(traces.count, dtype=int) if policy is None else replay_depths(policy, traces, max_depth,
                                                                                           profile)
-        out[label] = replay_scores(traces, profile, max_depth, depths)
+        out[label] = replay_scores(traces, profile, max_depth, depths, rate="request")  # as the live decode tok/s
     return out
 
 

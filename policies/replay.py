@@ -21,8 +21,9 @@ another batch composition); here the next cycle's context, signals and rows are 
 were drafted to ``max_depth``. Exact per cycle, approximate per run; the cycle the live engine runs first for
 each request is the recorded one (it starts at the same context), which is what the tests compare.
 
-The replay's accounting lives here too: :func:`replay_costs` (each entry's share of its batch's cycle cost at every
-depth, :meth:`harness.profile.CycleCosts.cycle_s`), :func:`oracle_depths` (the hindsight-best depths) and
+The replay's accounting lives here too: :func:`replay_costs` (what each entry is charged at every depth: its share
+of its batch's cycle, :meth:`harness.profile.CycleCosts.cycle_s`, for the system's tokens/s, or the whole cycle for
+a request's decode tok/s), :func:`oracle_depths` (the hindsight-best depths) and
 :func:`replay_scores`. :func:`replay_table` scores many policies this way with :func:`replay_scores` (tokens/s on
 realised outcomes, each entry charged its share of its batch's cost at its own depth, as the depth environment
 charges it), next to a fixed depth and the hindsight oracle.
@@ -49,14 +50,25 @@ SIGNAL_INDEX = {name: i for i, name in enumerate(DRAFT_SIGNALS)}  # the last axi
 TABLE_COLUMNS = ("policy", "tok_s", "vs_best_fixed_pct", "mean_depth", "acceptance_length", "gap_to_oracle_pct")
 
 
-def replay_costs(traces: TraceSet, profile: Profile, max_depth: int) -> np.ndarray:
-    """[N, max_depth + 1] seconds charged to each recorded (cycle, row) at each depth, as the environment does."""
+RATES = ("system", "request")  # what Σ tokens / Σ charged seconds measures (replay_costs)
+
+
+def replay_costs(traces: TraceSet, profile: Profile, max_depth: int, rate: str = "system") -> np.ndarray:
+    """[N, max_depth + 1] seconds charged to each recorded (cycle, row) at each depth.
+
+    ``rate="system"``: each row its share of its batch's cycle (cycle / b), as the environments charge it; Σ tokens
+    / Σ seconds is then the system's tokens/s. ``rate="request"``: each row the whole cycle, the time its request
+    waited for it; Σ tokens / Σ seconds is then tokens per second of decode time pooled over requests, the live
+    decode tok/s (tokens after the first / (E2EL − TTFT)). The two agree at batch 1."""
+    if rate not in RATES:
+        raise SpectuneError(f"rate={rate!r} is unknown: choose one of {', '.join(RATES)}")
     out = np.zeros((traces.count, max_depth + 1))
     for batch in np.unique(traces.batch_size):
         rows = traces.batch_size == batch
         b = int(batch)
         costs = profile.costs(b)
-        out[rows] = [costs.cycle_s(k) / b for k in range(max_depth + 1)]
+        share = b if rate == "system" else 1
+        out[rows] = [costs.cycle_s(k) / share for k in range(max_depth + 1)]
     return out
 
 
@@ -76,10 +88,12 @@ def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50) -
     return depths
 
 
-def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray) -> dict[str, Any]:
+def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray,
+                  rate: str = "system") -> dict[str, Any]:
     """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, of the
-    hindsight oracle (:func:`oracle_depths`) and of the informed oracle (the same choice on expected outcomes)."""
-    costs = replay_costs(traces, profile, max_depth)
+    hindsight oracle (:func:`oracle_depths`) and of the informed oracle (the same choice on expected outcomes);
+    ``rate`` says which tokens/s (:func:`replay_costs`): the oracles maximise that one."""
+    costs = replay_costs(traces, profile, max_depth, rate)
     index = np.arange(traces.count)
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
     fixed = tokens.sum(0) / costs.sum(0)

@@ -3,9 +3,9 @@
 A published default (transformers' confidence threshold 0.4, SVIP's h = 0.3, ...) was chosen on other models;
 comparing a PPO policy trained on this pair's traces against thresholds tuned elsewhere flatters PPO. So each
 threshold baseline is replayed (:func:`policies.replay.replay_depths`) over the training traces at every value
-of its grid, with the cost profile PPO was trained with, and the value with the highest replay tokens/s (ties:
-the one listed first) is the one evaluated on the held-out prompts. Adaptive thresholds (confidence-adaptive,
-AdaEDL) adapt online from the tuned start.
+of its grid, with the cost profile PPO was trained with, and the value with the highest replay decode tokens/s
+(the comparison's metric, pooled over requests; ties: the one listed first) is the one evaluated on the held-out
+prompts. Adaptive thresholds (confidence-adaptive, AdaEDL) adapt online from the tuned start.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile
         for value in values:
             policy = make_policy({**node, parameter: value}, max_depth)
             depths = replay_depths(policy, traces, max_depth, profile)
-            tok_s = float(replay_scores(traces, profile, max_depth, depths)["policy_tok_s"])
+            tok_s = float(replay_scores(traces, profile, max_depth, depths, rate="request")["policy_tok_s"])
             scores.append(tok_s)
             rows.append({"policy": label, "parameter": parameter, "value": value, "replay_tok_s": tok_s,
                          "mean_depth": float(np.mean(depths)), "default": node.get(parameter) == value})

@@ -43,6 +43,43 @@ def test_the_scales_of_a_scaled_profile_are_recovered():
     assert "calibrated" in calibrated.label and calibrated.fit["calibration"]["from_profile"] == "measured"
 
 
+def _batched(leading: list[int], batch: int = 2, depth: int = 4) -> TraceSet:
+    """``leading`` split into cycles of ``batch`` rows (one request per row)."""
+    rows = [{"cycle": i // batch, "row": i % batch, "request_id": i % batch, "position": k, "batch_size": batch,
+             "context_length": 10 + i, "recent_acceptance": 0.5, "token_prob": 0.5, "entropy": 1.0, "margin": 0.1,
+             "cum_prob": 0.5 ** k, "accept_prob": 0.5, "accepted": k <= lead}
+            for i, lead in enumerate(leading) for k in range(1, depth + 1)]
+    return TraceSet(pd.DataFrame(rows))
+
+
+def _batched_profile(ar: float, draft: float, slope: float, overhead: float, depth: int = 4) -> Profile:
+    return Profile("measured", [1, 2], depth + 1, {1: draft, 2: 1.2 * draft},
+                   {b: [b * 0.8 * ar + slope * n for n in range(depth + 1)] for b in (1, 2)},
+                   {1: overhead, 2: overhead})
+
+
+@pytest.mark.parametrize(("column", "rate"), [("decode_tok_s", "request"), ("tok_s", "system")])
+def test_at_two_rows_each_grid_rate_is_matched_by_its_own_replay_rate(column, rate):
+    """At 2 rows a request's decode rate is the system's over 2: a grid of decode tok/s (pooled over requests) is
+    fitted with the replay charging each row the whole cycle, a grid of end-to-end tok/s with each row's share; both
+    recover the live scales (1.3, 0.6), not scales × 2."""
+    traces = _batched([4, 0, 2, 3, 1, 4, 4, 0])
+    measured = _batched_profile(ar=10.0, draft=1.0, slope=0.5, overhead=2.0)
+    live = _batched_profile(ar=13.0, draft=0.6, slope=0.3, overhead=2.6)
+    zeros = np.zeros(traces.count, dtype=int)
+    rates = replay_scores(traces, live, 4, zeros, rate=rate)["fixed_tok_s"]
+    system = replay_scores(traces, live, 4, zeros)["fixed_tok_s"]
+    np.testing.assert_allclose(np.asarray(system) / 2 if rate == "request" else system, rates, rtol=1e-12)
+    _, fit = calibrate_profile(measured, traces, pd.DataFrame({"gamma": range(5), column: rates}))
+    assert fit["alpha_fixed_scale"] == pytest.approx(1.3) and fit["beta_per_depth_scale"] == pytest.approx(0.6)
+    assert fit["replay_rate"] == rate and fit["max_abs_residual_pct"] < 1e-6
+
+
+def test_an_unknown_replay_rate_is_refused():
+    with pytest.raises(SpectuneError, match=r"rate='tokens' is unknown: choose one of system, request"):
+        replay_scores(_traces([1, 2]), _profile(10, 1, 0.5, 2), 4, np.zeros(8, dtype=int), rate="tokens")
+
+
 def test_a_grid_with_fewer_than_two_depths_is_refused():
     with pytest.raises(SpectuneError, match="calibration needs at least two"):
         calibrate_profile(_profile(10, 1, 0.5, 2), _traces([1, 2]), pd.DataFrame({"gamma": [2], "tok_s": [5.0]}))
