@@ -99,12 +99,14 @@ class _Watched(ModelBased):
 
     def reset(self) -> None:
         super().reset()
-        self.chosen: list[tuple[int, dict[int, int]]] = []
+        self.record: list[tuple[int, dict[int, int]]] = []
+        self.refreshes: list[bool] = []
         self.decisions = 0
 
     def begin_cycle(self, batch_size: int) -> int:
         gamma = super().begin_cycle(batch_size)
-        self.chosen.append((gamma, dict(self.limits)))
+        self.record.append((gamma, dict(self.limits)))
+        self.refreshes.append(self.since == 0)
         return gamma
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
@@ -114,26 +116,36 @@ class _Watched(ModelBased):
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
-def test_told_the_requests_every_row_is_chosen_before_drafting_and_drafts_its_own_depth(pair, concurrency):
+@pytest.mark.parametrize("refresh", [1, 4])
+def test_told_the_requests_every_row_is_chosen_before_drafting_and_drafts_its_own_depth(pair, concurrency,
+                                                                                          refresh):
     """Through before_cycle (the engine's path) each slot's γ is chosen in begin_cycle, new requests included; the
     batch drafts to its deepest row, every row verifies its own γ (a row that chose 0 in a drafting cycle: the one
     draft all rows take), and a per-step decision is made only at a step where some row stops (none when the rows
-    chose alike)."""
+    chose alike). With ``refresh`` > 1 a request's γ is recomputed only every ``refresh`` cycles or when a request
+    is new, from every outcome queued until then."""
     target, draft = pair
     engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
                     device="cpu", seed=0)
-    policy = _Watched(gamma=5, min_gamma=0, prior_strength=4.0, cost_halflife=16.0, verify_slope=0.05)
+    policy = _Watched(gamma=5, min_gamma=0, prior_strength=4.0, cost_halflife=16.0, verify_slope=0.05,
+                      refresh=refresh)
     result = engine.run(random_requests(5, max_new=16), policy, concurrency)
     by_cycle: dict[int, list] = {}
     for record in result.cycles:
         by_cycle.setdefault(record.cycle, []).append(record)
-    assert len(by_cycle) == len(policy.chosen)
-    stops = 0
-    for (gamma, limits), records in zip(policy.chosen, (by_cycle[c] for c in sorted(by_cycle)), strict=True):
+    assert len(by_cycle) == len(policy.record) == len(policy.refreshes)
+    stops, last = 0, {}
+    for (gamma, limits), refreshed, records in zip(policy.record, policy.refreshes,
+                                                   (by_cycle[c] for c in sorted(by_cycle)), strict=True):
         assert set(limits) == {r.slot for r in records}  # every row chosen before anything was drafted
         assert gamma == (max(limits.values()) if gamma else 0) and 0 <= gamma <= 5
         for record in records:
             assert record.num_drafts == (min(limits[record.slot], gamma) if gamma else 0)
+            if not refreshed:  # between refreshes a request keeps its γ
+                assert limits[record.slot] == last[record.request_id]
+            last[record.request_id] = limits[record.slot]
         stops += len({limits[r.slot] for r in records if limits[r.slot] < gamma})  # a step where rows stop
     assert policy.decisions == stops
-    assert {gamma for gamma, _ in policy.chosen} != {5}  # it did choose: not the ceiling throughout
+    assert {gamma for gamma, _ in policy.record} != {5}  # it did choose: not the ceiling throughout
+    assert all(policy.refreshes) == (refresh == 1)
+    assert len(policy.pending) <= refresh  # at most the cycles since the last refresh are queued

@@ -114,6 +114,8 @@ def test_policy_files_compose_and_build(compose_config, tmp_path):
      "prior_strength"),
     ({"name": "model-based", "min_gamma": 0, "prior_strength": 8.0, "cost_halflife": 0.5, "verify_slope": 0.05}, 3,
      "cost_halflife"),
+    ({"name": "model-based", "min_gamma": 0, "prior_strength": 8.0, "cost_halflife": 64.0, "verify_slope": 0.05,
+      "refresh": 0}, 3, "refresh"),
 ])
 def test_bad_parameters_fail_in_one_line_naming_the_value(node, gamma, key):
     with pytest.raises(SpectuneError) as err:
@@ -233,20 +235,46 @@ def test_fitted_classifier_recovers_a_known_acceptance_law(tmp_path):
     assert torch.allclose(realised(grid), truth, atol=0.1)
 
 
-def test_transient_schedule_restarts_per_request_while_the_classic_one_carries_over(pair):
-    """Draft = target (everything accepted): each request's cycles draft start, start+2, ... up to the cap;
-    transformers' persistent "heuristic" carries its grown value into the next request instead."""
+class _Untold(HFHeuristicTransient):
+    """The transient schedule as a caller that does not call before_cycle drives it: requests found at step 0."""
+
+    def before_cycle(self, rows, request_ids, context_lengths=None) -> None:
+        pass
+
+
+@pytest.mark.parametrize("transient", [HFHeuristicTransient, _Untold])
+def test_transient_schedule_restarts_per_request_while_the_classic_one_carries_over(pair, transient):
+    """Draft = target (everything accepted): each request's cycles draft start, start+2, ... up to the cap, whether
+    the requests are named by before_cycle or found at step 0; transformers' persistent "heuristic" carries its
+    grown value into the next request instead."""
     target, _ = pair
     engine = Engine(target, target, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
     requests = random_requests(3, max_new=20)
     for concurrency in (1, 2):
-        result = engine.run(requests, HFHeuristicTransient(gamma=1, max_gamma=5), concurrency)
+        result = engine.run(requests, transient(gamma=1, max_gamma=5), concurrency)
         for request in requests:
             drafts = [c.num_drafts for c in result.cycles if c.request_id == request.request_id]
             assert drafts == [min(5, 1 + 2 * i) for i in range(len(drafts))], (concurrency, drafts)
     classic = engine.run(requests, HFHeuristic(gamma=1, max_gamma=5), 1)
     second = [c.num_drafts for c in classic.cycles if c.request_id == 1]
     assert second[0] == 5  # grown during request 0, not restarted
+
+
+def test_told_the_requests_the_transient_schedule_makes_no_decision_where_no_row_stops(pair):
+    """One row at a time: its schedule value is the cycle's ceiling, so no draft step needs a stop decision (found
+    at step 0 instead, every cycle takes one)."""
+    target, _ = pair
+    engine = Engine(target, target, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    counts = {}
+    for transient in (HFHeuristicTransient, _Untold):
+        policy = transient(gamma=1, max_gamma=5)
+        decisions = []
+        original = policy.continue_drafting
+        policy.continue_drafting = lambda step, _f=original, _d=decisions: _d.append(_f(step)) or _d[-1]
+        result = engine.run(random_requests(2, max_new=12), policy, 1)
+        counts[transient] = sum(keep is not None for keep in decisions)
+        assert [c.num_drafts for c in result.cycles if c.request_id == 0][:3] == [1, 3, 5]
+    assert counts[HFHeuristicTransient] == 0 and counts[_Untold] > 0
 
 
 def test_bandit_plays_every_arm_once_then_settles_on_the_fastest():
