@@ -381,7 +381,11 @@ class _LiveCycle:
         return self.session.draft_state(self.session.draft_step(signals))
 
     def stop(self, keep: torch.Tensor) -> bool:
-        # the proposer directly: a per-step call, and the session method's inference-mode entry costs µs here
+        # One host read of the decision; when it keeps every row (most steps of a stop rule), the rows drafting are
+        # unchanged and the verification keeps its uniform-depth path: no tensor op at all. Otherwise the proposer
+        # directly (the session method's inference-mode entry costs µs per step).
+        if all(keep.tolist()):
+            return True
         return bool(self.session.proposer.stop_rows(keep).any())
 
     def cut(self, kept: list[int]) -> None:
