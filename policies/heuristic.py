@@ -58,28 +58,26 @@ class HFHeuristicTransient(DraftLengthPolicy):
         self.start, self.max_gamma = gamma, max_gamma
         self.rows = RowTracker()
         self.gammas: dict[int, int] = {}  # slot -> its request's current schedule value
-        self.told = False  # before_cycle named this cycle's requests
 
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
         new = self.rows.see_cycle(rows, request_ids, context_lengths)
         self.gammas = {row: self.start if row in new else self.gammas.get(row, self.start) for row in rows}
-        self.told = True
 
     def begin_cycle(self, batch_size: int) -> int:
         self.rows.begin_cycle()
-        if self.told:
+        if self.rows.told:
             return max(self.gammas.values(), default=self.start)
         ceiling = max([self.start, *self.gammas.values()])
         # At least 2 so that step 0 is shown to the policy (new requests are seen there); rows stop at their own γ.
         return min(self.max_gamma, max(2, ceiling)) if self.max_gamma >= 2 else 1
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
-        if step.step == 0 and not self.told:
+        if step.step == 0 and not self.rows.told:
             self.rows.on_step(step)
             busy = self.rows.busy_rows()
             self.gammas = {row: self.start if row in self.rows.new_rows else self.gammas.get(row, self.start)
                            for row in busy}
-        if self.told and all(gamma > step.step + 1 for gamma in self.gammas.values()):
+        if self.rows.told and all(gamma > step.step + 1 for gamma in self.gammas.values()):
             return None  # nobody stops here: no host sync
         limit = torch.tensor([self.gammas.get(row, 0) for row in range(step.active.shape[0])],
                              device=step.active.device)
@@ -96,7 +94,6 @@ class HFHeuristicTransient(DraftLengthPolicy):
     def reset(self) -> None:
         self.rows.reset()
         self.gammas = {}
-        self.told = False
 
     def describe(self) -> dict:
         return {"name": self.name, "start": self.start, "max_gamma": self.max_gamma, "per": "request"}

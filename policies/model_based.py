@@ -149,7 +149,6 @@ class ModelBased(DraftLengthPolicy):
         self.costs: dict[int, CycleCosts] = {}
         self.limits: dict[int, int] = {}  # slot -> γ chosen this cycle
         self.default = self.ceiling  # γ for a row whose request is new this cycle
-        self.serving: dict[int, int] | None = None  # slot -> request this cycle (before_cycle; None: not told)
         self.chosen: dict[int, int] = {}  # request -> γ at the last refresh (told path)
         self.first_stop = 0  # the smallest row γ this cycle (told path): no row stops at an earlier step
         self.since = 0  # cycles since the last refresh
@@ -202,17 +201,18 @@ class ModelBased(DraftLengthPolicy):
 
     # -- the protocol -------------------------------------------------------------------------------------
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
-        self.serving = dict(zip(rows, request_ids, strict=True))
+        self.rows.see_cycle(rows, request_ids, context_lengths)
 
     def begin_cycle(self, batch_size: int) -> int:
         """Every row's γ, chosen once per cycle. Told the cycle's requests (``before_cycle``), a new one gets the
         pooled rates and the batch drafts to its deepest row; otherwise new requests are found at step 0."""
         self.rows.begin_cycle()
-        if self.serving is not None:
+        if self.rows.told:
+            serving = self.rows.serving
             self.since += 1
-            if self.since >= self.refresh or any(request not in self.chosen for request in self.serving.values()):
+            if self.since >= self.refresh or any(request not in self.chosen for request in serving.values()):
                 self.refresh_choices(batch_size)
-            self.limits = {slot: self.chosen[request] for slot, request in self.serving.items()}
+            self.limits = {slot: self.chosen[request] for slot, request in serving.items()}
             ceiling = max(self.limits.values(), default=0)
             # A drafting cycle drafts once for every row: one that chose 0 stops after it (as after step 0 below).
             self.limits = {slot: max(1, gamma) for slot, gamma in self.limits.items()}
@@ -235,7 +235,7 @@ class ModelBased(DraftLengthPolicy):
         seconds, pooled = self.seconds(self.costs_at(batch_size)), self.pooled_rates()
         default: int | None = None
         self.chosen = {}
-        for request in self.serving.values():
+        for request in self.rows.serving.values():
             if request in self.requests:
                 self.chosen[request] = self.choose(self.rates(request, pooled), seconds)
             else:
@@ -244,9 +244,10 @@ class ModelBased(DraftLengthPolicy):
         self.since = 0
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
-        if self.serving is not None and step.step + 1 < self.first_stop:
+        told = self.rows.told
+        if told and step.step + 1 < self.first_stop:
             return None  # nobody stops here: no host sync (the common case, checked first: it runs every step)
-        if step.step == 0 and self.serving is None:
+        if step.step == 0 and not told:
             self.rows.on_step(step)
             busy = self.rows.busy_rows()
             self.limits = {row: self.default if row in self.rows.new_rows else self.limits.get(row, self.default)
@@ -260,7 +261,7 @@ class ModelBased(DraftLengthPolicy):
 
     def observe(self, feedback: CycleFeedback) -> None:
         """Queued when told the requests (learned at the next refresh), else learned now."""
-        if self.serving is not None:
+        if self.rows.told:
             self.pending.append((feedback.rows, feedback))
             return
         self.pending.append((self.rows.observe(feedback), feedback))

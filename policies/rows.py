@@ -42,6 +42,7 @@ class RowTracker:
         self.new_rows: set[int] = set()  # slots whose request began before this cycle
         self.serving: dict[int, int] = {}  # slot -> request it serves this cycle (see_cycle)
         self.announced: dict[int, int] = {}  # slot -> context length before this cycle (see_cycle), when given
+        self.told = False  # see_cycle was called: the caller names each cycle's requests (else found at step 0)
 
     def see_cycle(self, rows: list[int], request_ids: list[int],
                   context_lengths: list[int] | None = None) -> set[int]:
@@ -51,6 +52,7 @@ class RowTracker:
         new = {row for row, rid in serving.items() if self.serving.get(row) != rid}
         self.serving = serving
         self.announced = dict(zip(rows, context_lengths, strict=True)) if context_lengths is not None else {}
+        self.told = True
         return new
 
     def begin_cycle(self) -> None:
