@@ -94,9 +94,9 @@ def main() -> None:
         """Costs at batch 1 and c (interpolated between), measured now: the machine's speed drifts."""
         engine.eos = set()
         sizes_c = sorted({1, c})
-        draft, verify, overhead, _ = measure_costs(engine, long, sizes_c, DEPTH, 1, 3)
+        draft, verify, overhead, first, _ = measure_costs(engine, long, sizes_c, DEPTH, 1, 3)
         engine.eos = {eos} if eos is not None else set()
-        return Profile("fidelity", sizes_c, DEPTH + 1, draft, verify, overhead)
+        return Profile("fidelity", sizes_c, DEPTH + 1, draft, verify, overhead, t_first_draft_s=first)
 
     methods = [f"gamma={g}" for g in (1, 2, 4, 8)] + ["confidence"]
     print(f"embedded pair, en, {len(requests)} prompts x {args.max_new} new tokens, T = "

@@ -8,7 +8,7 @@ profile whose per-depth cost is off teaches the wrong depth (measured: a PPO pol
 
 The grid search measures, on the training prompts, the live tokens/s r_k of every fixed depth k; the traces of
 the same prompts give the tokens each depth would emit. In replay a fixed depth k costs, per recorded entry e,
-F_e + D_e(k): a fixed part F = (t_verify(1) + overhead)/s and a depth part D(k) = (k·t_draft + t_verify(k+1) −
+F_e + D_e(k): a fixed part F = (t_verify(1) + overhead)/s and a depth part D(k) = (drafting k steps + t_verify(k+1) −
 t_verify(1))/s, where s = b (the entry's share of its batch's cycle) for a system rate and s = 1 (the whole cycle,
 which the request waits for) for a request's decode rate, the grid's primary one. Calibration finds the two scales
 (α, β) with
@@ -75,6 +75,7 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) ->
     calibrated = dataclasses.replace(
         profile, label=f"{profile.label} (calibrated to the live grid)",
         t_draft_s={b: beta * t for b, t in profile.t_draft_s.items()}, t_verify_s=verify,
+        t_first_draft_s={b: beta * t for b, t in profile.t_first_draft_s.items()} if profile.t_first_draft_s else None,
         overhead_s={b: alpha * t for b, t in profile.overhead_s.items()},
         notes=[*profile.notes, "scaled so that replay at every fixed depth matches the grid search's live tokens/s "
                                "(policies.calibrate)"],

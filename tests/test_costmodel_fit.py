@@ -106,6 +106,18 @@ def test_predicted_speedup_known_answer():
     assert table.loc[3, "E_constant_alpha"] == pytest.approx(expected_tokens(0.7, 3))
 
 
+def test_a_cycles_first_draft_step_is_charged_apart():
+    """With t_first_draft = 0.0025 (c₁ = 0.25, c = 0.1): γ = 1 pays c₁, γ = 3 pays c₁ + 2c; bracketing profiles
+    average it, and a profile without it stands in with its t_draft."""
+    data = {**make_profile(), "t_first_draft_s": {"1": 0.0025}}
+    table = predict([0.7, 0.5, 0.35], as_profile(data), [1, 3]).set_index("gamma")
+    assert table.loc[1, "draft"] == pytest.approx(0.25) and table.loc[3, "draft"] == pytest.approx(0.45)
+    assert table.loc[3, "cost"] == pytest.approx(0.45 + 1.6 + 0.05)
+    assert table.loc[3, "predicted_speedup"] == pytest.approx(2.55 * 1.05 / 2.1)
+    mean = mean_profile([as_profile(data), as_profile(make_profile())])
+    assert mean.t_first_draft(1) == pytest.approx((0.0025 + 0.001) / 2) and mean.t_draft(1) == pytest.approx(0.001)
+
+
 def test_joint_equal_to_alpha_powers_gives_the_constant_alpha_prediction():
     profile = as_profile(make_profile())
     table = predict([0.6, 0.36, 0.216, 0.1296], profile, [1, 2, 3, 4])
@@ -180,7 +192,8 @@ def test_cli_on_a_real_profile_and_real_traces(tiny_sweep, tiny_cost_inputs, tmp
         b, g = str(row.batch_size), row.gamma
         step = real["t_verify_s"][b][0]
         assert row.verify == pytest.approx(real["t_verify_s"][b][g] / step)
-        assert row.draft == pytest.approx(g * real["t_draft_s"][b] / step)
+        first, later = real["t_first_draft_s"][b], real["t_draft_s"][b]  # task=profile measures the two apart
+        assert row.draft == pytest.approx((first + (g - 1) * later) / step)
         assert 1 <= row.E <= g + 1 and 1 <= row.measured_E <= g + 1
         cost = row.draft + row.verify + row.overhead
         assert row.predicted_speedup == pytest.approx(row.E * (1 + row.overhead) / cost)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from harness.errors import SpectuneError
@@ -40,6 +41,30 @@ def test_conventions_and_interpolation():
     assert p.cycle_s(2, 1) == pytest.approx(2 * 0.001 + 0.012 + 0.0005)
     with pytest.raises(SpectuneError, match="positions=4 is out of range"):
         p.t_verify(1, 4)
+
+
+def test_first_draft_step_is_charged_apart():
+    """A cycle of d ≥ 1 drafts costs t_first_draft + (d − 1)·t_draft; without t_first_draft_s every step is t_draft
+    (older and synthetic profiles keep their costs exactly)."""
+    plain = _profile()
+    p = _profile(t_first_draft_s={1: 0.0015, 4: 0.003})
+    assert p.c_first(1) == pytest.approx(0.15) and p.c(1) == pytest.approx(0.1) and plain.c_first(1) == plain.c(1)
+    assert p.cycle_s(0, 1) == pytest.approx(0.010 + 0.0005) == plain.cycle_s(0, 1)
+    assert p.cycle_s(1, 1) == pytest.approx(0.0015 + 0.011 + 0.0005)
+    assert p.cycle_s(2, 1) == pytest.approx(0.0015 + 0.001 + 0.012 + 0.0005)
+    assert p.cycle_s(2, 1) - plain.cycle_s(2, 1) == pytest.approx(0.0005)
+    costs = p.costs(2)  # interpolated like the other columns
+    assert costs.first_draft == pytest.approx(0.0015 + (0.003 - 0.0015) / 3)
+    assert list(costs.draft_s(np.array([0, 1, 3]))) == pytest.approx([0, costs.first_draft,
+                                                                       costs.first_draft + 2 * costs.t_draft])
+    scaled = p.scaled(draft=2.0)
+    assert scaled.t_first_draft(1) == pytest.approx(0.003) and scaled.t_draft(1) == pytest.approx(0.002)
+    assert load_profile_json(p.to_json()).t_first_draft_s == {1: 0.0015, 4: 0.003}
+    assert "t_first_draft_s" not in plain.to_json() and load_profile_json(plain.to_json()).t_first_draft_s is None
+
+
+def load_profile_json(data: dict) -> Profile:
+    return Profile.from_json(json.loads(json.dumps(data)))
 
 
 def test_round_trip_and_invalid_files(tmp_path):
@@ -102,7 +127,8 @@ def test_task_profile_writes_a_loadable_profile(cli, tmp_path):
     assert run.returncode == 0, run.stderr
     p = load_profile(tmp_path / "profile.json")
     assert p.batch_sizes == [1, 2] and p.max_positions == 3 and not p.synthetic
-    assert all(t > 0 for t in [*p.t_draft_s.values(), *p.t_verify_s[1], *p.t_verify_s[2]])
+    assert all(t > 0 for t in [*p.t_draft_s.values(), *p.t_first_draft_s.values(), *p.t_verify_s[1],
+                               *p.t_verify_s[2]])
     assert set(p.fit["t_verify_s ~ a + b*n"]) == {"1", "2"}
     assert p.models["target"]["name_or_path"] == "harness/models/tiny/target" and "device_name" in p.hardware
     bad = cli("task=profile", "+workload=en", "task.max_depth=0", run_dir=tmp_path / "bad")

@@ -207,6 +207,9 @@ def mean_profile(profiles: Sequence[Profile]) -> Profile:
                 notes=[*first.notes, f"element-wise mean of {n} profiles of the same setup"])
     for key in ("t_draft_s", "overhead_s"):
         data[key] = {str(b): sum(getattr(p, key)[b] for p in profiles) / n for b in first.batch_sizes}
+    # A cycle's first draft step: averaged when every profile measured it apart, else each one's t_draft stands in.
+    if any(p.t_first_draft_s for p in profiles):
+        data["t_first_draft_s"] = {str(b): sum(p.t_first_draft(b) for p in profiles) / n for b in first.batch_sizes}
     data["t_verify_s"] = {str(b): [sum(v) / n for v in zip(*(p.t_verify_s[b] for p in profiles), strict=True)]
                           for b in first.batch_sizes}
     return Profile.from_json(data, data["label"])
@@ -238,14 +241,16 @@ def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[fl
 def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], batch_size: int = 1) -> pd.DataFrame:
     """Predicted speed-up of every fixed γ over AR, next to the constant-α models, at one batch size.
 
-    Fitted: S = E (1 + o) / (c γ + g(γ) + o), E = 1 + Σ_{i≤γ} joint[i-1]: the classic formula with measured
-    joint acceptance and measured costs, and the per-cycle overhead o paid by the AR step too (both are
-    timed the same way, TPOT-based). ``constant_alpha_speedup``: the same costs with E from α = joint[0].
-    ``seed_speedup``: the plain S = E(α) / (c γ + 1) (g = 1, no overhead).
+    Fitted: S = E (1 + o) / (c₁ + c (γ − 1) + g(γ) + o), E = 1 + Σ_{i≤γ} joint[i-1]: the classic formula with
+    measured joint acceptance and measured costs, a cycle's first draft step c₁ apart from the later ones c (it
+    also feeds the draft what the last cycle emitted; c₁ = c for a profile that did not measure it apart), and the
+    per-cycle overhead o paid by the AR step too (both are timed the same way, TPOT-based).
+    ``constant_alpha_speedup``: the same costs with E from α = joint[0]. ``seed_speedup``: the plain
+    S = E(α) / (c γ + 1) (g = 1, no overhead, every draft step alike).
     """
     expected_tokens_from_joint(joint)
     alpha = float(joint[0])
-    c, o = profile.c(batch_size), profile.o(batch_size)
+    c, c_first, o = profile.c(batch_size), profile.c_first(batch_size), profile.o(batch_size)
     rows = []
     for gamma in sorted({check_gamma(x) for x in gammas}):
         if gamma > len(joint):
@@ -254,10 +259,11 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
             raise SpectuneError(f"gamma={gamma} needs a verification of {gamma + 1} positions but the profile "
                                 f"{profile.label!r} measured up to {profile.max_positions} (task.max_depth)")
         g = profile.g(gamma, batch_size)
-        cost = c * gamma + g + o
+        draft = c_first + c * (gamma - 1)
+        cost = draft + g + o
         e, e_alpha = 1.0 + float(sum(joint[:gamma])), expected_tokens(alpha, gamma)
-        rows.append({"gamma": gamma, "batch_size": batch_size, "E": e, "c": c, "draft": c * gamma, "verify": g,
-                     "overhead": o, "cost": cost, "predicted_speedup": e * (1 + o) / cost, "alpha": alpha,
+        rows.append({"gamma": gamma, "batch_size": batch_size, "E": e, "c": c, "c_first": c_first, "draft": draft,
+                     "verify": g, "overhead": o, "cost": cost, "predicted_speedup": e * (1 + o) / cost, "alpha": alpha,
                      "E_constant_alpha": e_alpha, "constant_alpha_speedup": e_alpha * (1 + o) / cost,
                      "seed_speedup": e_alpha / (c * gamma + 1.0)})
     return pd.DataFrame(rows)

@@ -4,7 +4,8 @@ model's speed-up next to the measured fixed-γ runs.
 The prediction comes from a ``task=profile`` result (costs) and ``task=trace`` traces (acceptance), never
 from the runs it predicts. The measurement is like for like: a TPOT-based speed-up (the AR's mean TPOT
 over the method's; the formula leaves out prefill, and so does TPOT). Beside each speed-up stand the
-terms on both sides, in units of the run's own AR step: E (tokens per cycle), draft (c γ), verify (g(γ))
+terms on both sides, in units of the run's own AR step: E (tokens per cycle), draft (c₁ + c (γ − 1): a cycle's
+first draft step apart from the later ones), verify (g(γ))
 and overhead (o), so a miss says which term is off. ``measured_E`` is the acceptance length (1 + accepted),
 ``measured_emitted`` the tokens a cycle really delivered (the last cycle of a request is cut at
 max_new_tokens or EOS, a finite-length term the formula leaves out); ``in_sample_speedup`` puts the run's
@@ -125,7 +126,7 @@ def run(profile_path: Path | str | Sequence[Path | str], traces_path: Path, run_
              f"({method} joint acceptance, {len(joint)} positions), against the fixed-γ runs in {run_dir}")
     powers = " ".join(f"{joint[0] ** i:.3f}" for i in range(1, len(joint) + 1))
     log.info("joint P(first i accepted): " + " ".join(f"{p:.3f}" for p in joint) + f"   vs α^i: {powers}")
-    log.info("S = E(1+o)/(cγ + g(γ) + o); measured = AR mean TPOT / mean TPOT; terms in AR steps "
+    log.info("S = E(1+o)/(c₁ + c(γ−1) + g(γ) + o); measured = AR mean TPOT / mean TPOT; terms in AR steps "
              "(predicted, measured_)")
     shown = table[["gamma", "batch_size", "language", "predicted_speedup", "measured_speedup", "error",
                    "constant_alpha_speedup", "constant_alpha_error", "E", "measured_E", "draft", "measured_draft",
