@@ -4,8 +4,9 @@ Measured through the engine's own session (the costs a replay must reproduce are
 forwards'), with the device clock (synchronised reads; CUDA events inside a cycle): for every batch size b
 and every n = 1 .. max_depth+1, ``task.warmup`` cycles are discarded and ``task.repeats`` cycles of depth
 n − 1 are timed on rows of real workload prompts (EOS ignored, so every row stays busy). Recorded, as
-means (throughput needs the expected cost, tail included): the draft step t_draft(b) (over every step of
-every cycle with a draft), the verification t_verify(b, n) (n = 1 is the autoregressive step), and the
+means (throughput needs the expected cost, tail included): a cycle's first draft step t_first_draft(b) (over
+every cycle with a draft; it also feeds the draft the tokens the last cycle emitted), every later draft step
+t_draft(b) (over the cycles of depth ≥ 2), the verification t_verify(b, n) (n = 1 is the autoregressive step), and the
 per-cycle overhead outside both (rollback, emission, bookkeeping). A least-squares line
 t_verify ≈ a + b·n per batch is reported with its largest relative residual. Writes ``profile.json``
 (schema: :mod:`harness.profile`).
