@@ -57,7 +57,8 @@ class DraftProposer:
         self._drafted: list[torch.Tensor] = []
         self._laws: list[torch.Tensor] = []
         self.running = torch.ones(batch, dtype=torch.bool, device=self.device)
-        self.num_drafts = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self._counted = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self._uncounted = 0  # steps since ``running`` last changed, not yet in ``_counted`` (no tensor op per step)
         self._cum_prob: torch.Tensor | None = None
         self._early_stop = False
 
@@ -70,7 +71,7 @@ class DraftProposer:
         x = draw(q, self.sampling, uniforms=uniforms)
         self._drafted.append(x)
         self._laws.append(q)
-        self.num_drafts += self.running.long()
+        self._uncounted += 1
         out = draft_signals(q, x, signals, self._cum_prob)
         self._cum_prob = out.get("cum_prob", self._cum_prob)
         self._feed = (x.unsqueeze(1), None)  # every row's draft is real: kv.forward's fast path
@@ -79,8 +80,21 @@ class DraftProposer:
     def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
         """Rows where ``keep`` is False draft no further this cycle; returns the rows still drafting."""
         self._early_stop = True
+        self._count()
         self.running = self.running & keep
         return self.running
+
+    def _count(self) -> None:
+        """Credit the steps taken since ``running`` last changed to the rows that were running."""
+        if self._uncounted:
+            self._counted = self._counted + self.running.long() * self._uncounted
+            self._uncounted = 0
+
+    @property
+    def num_drafts(self) -> torch.Tensor:
+        """[B] drafts each row took this cycle."""
+        self._count()
+        return self._counted
 
     def cut(self, kept: torch.Tensor) -> None:
         """Keep only the first ``kept[b]`` drafts of row b (a verification budget chosen after drafting).
@@ -91,7 +105,7 @@ class DraftProposer:
         """
         deepest = int(kept.max())
         self._drafted, self._laws = self._drafted[:deepest], self._laws[:deepest]
-        self.num_drafts = kept.to(self.num_drafts)
+        self._counted, self._uncounted = kept.to(self._counted), 0
         self.running = self.running & (kept > 0)
         self._early_stop = True
         if deepest == 0:

@@ -39,6 +39,8 @@ from harness.engine.scorer import TargetScorer
 from harness.sampling import SamplingParams, draw
 from harness.sampling.rejection import RejectionSampler
 
+DRAFT_BLOCK = 8  # draft uniforms gathered at a cycle's first step (widened when the cycle drafts deeper)
+
 
 class EngineParts(Protocol):
     """What a session runs on: the models, sampling, sampler, device and clock, and the cache factory
@@ -247,10 +249,17 @@ class Session:
     def draft_step(self, signals: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
         """One draft step for every slot; returns the drafted tokens ``x``, their law ``q`` and ``signals``."""
         assert self._open and self.proposer is not None
+        depth = self.proposer.depth if self._started else 0
         if not self._started:
             self.proposer.begin(self.last)
             self._started = True
-        uniforms = self.keys.at("draft", self.position + self.proposer.depth) if self.keys.enabled else None
+        uniforms = None
+        if self.keys.enabled:
+            # The cycle's draft uniforms in one gather at its first step (positions fixed while drafting), a column
+            # per later step: a lookup per step cost four tensor ops on the step's critical path.
+            if depth == 0 or depth >= self._draft_u.shape[1]:
+                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * depth))
+            uniforms = self._draft_u[:, depth]
         x, q, out = self.proposer.step(uniforms, signals)
         self._marks.append(self.clock.mark())
         return {"x": x, "q": q, **out}
