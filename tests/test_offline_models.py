@@ -82,51 +82,6 @@ def test_reduced_vocabulary_draft_keeps_greedy_output_and_q_zero_outside() -> No
     assert sampled.result().requests  # ran to the end with q = 0 on half the vocabulary
 
 
-def test_a_draft_temperature_divides_the_draft_logits_only() -> None:
-    """τ = 0.5 doubles the draft's logits on its own ids; ids outside keep FILL (q = 0); a bad τ is one line."""
-    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1).eval()
-    keep = torch.arange(0, 64, 2)
-    plain, tempered = _reduced(target, keep), _reduced(target, keep)
-    tempered.lm_head.temperature = 0.5
-    ids = torch.tensor([[3, 5, 8, 1]])
-    a, b = plain(input_ids=ids).logits[0, -1], tempered(input_ids=ids).logits[0, -1]
-    assert torch.equal(b[keep], a[keep] / 0.5) and bool((b[1::2] == draft_vocab.FILL).all())
-    for bad in (0, -1.0, True, "0.8", 50):
-        with pytest.raises(SpectuneError, match=r"spectune_draft_vocab\.temperature=.* is invalid") as err:
-            draft_vocab.check_temperature(bad)
-        assert "\n" not in str(err.value)
-
-
-def test_the_fitted_temperature_is_the_teachers_own() -> None:
-    """A teacher whose law over every id is softmax(logits / 0.6): the grid's α bound is 1 at τ = 0.6 (n = 40
-    positions, seed 0) and lower at every other τ."""
-    from workloads.build.draft_temperature import alpha_by_temperature
-
-    rows = 16
-    logits = torch.randn(40, rows, generator=torch.Generator().manual_seed(0)) * 2
-    probs = torch.softmax(logits / 0.6, -1)
-    top_probs, top_ids = probs.sort(-1, descending=True)
-    t2d = torch.arange(rows + 4).clamp(max=rows)  # ids ≥ rows are outside the draft's vocabulary
-    alphas = {tau: float(a.mean()) for tau, a in alpha_by_temperature(logits, top_ids, top_probs, t2d, rows).items()}
-    assert alphas[0.6] == pytest.approx(1.0, abs=1e-5)
-    assert max(alphas, key=alphas.get) == 0.6 and all(v < 0.999 for tau, v in alphas.items() if tau != 0.6)
-
-
-def test_the_fit_is_written_into_the_drafts_config(tmp_path) -> None:
-    from workloads.build.draft_temperature import write
-
-    (tmp_path / "config.json").write_text('{"spectune_draft_vocab": {"rows": 4}, "vocab_size": 5}')
-    (tmp_path / "TRAINING.json").write_text('{"recipe": {}}')
-    write(tmp_path, {"temperature": 0.75, "positions": 10})
-    import json
-
-    assert json.loads((tmp_path / "config.json").read_text())["spectune_draft_vocab"] == {"rows": 4,
-                                                                                          "temperature": 0.75}
-    assert json.loads((tmp_path / "TRAINING.json").read_text()) == {"recipe": {}, "temperature_fit": {
-        "temperature": 0.75, "positions": 10}}
-    assert not list(tmp_path.glob("*.tmp"))
-
-
 @pytest.fixture
 def templated(tokenizer):
     tok = copy.deepcopy(tokenizer)

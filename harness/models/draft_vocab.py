@@ -13,11 +13,6 @@ extra input row embeds every id outside the draft vocabulary), tied embeddings, 
 ``draft_vocab.safetensors`` holding ``draft_to_target`` [rows]. :func:`load` reads it with
 ``from_pretrained`` and swaps in the two mapping modules, so the model's own forward (KV cache,
 ``logits_to_keep``) is untouched.
-
-The config's ``spectune_draft_vocab.temperature`` (default 1) divides the draft's logits: a calibration fitted
-after training (``python -m workloads.build.draft_temperature``) because a draft distilled with forward KL comes
-out flatter than the target. It is part of the draft: every user of the model (the engine, transformers'
-assisted generation, ``task=acceptance``) sees the same law, and speculative sampling stays exact for any q.
 """
 
 from __future__ import annotations
@@ -28,8 +23,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-from harness.errors import SpectuneError
 
 MAP_FILE = "draft_vocab.safetensors"
 CONFIG_KEY = "spectune_draft_vocab"
@@ -63,18 +56,15 @@ class MappedEmbedding(nn.Module):
 class ScatterHead(nn.Module):
     """Logits over the draft's ids, scattered into the full target vocabulary (``FILL`` elsewhere)."""
 
-    def __init__(self, weight: nn.Parameter, draft_to_target: torch.Tensor, full_vocab_size: int,
-                 temperature: float = 1.0) -> None:
+    def __init__(self, weight: nn.Parameter, draft_to_target: torch.Tensor, full_vocab_size: int) -> None:
         super().__init__()
         self.weight = weight  # tied with the input embedding; its last row is the "other ids" input row
         self.register_buffer("draft_to_target", draft_to_target, persistent=False)
         self.rows = int(draft_to_target.numel())
         self.full_vocab_size = full_vocab_size  # what the pair check counts as LM-head rows
-        self.temperature = check_temperature(temperature)
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden, self.weight[: self.rows])
-        return logits if self.temperature == 1.0 else logits / self.temperature
+        return F.linear(hidden, self.weight[: self.rows])
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         small = self.draft_logits(hidden)
@@ -90,15 +80,8 @@ def target_to_draft_map(draft_to_target: torch.Tensor, full_vocab_size: int) -> 
     return out
 
 
-def check_temperature(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.05 <= value <= 20:
-        raise SpectuneError(f"spectune_draft_vocab.temperature={value!r} is invalid: must be a number in [0.05, 20]")
-    return float(value)
-
-
-def wrap(model: Any, draft_to_target: torch.Tensor, full_vocab_size: int, temperature: float = 1.0) -> Any:
-    """Swap a reduced-vocabulary ``*ForCausalLM``'s input embedding and head for the mapping modules; the head
-    divides the draft's logits by ``temperature``."""
+def wrap(model: Any, draft_to_target: torch.Tensor, full_vocab_size: int) -> Any:
+    """Swap a reduced-vocabulary ``*ForCausalLM``'s input embedding and head for the mapping modules."""
     d2t = draft_to_target.to(device=model.device, dtype=torch.long)
     t2d = target_to_draft_map(d2t.cpu(), full_vocab_size).to(model.device)
     base = model.get_input_embeddings()
@@ -106,7 +89,7 @@ def wrap(model: Any, draft_to_target: torch.Tensor, full_vocab_size: int, temper
         raise ValueError(f"draft vocabulary map has {d2t.numel()} ids but the embedding {base.num_embeddings} "
                          "rows (expected ids + 1)")
     model.set_input_embeddings(MappedEmbedding(base, t2d))
-    model.lm_head = ScatterHead(base.weight, d2t, full_vocab_size, temperature)
+    model.lm_head = ScatterHead(base.weight, d2t, full_vocab_size)
     model.config.tie_word_embeddings = False  # the head now holds the shared weight itself
     # the ids it reads and the logits it returns span the target's vocabulary (what transformers' assisted
     # generation checks to accept it as the target's assistant); the stored checkpoint keeps rows + 1
@@ -123,4 +106,4 @@ def load(directory: str | Path, **kwargs: Any) -> Any:
     model = AutoModelForCausalLM.from_pretrained(directory, **kwargs)
     meta = getattr(model.config, CONFIG_KEY, None) or {}
     d2t = load_file(str(directory / MAP_FILE))["draft_to_target"]
-    return wrap(model, d2t, int(meta.get("full_vocab_size", int(d2t.max()) + 1)), meta.get("temperature", 1.0))
+    return wrap(model, d2t, int(meta.get("full_vocab_size", int(d2t.max()) + 1)))

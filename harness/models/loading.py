@@ -180,8 +180,7 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
         tokenizer = _from_pretrained(AutoTokenizer, name, local, revision)
         if local and draft_vocab.is_reduced(name):
             model = draft_vocab.load(name, **kwargs)
-            source = {"draft_vocabulary": model.lm_head.rows, "draft_temperature": model.lm_head.temperature,
-                      **source}
+            source = {"draft_vocabulary": model.lm_head.rows, **source}
         else:
             model = _from_pretrained(AutoModelForCausalLM, name, local, revision, **kwargs)
         model.to(device).eval()
