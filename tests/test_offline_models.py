@@ -82,6 +82,27 @@ def test_reduced_vocabulary_draft_keeps_greedy_output_and_q_zero_outside() -> No
     assert sampled.result().requests  # ran to the end with q = 0 on half the vocabulary
 
 
+def test_signals_over_a_reduced_drafts_support_equal_the_full_laws() -> None:
+    """The proposer reads a reduced draft's support from its head, and the signals computed over those columns
+    equal the full law's (entropy to float32 summation order), on 6 random laws zero off the support (seed 0)."""
+    from harness.engine.policy import DRAFT_SIGNALS, draft_signals
+
+    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1).eval()
+    keep = torch.arange(0, 64, 2)
+    engine = Engine(target, _reduced(target, keep), sampling=SamplingParams(temperature=1.0),
+                    sampler=get_sampler("exact"), device="cpu", seed=0)
+    assert torch.equal(engine.session(random_requests(1, max_new=4), FixedGamma(2), 1).proposer.support, keep)
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.full((6, 64), draft_vocab.FILL)
+    logits[:, keep] = torch.randn(6, len(keep), generator=gen) * 3
+    q = torch.softmax(logits, -1)
+    x = torch.multinomial(q, 1, generator=gen).squeeze(1)
+    names = frozenset(DRAFT_SIGNALS)
+    full, reduced = draft_signals(q, x, names, None), draft_signals(q, x, names, None, keep)
+    for name in names:
+        torch.testing.assert_close(reduced[name], full[name], rtol=1e-6, atol=1e-6)
+
+
 @pytest.fixture
 def templated(tokenizer):
     tok = copy.deepcopy(tokenizer)

@@ -96,18 +96,25 @@ class DraftStep:
 
 
 def draft_signals(q: torch.Tensor, x: torch.Tensor, names: frozenset[str],
-                  cum_prob: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The requested q-derived signals of one draft step (q: [B, V] law, x: [B] drafted tokens)."""
+                  cum_prob: torch.Tensor | None, support: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The requested q-derived signals of one draft step (q: [B, V] law, x: [B] drafted tokens).
+
+    ``support``: the ids outside which q is exactly 0 (a reduced-vocabulary draft head). Entropy and the top-2
+    margin are then computed over those columns only: the same values (the entropy up to float32 summation
+    order), at a quarter of the work for smollm2's draft (12,288 of 49,152 ids; measured 1.61 → 0.25 ms a step
+    at 8 rows)."""
     out: dict[str, torch.Tensor] = {}
     if not names:
         return out
     token_prob = q.gather(1, x.unsqueeze(1)).squeeze(1) if names & {"token_prob", "cum_prob"} else None
     if "token_prob" in names:
         out["token_prob"] = token_prob
+    dense = q if support is None or not names & {"entropy", "margin"} else q.index_select(1, support)
     if "entropy" in names:
-        out["entropy"] = -(q * q.clamp(min=1e-30).log()).sum(-1)
+        out["entropy"] = -(dense * dense.clamp(min=1e-30).log()).sum(-1)
     if "margin" in names:
-        top = q.topk(2, dim=-1).values if q.shape[-1] > 1 else torch.cat([q, torch.zeros_like(q)], -1)
+        top = dense.topk(2, dim=-1).values if dense.shape[-1] > 1 else torch.cat([dense, torch.zeros_like(dense)],
+                                                                                  -1)
         out["margin"] = top[:, 0] - top[:, 1]
     if "cum_prob" in names:
         out["cum_prob"] = token_prob if cum_prob is None else cum_prob * token_prob

@@ -35,6 +35,9 @@ class DraftProposer:
     def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
         self.vocab_size = vocab_size
+        # A head that declares its support (harness.models.draft_vocab.ScatterHead): q is 0 outside those ids, so
+        # the draft's signals need only those columns.
+        self.support = getattr(getattr(model, "lm_head", None), "draft_to_target", None)
         self.pending = torch.zeros(kv.batch, 1, dtype=torch.long, device=self.device)
         self.pending_valid = torch.zeros(kv.batch, 1, dtype=torch.bool, device=self.device)
         self.any_pending = False  # host-side, so the first step's shape costs no device sync
@@ -72,7 +75,7 @@ class DraftProposer:
         self._drafted.append(x)
         self._laws.append(q)
         self._uncounted += 1
-        out = draft_signals(q, x, signals, self._cum_prob)
+        out = draft_signals(q, x, signals, self._cum_prob, self.support)
         self._cum_prob = out.get("cum_prob", self._cum_prob)
         self._feed = (x.unsqueeze(1), None)  # every row's draft is real: kv.forward's fast path
         return x, q, out
