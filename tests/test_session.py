@@ -128,3 +128,30 @@ def test_cycle_feedback_names_each_rows_slot_and_request(pair):
     for feedback, (_, slots) in zip(policy.feedback, sorted(by_cycle.items()), strict=True):
         assert feedback.rows == sorted(slots) and len(feedback.rows) == len(feedback.num_drafts)
         assert feedback.request_ids == [slots[row] for row in feedback.rows]
+
+
+class StopBusyRows(DraftLengthPolicy):
+    """Stops every busy row after its first draft and tells every free slot (context 0) to continue."""
+
+    def begin_cycle(self, batch_size: int) -> int:
+        return 4
+
+    def continue_drafting(self, step):
+        return step.context_length == 0
+
+
+def test_free_slots_do_not_keep_a_cycle_drafting(pair):
+    """One request in three slots: the busy row stops after one draft, so every cycle drafts one step, whatever the
+    policy said for the two free slots; and its output equals γ = 1's (greedy)."""
+    target, draft = pair
+    requests = random_requests(1, max_new=12)
+    engine = Engine(target, draft, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    session = engine.session(requests, StopBusyRows(), 3)
+    steps = []
+    while not session.done:
+        outcome = session.step()
+        if outcome is not None and outcome.rows:
+            steps.append(len(outcome.draft_step_s))
+    assert steps and set(steps) == {1}
+    reference = engine.run(requests, FixedGamma(1), 3).requests[0].output_ids
+    assert session.result().requests[0].output_ids == reference

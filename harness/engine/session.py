@@ -390,12 +390,18 @@ class _LiveCycle:
         return self.session.draft_state(self.session.draft_step(signals))
 
     def stop(self, keep: torch.Tensor) -> bool:
-        # One host read of the decision; when it keeps every row (most steps of a stop rule), the rows drafting are
-        # unchanged and the verification keeps its uniform-depth path: no tensor op at all. Otherwise the proposer
-        # directly (the session method's inference-mode entry costs µs per step).
-        if all(keep.tolist()):
+        # One host read of the decision, judged on the busy rows only: a slot without a request drafts in lockstep
+        # but is never verified, so whatever a policy says for it must not keep the cycle drafting (measured: a
+        # per-step policy whose empty slots said "continue" drafted twice as long in cycles with free slots). When
+        # every busy row keeps (most steps of a stop rule) the rows drafting are unchanged and the verification
+        # keeps its uniform-depth path: no tensor op at all. Otherwise the proposer directly (the session method's
+        # inference-mode entry costs µs per step).
+        rows = self.session._rows
+        flags = keep.tolist()
+        if all(flags[row] for row in rows):
             return True
-        return bool(self.session.proposer.stop_rows(keep).any())
+        running = self.session.proposer.stop_rows(keep).tolist()
+        return any(running[row] for row in rows)
 
     def cut(self, kept: list[int]) -> None:
         drafted = self.session.proposer.num_drafts.tolist()
