@@ -201,8 +201,12 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> tuple[str, Any, Any] 
 # Stopping cleanly.
 
 
-class Interrupted(Exception):
-    """SIGTERM / SIGINT arrived: the grid point in flight is abandoned, the completed ones are on disk."""
+class Interrupted(BaseException):
+    """SIGTERM / SIGINT arrived: the grid point in flight is abandoned, the completed ones are on disk.
+
+    A BaseException, as KeyboardInterrupt is: the signal handler raises it wherever the main thread is, and a
+    generic ``except Exception`` there must not swallow it (measured: one arriving inside ``log.info`` was caught
+    by logging's ``Handler.handleError``, printed as a logging error, and the sweep ran on to exit code 0)."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

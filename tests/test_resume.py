@@ -167,6 +167,30 @@ def test_a_signal_during_the_writes_is_raised_after_them():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def test_a_signal_inside_a_log_call_is_not_swallowed():
+    """A signal that lands while a log record is being written (a handler that raises stands in for the signal
+    arriving inside emit) still stops the job: logging's handleError catches Exception, not the interruption."""
+    import logging
+
+    class Arrives(logging.Handler):
+        def emit(self, record):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)
+            except Exception:  # what logging.StreamHandler.emit does with an error: handleError, then go on
+                self.handleError(record)
+
+    logger = logging.getLogger("spectune.test.signal")
+    handler = Arrives()
+    logger.addHandler(handler)
+    try:
+        with resume.stop_on_signals(), pytest.raises(resume.Interrupted) as stop:
+            logger.warning("a table line")
+        assert stop.value.exit_code == 143
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_a_requeued_submitit_job_resumes_on_its_own(tmp_path, monkeypatch):
     cfg = _cfg(resume=False)
     monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
