@@ -153,7 +153,6 @@ class ModelBased(DraftLengthPolicy):
         self.first_stop = 0  # the smallest row γ this cycle (told path): no row stops at an earlier step
         self.since = 0  # cycles since the last refresh
         self.pending: list[tuple[list[int] | None, CycleFeedback]] = []  # outcomes not learned from yet
-        self.steps = 0
 
     # -- estimates ----------------------------------------------------------------------------------------
     def pooled_rates(self) -> np.ndarray:
