@@ -151,7 +151,7 @@ class Profile:
     def costs(self, batch: int) -> CycleCosts:
         """The costs of a cycle at ``batch`` rows."""
         return CycleCosts(self.t_draft(batch), self.verify_times(batch), self.overhead(batch),
-                          self.t_first_draft(batch) if self.t_first_draft_s else None)
+                          self.t_first_draft(batch))
 
     def cycle_s(self, depth: int, batch: int) -> float:
         """A whole cycle at ``batch`` rows: ``depth`` draft steps, verification of depth+1 positions, the overhead."""

@@ -71,10 +71,9 @@ def measure_costs(engine: Any, requests: list[Request], sizes: list[int], max_de
             verify[b].append(statistics.fmean(c.verify_s for c in cycles))
             rests += [c.rest_s for c in cycles]
             for c in cycles:
-                if c.draft_step_s:
-                    marks = [0.0, *c.draft_step_s]
-                    firsts.append(marks[1])
-                    steps += [t1 - t0 for t0, t1 in itertools.pairwise(marks[1:])]
+                if c.draft_step_s:  # step end times from the cycle's start
+                    firsts.append(c.draft_step_s[0])
+                    steps += [t1 - t0 for t0, t1 in itertools.pairwise(c.draft_step_s)]
         first[b] = statistics.fmean(firsts) if firsts else 0.0
         draft[b] = statistics.fmean(steps) if steps else first[b]  # max_depth 1: no later step to tell apart
         overhead[b] = statistics.fmean(rests)

@@ -249,7 +249,7 @@ class Session:
     def draft_step(self, signals: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
         """One draft step for every slot; returns the drafted tokens ``x``, their law ``q`` and ``signals``."""
         assert self._open and self.proposer is not None
-        depth = self.proposer.depth if self._started else 0
+        depth = self.depth
         if not self._started:
             self.proposer.begin(self.last)
             self._started = True

@@ -115,8 +115,8 @@ class ProfileSet:
             return index, costs
         d, s = np.exp(rng.uniform(-self.jitter, self.jitter, size=2))
         verify = costs.t_verify
-        first = None if costs.t_first_draft is None else costs.t_first_draft * d
-        return index, CycleCosts(costs.t_draft * d, verify[0] + s * (verify - verify[0]), costs.overhead, first)
+        return index, CycleCosts(costs.t_draft * d, verify[0] + s * (verify - verify[0]), costs.overhead,
+                                 costs.first_draft * d)
 
 
 BACKENDS = ("replay", "live")
