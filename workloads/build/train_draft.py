@@ -203,12 +203,20 @@ def main() -> None:
     parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
     parser.add_argument("--sample-until", default=None, help="UTC time HH:MM: train on the teacher data sampled "
                         "by then (recorded)")
+    parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
+                        "and exit (two such processes on disjoint rounds use both cores; then train with --rounds B)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
                             ("--vocab-from", args.vocab_from, 1)):
         if value is not None and value < lo:
             parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
+    sample_rounds = None
+    if args.sample_rounds is not None:
+        a, _, b = args.sample_rounds.partition(":")
+        if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
+            parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
+        sample_rounds = range(int(a), int(b))
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, vocab_from=args.vocab_from)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)  # CPU training slowed 4x on denormals without it
@@ -234,11 +242,14 @@ def main() -> None:
         return args.sample_until is not None and time.strftime("%H:%M", time.gmtime()) >= args.sample_until
 
     train = []
-    for r in range(recipe.rounds):
+    for r in sample_rounds or range(recipe.rounds):
         train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
                             progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"),
                             late=sampling_late, **kw)
     gen_minutes = (time.time() - started) / 60
+    if sample_rounds is not None:
+        log.info(f"sampled rounds {args.sample_rounds}: {len(train)} sequences ({gen_minutes:.1f} min); not training")
+        return
     log.info(f"teacher data: {len(train)} sequences, {sum(len(s.continuation) for s in train)} positions "
              f"({gen_minutes:.1f} min)")
 
