@@ -66,8 +66,8 @@ class Recipe:
     # the target's first two layers: an untrained [0, 1] draft already gives Σ min(p, q) ≈ 0.06 on held-out
     # English, [0, 29] (first + last) ≈ 0.0 (the last layer expects late features)
     layers: list[int] = field(default_factory=lambda: [0, 1])
-    # the tied embedding/head stays the target's own rows: the teacher data is small (~15k positions in the
-    # time box here), and 2 layers learning to map into the target's output space overfit less than 14M weights
+    # the tied embedding/head stays the target's own rows (the first runs: ~15k, then 515k teacher positions);
+    # --train-embedding trains it too (7M more weights, no cost at inference) once the data can support it
     freeze_embedding: bool = True
     batch_size: int = 16
     steps: int = 300
@@ -205,6 +205,8 @@ def main() -> None:
                         "by then (recorded)")
     parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
                         "and exit (two such processes on disjoint rounds use both cores; then train with --rounds B)")
+    parser.add_argument("--train-embedding", action="store_true", help="train the tied embedding/head too (kept "
+                        "frozen at the target's rows by default)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
@@ -217,7 +219,8 @@ def main() -> None:
         if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
             parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
         sample_rounds = range(int(a), int(b))
-    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, vocab_from=args.vocab_from)
+    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, vocab_from=args.vocab_from,
+                    freeze_embedding=not args.train_embedding)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)  # CPU training slowed 4x on denormals without it
     torch.manual_seed(recipe.seed)
@@ -268,15 +271,25 @@ def main() -> None:
     opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay)
     ckpt = work / "checkpoint.pt"
     step, train_minutes, curve = 0, 0.0, []
+    fresh_optimizer_at: list[int] = []  # steps where the trainable weights changed and AdamW restarted
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
-        key = "model.embed_tokens.weight"  # the frozen rows are the target's rows of the chosen vocabulary
-        if recipe.freeze_embedding and not torch.equal(state["draft"][key][:rows], draft.state_dict()[key][:rows]):
+        # the vocabulary the checkpoint was trained with: its map, or (a checkpoint from before the map was kept,
+        # trained with a frozen embedding) its embedding rows, the target's rows of that vocabulary
+        key = "model.embed_tokens.weight"
+        same = torch.equal(state["draft_to_target"], d2t) if "draft_to_target" in state \
+            else torch.equal(state["draft"][key][:rows], draft.state_dict()[key][:rows])
+        if not same:
             raise SystemExit(f"error: the checkpoint {ckpt} was trained with another draft vocabulary: pass the "
                              "--vocab-from it was chosen with (TRAINING.json) or start in a new --work folder")
         draft.load_state_dict(state["draft"])
-        opt.load_state_dict(state["opt"])
         step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
+        if state.get("freeze_embedding", True) == recipe.freeze_embedding:
+            opt.load_state_dict(state["opt"])
+        else:  # other weights train now: AdamW's moments start afresh (recorded)
+            fresh_optimizer_at.append(step)
+            log.info(f"the trainable weights changed at step {step}: a fresh optimizer")
+        fresh_optimizer_at[:0] = state.get("fresh_optimizer_at", [])
         log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
     else:
         curve.append({"step": 0, "train_minutes": 0.0, "alpha_lb": evaluate(draft, val, t2d, rows),
@@ -306,19 +319,23 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         train_minutes += (time.time() - t0) / 60
-        bar.set_postfix(kl=f"{float(losses['kl'].mean()):.3f}", tv=f"{float(losses['tv'].mean()):.3f}")
+        kl, tv = float(losses["kl"].detach().mean()), float(losses["tv"].detach().mean())
+        bar.set_postfix(kl=f"{kl:.3f}", tv=f"{tv:.3f}")
         done = step + 1
         late = args.stop_at is not None and time.strftime("%H:%M", time.gmtime()) >= args.stop_at
         if done % recipe.eval_every == 0 or done == recipe.steps or late:
             curve.append({"step": done, "train_minutes": round(train_minutes, 2),
                           "alpha_lb": evaluate(draft, val, t2d, rows), "load_avg": os.getloadavg()[0],
-                          "train_kl": float(losses["kl"].mean()), "train_tv": float(losses["tv"].mean())})
+                          "train_kl": kl, "train_tv": tv})
             log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}")
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "step": done,
+                        "draft_to_target": d2t, "freeze_embedding": recipe.freeze_embedding,
+                        "fresh_optimizer_at": fresh_optimizer_at,
                         "train_minutes": train_minutes, "curve": curve}, tmp)
             tmp.replace(ckpt)
-            record = {"recipe": asdict(recipe), "steps_done": done, "stopped_early": late and done < recipe.steps,
+            record = {"recipe": asdict(recipe), "fresh_optimizer_at": fresh_optimizer_at, "steps_done": done,
+                      "stopped_early": late and done < recipe.steps,
                       "sample_until": args.sample_until, "stop_at": args.stop_at,
                       "teacher": {"model": TARGET, **source, "sequences": len(train),
                                   "positions": sum(len(s.continuation) for s in train),
