@@ -1,0 +1,77 @@
+"""`python -m workloads.build.select_draft DIR [DIR ...]`: compare candidate smollm2 drafts on a selection set.
+
+Choosing between two training recipes by the held-out curve would select on prompts that ``task=acceptance``
+later reports (the curve's 8 per language are among its 16). The selection set is another slice of the held-out
+prompts: numbers ``SELECT`` of each bundled workload's default seeded shuffle, past every prefix an evaluation
+takes (``task=acceptance``/``bench``: 16, ``policies.evaluate``: 96) and never trained on (training starts past
+128). The target samples one continuation per prompt (T = 1, seeded, shards in the work folder); each candidate
+is scored by the curve's measure, Σ over the teacher's top-k ids inside the draft vocabulary of min(p, q) (a lower
+bound of α), per language.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from harness.models import draft_vocab
+from workloads.build.teacher_data import sample_set, split_prompts
+from workloads.build.train_draft import LANGS, Recipe, evaluate, load_target
+
+log = logging.getLogger(__name__)
+SELECT = slice(96, 128)
+
+
+def selection_set(work: Path, recipe: Recipe):
+    """The target's continuations of the selection prompts (sampled once, then read from ``work/select``)."""
+    target, tokenizer, _ = load_target(getattr(torch, recipe.teacher_dtype))
+    prompts = []
+    for lang in LANGS:
+        _, held_out = split_prompts(tokenizer, lang, recipe.holdout, seed=recipe.seed)
+        prompts += [(lang, p) for p in held_out[SELECT]]
+    eos = tokenizer.eos_token_id
+    return sample_set(target, prompts, work / "select", recipe.gen_batch, max_new=recipe.max_new_tokens,
+                      top_k=recipe.top_k, eos=eos, pad=eos, seed=recipe.seed + 2, progress=lambda x: x)
+
+
+def score(directory: Path, seqs) -> dict[str, float]:
+    from transformers import LlamaForCausalLM
+
+    draft = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    d2t = load_file(str(directory / draft_vocab.MAP_FILE))["draft_to_target"]
+    rows = d2t.numel()
+    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, draft.config.to_dict()[
+        draft_vocab.CONFIG_KEY]["full_vocab_size"]), rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("drafts", type=Path, nargs="+", help="draft folders (as train_draft --out writes them)")
+    parser.add_argument("--work", type=Path, default=None, help="where the selection shards live (default: the cache)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for directory in args.drafts:
+        if not (directory / draft_vocab.MAP_FILE).is_file():
+            parser.error(f"{directory} is not a reduced-vocabulary draft folder (no {draft_vocab.MAP_FILE})")
+    recipe = Recipe()
+    torch.set_num_threads(recipe.threads)
+    from harness.models.gguf import cache_root
+
+    work = args.work or cache_root() / "train_draft" / f"seed{recipe.seed}"
+    seqs = selection_set(work, recipe)
+    positions = {lang: sum(len(s.continuation) for s in seqs if s.language == lang) for lang in LANGS}
+    print(f"selection set: held-out prompts {SELECT.start}..{SELECT.stop - 1} per language, positions {positions}")
+    print("| draft | " + " | ".join(LANGS) + " | mean |")
+    print("|---|" + "---:|" * (len(LANGS) + 1))
+    for directory in args.drafts:
+        alpha = score(directory, seqs)
+        print(f"| {directory} | " + " | ".join(f"{alpha[lang]:.4f}" for lang in LANGS)
+              + f" | {sum(alpha.values()) / len(alpha):.4f} |")
+
+
+if __name__ == "__main__":
+    main()
