@@ -4,6 +4,9 @@ known answers on hand-built laws (the training run itself needs the real target 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -64,3 +67,12 @@ def test_the_vocabulary_is_the_ids_with_most_teacher_mass_plus_the_specials_sort
     # mass: id 2 0.8, id 4 0.9, id 5 0.6, id 1 0.1; special id 0 always in
     assert choose_vocab(seqs, 3, specials=[0], vocab_size=6).tolist() == [0, 2, 4]
     assert choose_vocab(seqs, 4, specials=[0], vocab_size=6).tolist() == [0, 2, 4, 5]
+
+
+def test_select_draft_refuses_a_folder_that_is_not_a_draft_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "workloads.build.select_draft", str(tmp_path)],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: draft folder {str(tmp_path)!r} holds no draft_vocab.safetensors: give folders that python -m "
+        "workloads.build.train_draft --out wrote"]

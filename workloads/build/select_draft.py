@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import torch
@@ -56,7 +57,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for directory in args.drafts:
         if not (directory / draft_vocab.MAP_FILE).is_file():
-            parser.error(f"{directory} is not a reduced-vocabulary draft folder (no {draft_vocab.MAP_FILE})")
+            sys.stderr.write(f"error: draft folder {str(directory)!r} holds no {draft_vocab.MAP_FILE}: give folders "
+                             "that python -m workloads.build.train_draft --out wrote\n")
+            raise SystemExit(2)
     recipe = Recipe()
     torch.set_num_threads(recipe.threads)
     from harness.models.gguf import cache_root
