@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -160,19 +160,21 @@ class Profile:
                                 f"0..{self.max_positions - 1}")
         return float(self.costs(batch).cycle_s(depth))
 
-    def scaled(self, draft: float = 1.0, verify_slope: float = 1.0, overhead: float = 1.0,
+    def scaled(self, draft: float = 1.0, verify_slope: float = 1.0, overhead: float = 1.0, ar_step: float = 1.0,
                label: str | None = None) -> Profile:
-        """A synthetic neighbour: draft steps × ``draft``, the verification's per-position slope × ``verify_slope``,
-        overhead × ``overhead`` (the AR step unchanged). Used to sample hardware per training episode."""
-        verify = {b: [v[0] + verify_slope * (x - v[0]) for x in v] for b, v in self.t_verify_s.items()}
-        return Profile(label or f"{self.label} (scaled)", list(self.batch_sizes), self.max_positions,
-                       {b: t * draft for b, t in self.t_draft_s.items()}, verify,
-                       {b: t * overhead for b, t in self.overhead_s.items()}, True,
-                       [*self.notes, f"scaled: draft x{draft:g}, verify slope x{verify_slope:g}, "
-                                     f"overhead x{overhead:g}"],
-                       self.models, self.hardware, dict(self.interpolated),
-                       t_first_draft_s={b: t * draft for b, t in self.t_first_draft_s.items()}
-                       if self.t_first_draft_s else None)
+        """A synthetic neighbour: draft steps (the first included) × ``draft``, the verification's per-position slope
+        × ``verify_slope``, its first position (the AR step) × ``ar_step``, overhead × ``overhead``. Used to sample
+        hardware per training episode, and by :func:`policies.calibrate.calibrate_profile` (which keeps the source's
+        notes, fit and metadata on top)."""
+        return replace(
+            self, label=label or f"{self.label} (scaled)", batch_sizes=list(self.batch_sizes),
+            t_draft_s={b: t * draft for b, t in self.t_draft_s.items()},
+            t_verify_s={b: [ar_step * v[0] + verify_slope * (x - v[0]) for x in v] for b, v in self.t_verify_s.items()},
+            overhead_s={b: t * overhead for b, t in self.overhead_s.items()}, synthetic=True,
+            notes=[*self.notes, f"scaled: draft x{draft:g}, verify slope x{verify_slope:g}, AR step x{ar_step:g}, "
+                                f"overhead x{overhead:g}"],
+            interpolated=dict(self.interpolated), fit={}, metadata={},
+            t_first_draft_s={b: t * draft for b, t in self.t_first_draft_s.items()} if self.t_first_draft_s else None)
 
     # -- (de)serialisation --------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

@@ -71,15 +71,12 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame) ->
            "grid_rate": rate, "replay_rate": per,
            "grid_tok_s": {int(g): float(r) for g, r in zip(gammas, ok[rate], strict=True)},
            "from_profile": profile.label}
-    verify = {b: [alpha * v[0] + beta * (x - v[0]) for x in v] for b, v in profile.t_verify_s.items()}
     calibrated = dataclasses.replace(
-        profile, label=f"{profile.label} (calibrated to the live grid)",
-        t_draft_s={b: beta * t for b, t in profile.t_draft_s.items()}, t_verify_s=verify,
-        t_first_draft_s={b: beta * t for b, t in profile.t_first_draft_s.items()} if profile.t_first_draft_s else None,
-        overhead_s={b: alpha * t for b, t in profile.overhead_s.items()},
+        profile.scaled(draft=beta, verify_slope=beta, overhead=alpha, ar_step=alpha),
+        label=f"{profile.label} (calibrated to the live grid)", synthetic=profile.synthetic,
         notes=[*profile.notes, "scaled so that replay at every fixed depth matches the grid search's live tokens/s "
                                "(policies.calibrate)"],
-        fit={**profile.fit, "calibration": fit})
+        fit={**profile.fit, "calibration": fit}, metadata=profile.metadata)
     log.info("profile calibrated to the live grid: AR step and overhead × %.3f, per-depth costs × %.3f; residual "
              "by γ: %s", alpha, beta, " ".join(f"{g}:{r:+.1f}%" for g, r in residual.items()))
     return calibrated, fit

@@ -59,6 +59,10 @@ def test_first_draft_step_is_charged_apart():
                                                                        costs.first_draft + 2 * costs.t_draft])
     scaled = p.scaled(draft=2.0)
     assert scaled.t_first_draft(1) == pytest.approx(0.003) and scaled.t_draft(1) == pytest.approx(0.002)
+    both = p.scaled(ar_step=2.0, verify_slope=0.5)  # the AR step and the per-position slope apart
+    assert both.t_verify(1, 1) == pytest.approx(2 * p.t_verify(1, 1))
+    assert both.t_verify(1, 3) - both.t_verify(1, 1) == pytest.approx(0.5 * (p.t_verify(1, 3) - p.t_verify(1, 1)))
+    assert both.synthetic and both.t_draft(1) == p.t_draft(1) and both.overhead(1) == p.overhead(1)
     assert load_profile_json(p.to_json()).t_first_draft_s == {1: 0.0015, 4: 0.003}
     assert "t_first_draft_s" not in plain.to_json() and load_profile_json(plain.to_json()).t_first_draft_s is None
 
