@@ -58,25 +58,30 @@ class _Ewm:
         return self.total / self.weight
 
 
-class _Line:
-    """Seconds against a size (positions verified, draft steps): an exponentially weighted mean per measured size
-    and the least-squares line through those means (slope ≥ 0), refitted after an observation, not per decision
-    (a decision is made for every row). With one size measured, ``fallback(size, seconds)`` gives the line."""
+class CycleCosts:
+    """What a cycle costs at one batch size, measured from the run's own cycles (synchronised seconds)."""
 
-    def __init__(self, halflife: float, fallback) -> None:
-        self.halflife, self.fallback = halflife, fallback
-        self.means: dict[int, _Ewm] = {}
-        self._fit: tuple[float, float] | None = None
+    def __init__(self, halflife: float, verify_slope: float) -> None:
+        self.halflife, self.verify_slope = halflife, verify_slope
+        self.step = _Ewm(halflife)  # one draft step
+        self.rest = _Ewm(halflife)  # the cycle's own work outside drafting and verification
+        self.verify: dict[int, _Ewm] = {}  # positions verified -> verification time
+        self._line: tuple[float, float] | None = None  # the verification line, refitted after an observation
 
-    def update(self, size: int, seconds: float) -> None:
-        self.means.setdefault(size, _Ewm(self.halflife)).update(seconds)
-        self._fit = None
+    def observe(self, steps: int, feedback: CycleFeedback) -> None:
+        if steps > 0:
+            self.step.update(feedback.draft_s / steps)
+        self.verify.setdefault(steps + 1, _Ewm(self.halflife)).update(feedback.verify_s)
+        self.rest.update(max(0.0, feedback.cycle_s - feedback.draft_s - feedback.verify_s))
+        self._line = None
 
-    def fit(self) -> tuple[float, float]:
-        """(intercept, slope)."""
-        if self._fit is None:
-            n = np.array(sorted(self.means), dtype=float)
-            t = np.array([self.means[int(k)].mean for k in n])
+    def line(self) -> tuple[float, float]:
+        """(intercept, slope) of the verification time against positions verified: least squares through the
+        measured means (slope ≥ 0); with one size measured, the prior slope as a fraction of that time per
+        position. Fitted once per observation, not per decision (a decision is made for every row)."""
+        if self._line is None:
+            n = np.array(sorted(self.verify), dtype=float)
+            t = np.array([self.verify[int(k)].mean for k in n])
             if len(n) >= 2:  # closed-form least squares: np.polyfit's SVD costs ~50 µs a call
                 dn = n - n.mean()
                 slope = float((dn * (t - t.mean())).sum() / (dn * dn).sum())
@@ -84,50 +89,19 @@ class _Line:
                 if slope < 0:
                     slope, intercept = 0.0, float(t.mean())
             else:
-                intercept, slope = self.fallback(float(n[0]), float(t[0]))
-            self._fit = (intercept, slope)
-        return self._fit
-
-    def __call__(self, sizes: np.ndarray) -> np.ndarray:
-        intercept, slope = self.fit()
-        return np.maximum(intercept + slope * sizes, 1e-9)
-
-
-class CycleCosts:
-    """What a cycle costs at one batch size, measured from the run's own cycles (synchronised seconds).
-
-    Drafting is a line in the steps drafted, not steps × a mean step: a cycle's first draft step also feeds the
-    draft the tokens the last cycle emitted and costs more than a later one (measured by ``task=profile``: 5.6–6.1
-    against 4.9–5.5 ms on smollm2), which a per-step mean spreads over every depth, making γ = 1 look cheaper
-    against γ = 0 than it is. Until two depths were measured the line goes through the origin (the mean step).
-    """
-
-    def __init__(self, halflife: float, verify_slope: float) -> None:
-        self.halflife, self.verify_slope = halflife, verify_slope
-        self.draft = _Line(halflife, lambda n, t: (0.0, t / n))  # steps drafted -> drafting time
-        # positions verified -> verification time; one size measured: the prior slope, a fraction of it per position
-        self.verify = _Line(halflife, lambda n, t: (t - verify_slope * t * n, verify_slope * t))
-        self.rest = _Ewm(halflife)  # the cycle's own work outside drafting and verification
-
-    def observe(self, steps: int, feedback: CycleFeedback) -> None:
-        if steps > 0:
-            self.draft.update(steps, feedback.draft_s)
-        self.verify.update(steps + 1, feedback.verify_s)
-        self.rest.update(max(0.0, feedback.cycle_s - feedback.draft_s - feedback.verify_s))
-
-    @property
-    def drafted(self) -> bool:
-        return bool(self.draft.means)
+                slope = self.verify_slope * float(t[0])
+                intercept = float(t[0] - slope * n[0])
+            self._line = (intercept, slope)
+        return self._line
 
     def verify_s(self, positions: np.ndarray) -> np.ndarray:
-        """Verification time at each number of positions."""
-        return self.verify(positions)
+        """Verification time at each number of positions (:meth:`line`)."""
+        intercept, slope = self.line()
+        return np.maximum(intercept + slope * positions, 1e-9)
 
-    def cycle_s(self, depths: np.ndarray, draft: _Line | None) -> np.ndarray:
-        """A whole cycle at each depth: drafting on ``draft``'s line (none at depth 0; free when ``draft`` is None:
-        nothing measured yet), verification of depth + 1 positions, the rest."""
-        drafting = np.where(depths > 0, draft(depths), 0.0) if draft is not None else 0.0
-        return drafting + self.verify_s(depths + 1.0) + self.rest.mean
+    def cycle_s(self, depths: np.ndarray, step_s: float) -> np.ndarray:
+        """A whole cycle at each depth: draft steps of ``step_s``, verification of depth + 1 positions, the rest."""
+        return depths * step_s + self.verify_s(depths + 1.0) + self.rest.mean
 
 
 class ModelBased(DraftLengthPolicy):
@@ -196,13 +170,13 @@ class ModelBased(DraftLengthPolicy):
         accepted, trials = own[0, 1:], own[1, 1:]
         return (accepted + self.prior_strength * pooled) / np.maximum(trials + self.prior_strength, 1e-12)
 
-    def seconds(self, costs: tuple[CycleCosts, _Line | None] | None) -> np.ndarray | None:
+    def seconds(self, costs: tuple[CycleCosts, float] | None) -> np.ndarray | None:
         """The cycle's seconds at each γ in min_gamma..ceiling (None before any cycle was measured): computed once
         per cycle, not per row."""
         if costs is None:
             return None
-        cycle, draft = costs
-        return cycle.cycle_s(np.arange(self.min_gamma, self.ceiling + 1, dtype=float), draft)
+        cycle, step_s = costs
+        return cycle.cycle_s(np.arange(self.min_gamma, self.ceiling + 1, dtype=float), step_s)
 
     def choose(self, rates: np.ndarray, seconds: np.ndarray | None) -> int:
         """argmax over γ of E(γ) / seconds(γ) (:meth:`seconds`); the ceiling while nothing was measured."""
@@ -211,18 +185,18 @@ class ModelBased(DraftLengthPolicy):
         speed = expected_tokens(rates)[self.min_gamma:] / seconds
         return self.min_gamma + int(np.argmax(speed))  # ties to the smaller γ
 
-    def costs_at(self, batch_size: int) -> tuple[CycleCosts, _Line | None] | None:
-        """The costs measured at the nearest batch size, and the drafting line of the nearest one where drafting
-        was measured (a batch size that only ran plain target steps has not measured it; None: none has)."""
+    def costs_at(self, batch_size: int) -> tuple[CycleCosts, float] | None:
+        """The costs measured at the nearest batch size, and the draft step's at the nearest one where a draft
+        step was measured (a batch size that only ran plain target steps has not measured one)."""
         if not self.costs:
             return None
 
         def nearest(sizes: list[int]) -> int:
             return min(sizes, key=lambda b: (abs(b - batch_size), b))
 
-        drafted = [b for b, c in self.costs.items() if c.drafted]
-        draft = self.costs[nearest(drafted)].draft if drafted else None
-        return self.costs[nearest(list(self.costs))], draft
+        drafted = [b for b, c in self.costs.items() if c.step.weight]
+        step_s = self.costs[nearest(drafted)].step.mean if drafted else 0.0
+        return self.costs[nearest(list(self.costs))], step_s
 
     # -- the protocol -------------------------------------------------------------------------------------
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
