@@ -252,8 +252,8 @@ class ModelBased(DraftLengthPolicy):
             self.limits = {row: self.default if row in self.rows.new_rows else self.limits.get(row, self.default)
                            for row in busy}
             self.limits = {row: max(1, gamma) for row, gamma in self.limits.items()}  # step 0 is drafted already
-        if all(gamma > step.step + 1 for gamma in self.limits.values()):
-            return None  # nobody stops here: no host sync
+        if all(gamma != step.step + 1 for gamma in self.limits.values()):
+            return None  # nobody stops here (rows that stopped at an earlier step stay stopped): no host sync
         limit = torch.tensor([self.limits.get(row, 0) for row in range(step.active.shape[0])],
                              device=step.active.device)
         return limit > step.step + 1

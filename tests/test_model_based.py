@@ -149,3 +149,20 @@ def test_told_the_requests_every_row_is_chosen_before_drafting_and_drafts_its_ow
     assert {gamma for gamma, _ in policy.record} != {5}  # it did choose: not the ceiling throughout
     assert all(policy.refreshes) == (refresh == 1)
     assert len(policy.pending) <= refresh  # at most the cycles since the last refresh are queued
+
+
+def test_a_decision_is_made_only_at_steps_where_some_row_stops():
+    """Rows at γ 1, 3 and 5 in a cycle drafting 5 (the drafting loop asks after steps 0..3, never after the last):
+    decisions at steps 0 and 2 only. A row that stopped earlier stays stopped without one (a decision at every step
+    after the first stop was a host sync per step for nothing)."""
+    policy = _policy(gamma=5)
+    policy.before_cycle([0, 1, 2], [7, 8, 9])
+    policy.begin_cycle(3)
+    policy.limits, policy.first_stop = {0: 1, 1: 3, 2: 5}, 1
+    decided = []
+    for s in range(4):
+        keep = policy.continue_drafting(DraftStep(step=s, active=torch.ones(3, dtype=torch.bool),
+                                                  context_length=torch.tensor([10, 10, 10]), batch_size=3))
+        if keep is not None:
+            decided.append((s, keep.tolist()))
+    assert decided == [(0, [False, True, True]), (2, [False, False, True])]
