@@ -99,11 +99,17 @@ def wrap(model: Any, draft_to_target: torch.Tensor, full_vocab_size: int) -> Any
 
 def load(directory: str | Path, **kwargs: Any) -> Any:
     """``from_pretrained`` on the stored checkpoint, then :func:`wrap` with its id map."""
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    directory = Path(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, **kwargs)
-    meta = getattr(model.config, CONFIG_KEY, None) or {}
-    d2t = load_file(str(directory / MAP_FILE))["draft_to_target"]
-    return wrap(model, d2t, int(meta.get("full_vocab_size", int(d2t.max()) + 1)))
+    return wrap(model, *read_map(directory, model.config))
+
+
+def read_map(directory: str | Path, config: Any) -> tuple[torch.Tensor, int]:
+    """The stored draft→target id map and the target's vocabulary size (the config's, else the map's largest id
+    + 1)."""
+    from safetensors.torch import load_file
+
+    meta = getattr(config, CONFIG_KEY, None) or {}
+    d2t = load_file(str(Path(directory) / MAP_FILE))["draft_to_target"]
+    return d2t, int(meta.get("full_vocab_size", int(d2t.max()) + 1))

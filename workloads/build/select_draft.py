@@ -17,13 +17,11 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from harness.models import draft_vocab
 from workloads.build.teacher_data import sample_set, split_prompts
-from workloads.build.train_draft import LANGS, Recipe, evaluate, load_target
+from workloads.build.train_draft import LANGS, Recipe, evaluate, load_target, work_folder
 
-log = logging.getLogger(__name__)
 SELECT = slice(96, 128)
 
 
@@ -43,10 +41,8 @@ def score(directory: Path, seqs) -> dict[str, float]:
     from transformers import LlamaForCausalLM
 
     draft = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
-    d2t = load_file(str(directory / draft_vocab.MAP_FILE))["draft_to_target"]
-    rows = d2t.numel()
-    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, draft.config.to_dict()[
-        draft_vocab.CONFIG_KEY]["full_vocab_size"]), rows)
+    d2t, full_vocab_size = draft_vocab.read_map(directory, draft.config)
+    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, full_vocab_size), d2t.numel())
 
 
 def main() -> None:
@@ -56,16 +52,13 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for directory in args.drafts:
-        if not (directory / draft_vocab.MAP_FILE).is_file():
+        if not draft_vocab.is_reduced(directory):
             sys.stderr.write(f"error: draft folder {str(directory)!r} holds no {draft_vocab.MAP_FILE}: give folders "
                              "that python -m workloads.build.train_draft --out wrote\n")
             raise SystemExit(2)
     recipe = Recipe()
     torch.set_num_threads(recipe.threads)
-    from harness.models.gguf import cache_root
-
-    work = args.work or cache_root() / "train_draft" / f"seed{recipe.seed}"
-    seqs = selection_set(work, recipe)
+    seqs = selection_set(args.work or work_folder(recipe), recipe)
     positions = {lang: sum(len(s.continuation) for s in seqs if s.language == lang) for lang in LANGS}
     print(f"selection set: held-out prompts {SELECT.start}..{SELECT.stop - 1} per language, positions {positions}")
     print("| draft | " + " | ".join(LANGS) + " | mean |")

@@ -87,6 +87,13 @@ def load_target(dtype: torch.dtype):
     return model, AutoTokenizer.from_pretrained(folder), info
 
 
+def work_folder(recipe: Recipe) -> Path:
+    """Where teacher shards and checkpoints of this seed live by default (the cache)."""
+    from harness.models.gguf import cache_root
+
+    return cache_root() / "train_draft" / f"seed{recipe.seed}"
+
+
 def choose_vocab(seqs: list[Sequence], size: int, specials: list[int], vocab_size: int) -> torch.Tensor:
     """The ``size`` ids with the most teacher mass over all sampled steps (specials always in), sorted."""
     mass = torch.zeros(vocab_size, dtype=torch.float64)
@@ -224,9 +231,7 @@ def main() -> None:
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)  # CPU training slowed 4x on denormals without it
     torch.manual_seed(recipe.seed)
-    from harness.models.gguf import cache_root
-
-    work = args.work or cache_root() / "train_draft" / f"seed{recipe.seed}"
+    work = args.work or work_folder(recipe)
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
@@ -274,6 +279,7 @@ def main() -> None:
     fresh_optimizer_at: list[int] = []  # steps where the trainable weights changed and AdamW restarted
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
+        fresh_optimizer_at = list(state.get("fresh_optimizer_at", []))
         # the vocabulary the checkpoint was trained with: its map, or (a checkpoint from before the map was kept,
         # trained with a frozen embedding) its embedding rows, the target's rows of that vocabulary
         key = "model.embed_tokens.weight"
@@ -289,7 +295,6 @@ def main() -> None:
         else:  # other weights train now: AdamW's moments start afresh (recorded)
             fresh_optimizer_at.append(step)
             log.info(f"the trainable weights changed at step {step}: a fresh optimizer")
-        fresh_optimizer_at[:0] = state.get("fresh_optimizer_at", [])
         log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
     else:
         curve.append({"step": 0, "train_minutes": 0.0, "alpha_lb": evaluate(draft, val, t2d, rows),
