@@ -25,9 +25,10 @@ def _forward_arguments(model_class: type) -> tuple[str, bool, bool]:
     """(name of the KV-cache argument, takes ``cache_position``, takes ``logits_to_keep``) for this class.
 
     transformers 5.24 renamed ``past_key_values`` to ``cache`` and derives cache positions itself;
-    older 5.x releases (the GPU machine has 5.17) still want ``past_key_values`` + ``cache_position``.
+    older 5.x releases (the GPU machine has 5.17) still want ``past_key_values`` + ``cache_position``. A model
+    that wraps a transformers model names the class it passes them on to as ``forward_like``.
     """
-    params = inspect.signature(model_class.forward).parameters
+    params = inspect.signature(getattr(model_class, "forward_like", model_class).forward).parameters
     name = "cache" if "cache" in params else "past_key_values"
     return name, "cache_position" in params, "logits_to_keep" in params
 
@@ -108,11 +109,12 @@ class SlotKV:
         return self.valid.shape[1]
 
     def forward(self, model: torch.nn.Module, tokens: torch.Tensor, new_valid: torch.Tensor | None = None,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, features: torch.Tensor | None = None) -> torch.Tensor:
         """Feed ``tokens [B, n]``; ``new_valid [B, n]`` says which are real (False = padding dummy; None = all real).
 
         Real tokens of a row get consecutive positions from the row's ``next_pos``. Returns logits
-        [B, n, V], or [B, 1, V] for the last column when ``last_only``.
+        [B, n, V], or [B, 1, V] for the last column when ``last_only``. ``features [B, n, H]`` go to a draft
+        that reads the target's features beside its tokens (:mod:`harness.models.feature_draft`).
         """
         n = tokens.shape[1]
         start = self._reserve(n)
@@ -129,7 +131,8 @@ class SlotKV:
         mask = attention_mask(self.valid, start, n, self._mask_width(), model)
         self._prepare_write(start, n)
         forward = self.forward_fn or model
-        out = forward(input_ids=tokens, attention_mask=mask, position_ids=positions,
+        extra = {} if features is None else {"features": features}
+        out = forward(input_ids=tokens, attention_mask=mask, position_ids=positions, **extra,
                       **model_kwargs(model, self.cache, start, n, last_only, self.device))
         self.next_pos = self.next_pos + advance
         return out.logits
@@ -242,20 +245,27 @@ class SlotKV:
                 layer.values = torch.cat([layer.values, pad.clone()], dim=2)
 
 
-def prefill_slots(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
+def prefill_slots(model: torch.nn.Module, kv: SlotKV, rows: list[int], prompts: list[list[int]],
+                  features: list[torch.Tensor] | None = None) -> torch.Tensor:
     """Run newly admitted prompts through ``model`` as one batch and load them into slots ``rows``.
 
     Shorter prompts are left-padded with masked dummy columns (never attended), so every row's last
     token is in the last column and only that column's logits are computed. Returns them, [k, V].
+    ``features`` ([len(prompt), H] each) go beside the tokens to a draft that reads them, padded alike.
     """
     longest = max(len(p) for p in prompts)
     tokens = torch.zeros(len(prompts), longest, dtype=torch.long)
     valid = torch.zeros(len(prompts), longest, dtype=torch.bool)
+    feats = None
+    if features is not None:
+        feats = features[0].new_zeros(len(prompts), longest, features[0].shape[-1])
     for i, prompt in enumerate(prompts):
         tokens[i, longest - len(prompt):] = torch.tensor(prompt)
         valid[i, longest - len(prompt):] = True
+        if feats is not None:
+            feats[i, longest - len(prompt):] = features[i]
     fresh = SlotKV(len(prompts), kv.device)
-    logits = fresh.forward(model, tokens.to(kv.device), valid.to(kv.device), last_only=True)
+    logits = fresh.forward(model, tokens.to(kv.device), valid.to(kv.device), last_only=True, features=feats)
     for i, row in enumerate(rows):
         kv.load_row(row, fresh, other_row=i)
     return logits[:, -1]

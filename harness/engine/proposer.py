@@ -44,19 +44,24 @@ class DraftProposer:
         # Static (compiled) caches want one first-step shape: always feed [pending or dummy, last].
         self.fixed_shapes = getattr(kv, "fixed_shapes", False)
 
-    def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
+    def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None) -> None:
+        """Load prompts into slots ``rows`` (``features``: the target's, read only by a proposer that uses them)."""
         prefill_slots(self.model, self.kv, rows, prompts)
         self.pending_valid[rows] = False
 
     def begin(self, last: torch.Tensor) -> None:
         """Start a cycle after ``last`` [B] (the newest emitted tokens)."""
-        batch = last.shape[0]
-        self._start_pos = self.kv.next_pos.clone()
+        self._open(last)
         if self.fixed_shapes or self.any_pending:
             self._feed = (torch.cat([self.pending, last.unsqueeze(1)], dim=1),
                           torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], dim=1))
         else:
             self._feed = (last.unsqueeze(1), None)
+
+    def _open(self, last: torch.Tensor) -> None:
+        """A cycle's bookkeeping: where the cache stood, no drafts yet, every row drafting."""
+        batch = last.shape[0]
+        self._start_pos = self.kv.next_pos.clone()
         self._drafted: list[torch.Tensor] = []
         self._laws: list[torch.Tensor] = []
         self.running = torch.ones(batch, dtype=torch.bool, device=self.device)
@@ -123,7 +128,7 @@ class DraftProposer:
                         self.num_drafts if self._early_stop else None)
 
     def rollback(self, context_length: torch.Tensor, accepted: torch.Tensor, proposal: Proposal,
-                 active: torch.Tensor, accepted_host: list[int]) -> None:
+                 active: torch.Tensor, accepted_host: list[int], features: torch.Tensor | None = None) -> None:
         """Roll back to ``last`` + the accepted drafts it has fed; remember an unfed last draft as pending."""
         gamma_run = proposal.tokens.shape[1]
         fed = gamma_run - 1  # the final draft is sampled but never fed to the draft model
@@ -134,7 +139,7 @@ class DraftProposer:
         self.pending_valid = (active & (accepted == gamma_run)).unsqueeze(1)
         self.any_pending = any(n == gamma_run for n in accepted_host)
 
-    def skip(self, last: torch.Tensor, active: torch.Tensor) -> None:
+    def skip(self, last: torch.Tensor, active: torch.Tensor, features: torch.Tensor | None = None) -> None:
         """A cycle without speculation (γ = 0): the draft has not seen ``last`` either; it joins the pending."""
         self.pending = torch.cat([self.pending, last.unsqueeze(1)], dim=1)
         self.pending_valid = torch.cat([self.pending_valid, active.unsqueeze(1)], dim=1)

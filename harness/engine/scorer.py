@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from harness.engine.kv import SlotKV, prefill_slots
+from harness.models.feature_draft import HiddenTap
 from harness.sampling import SamplingParams, warp
 
 
@@ -19,9 +20,19 @@ class TargetScorer:
     ``vocab_size`` keeps the first ids only (the tokenizer's): padding rows of the LM head are no token.
     """
 
-    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
+    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None,
+                 keep_features: bool = False):
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
         self.vocab_size = vocab_size
+        # A draft that reads the target's features needs the last hidden state of every position fed: kept by a
+        # hook on the final norm (computed anyway; no extra work).
+        self._tap = HiddenTap.on(model) if keep_features else None
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        """The target's last hidden state at every position of the latest prefill or scoring forward, [B, n, H]
+        (None unless the scorer keeps features)."""
+        return self._tap.last if self._tap is not None else None
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Load prompts into slots ``rows``; returns the laws of their first new tokens, [k, V]."""

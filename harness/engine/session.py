@@ -30,12 +30,14 @@ from typing import Protocol
 import torch
 
 from harness.engine.clock import DeviceClock, MemoryTracker
+from harness.engine.feature_proposer import FeatureProposer
 from harness.engine.kv import SlotKV
 from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from harness.engine.proposer import DraftProposer, Proposal
 from harness.engine.randomness import KeyedUniforms
 from harness.engine.records import CycleRecord, Request, RequestRecord
 from harness.engine.scorer import TargetScorer
+from harness.models.feature_draft import reads_features
 from harness.sampling import SamplingParams, draw
 from harness.sampling.rejection import RejectionSampler
 
@@ -128,10 +130,12 @@ class Session:
         self.speculative = engine.draft is not None
         self.on_finish, self.keep_laws = on_finish, keep_laws
         self.clock, self.device, self.sampling = engine.clock, engine.device, engine.sampling
+        features = reads_features(engine.draft)  # an EAGLE-style draft: the scorer keeps the target's features
         self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
-                                   engine.vocab_size)
-        self.proposer = (DraftProposer(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
-                                       engine.vocab_size) if self.speculative else None)
+                                   engine.vocab_size, keep_features=features)
+        proposer = FeatureProposer if features else DraftProposer
+        self.proposer = (proposer(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
+                                  engine.vocab_size) if self.speculative else None)
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
         if policy is not None:
             policy.reset()
@@ -201,7 +205,7 @@ class Session:
         prompts = [self.slots[row].input_ids for row in admitted]
         first_laws = self.scorer.prefill(admitted, prompts)
         if self.proposer is not None:
-            self.proposer.prefill(admitted, prompts)
+            self.proposer.prefill(admitted, prompts, self.scorer.features)
         rows = torch.tensor(admitted, device=self.device)
         position0 = torch.zeros(self.batch, dtype=torch.long, device=self.device)
         first = draw(first_laws, self.sampling, uniforms=self.keys.at("target", position0)[rows])
@@ -320,9 +324,10 @@ class Session:
         self.scorer.rollback(torch.where(active, context + accepted + 1, 0))
         if self.proposer is not None:
             if depth:
-                self.proposer.rollback(context, accepted, proposal, active, [accepted_list[r] for r in rows])
+                self.proposer.rollback(context, accepted, proposal, active, [accepted_list[r] for r in rows],
+                                       self.scorer.features)
             else:
-                self.proposer.skip(self.last, active)
+                self.proposer.skip(self.last, active, self.scorer.features)
         positions = self.position.tolist() if self.keep_laws else []  # traces only (a sync: fine off the clock)
         self.position = self.position + torch.where(active, accepted + 1, 0)
         self.last = torch.tensor(next_tokens, device=self.device)

@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from harness.errors import SpectuneError
 from harness.hardware import DTYPES
-from harness.models import draft_vocab, gguf
+from harness.models import draft_vocab, feature_draft, gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,7 +178,14 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
             name, local = resolve(spec["name_or_path"])
         revision = spec.get("revision")
         tokenizer = _from_pretrained(AutoTokenizer, name, local, revision)
-        if local and draft_vocab.is_reduced(name):
+        if local and feature_draft.is_feature_draft(name):
+            if role != "draft":
+                raise SpectuneError(f"models.{role}.name_or_path={spec['name_or_path']!r} is a draft that reads a "
+                                    "target's features: it can only be models.draft")
+            model = feature_draft.load(name, kwargs["dtype"], device, kwargs["attn_implementation"])
+            model.attach(loaded["target"][0])
+            source = {"draft_vocabulary": model.lm_head.rows, "reads_target_features": True, **source}
+        elif local and draft_vocab.is_reduced(name):
             model = draft_vocab.load(name, **kwargs)
             source = {"draft_vocabulary": model.lm_head.rows, **source}
         else:

@@ -37,6 +37,9 @@ class Sequence:
     continuation: list[int]
     top_ids: torch.Tensor  # [n, k] int32
     top_probs: torch.Tensor  # [n, k] float16
+    # the target's last hidden state (what its LM head reads) at every position but the last,
+    # [len(prompt) + n - 1, H] bfloat16: the input of a draft that reads the target's features
+    features: torch.Tensor | None = None
 
 
 def bundled_workload(language: str) -> dict:
@@ -70,8 +73,13 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
 
 @torch.no_grad()
 def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos: int, pad: int,
-                 gen: torch.Generator) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    """Sample continuations of left-padded prompts at T = 1 with a KV cache; keep each step's top-k law."""
+                 gen: torch.Generator, features: bool = False
+                 ) -> list[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Sample continuations of left-padded prompts at T = 1 with a KV cache; keep each step's top-k law
+    (and, with ``features``, the target's last hidden state at every position fed)."""
+    from harness.models.feature_draft import HiddenTap
+
+    tap = HiddenTap(model) if features else None
     batch, width = len(prompts), max(map(len, prompts))
     ids = torch.full((batch, width), pad, dtype=torch.long)
     mask = torch.zeros(batch, width, dtype=torch.long)
@@ -81,6 +89,7 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
     cache_arg = cache_argument(model)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    fed = [tap.last.to(torch.bfloat16)] if tap else []
     done = torch.zeros(batch, dtype=torch.bool)
     tokens, tops, probs = [], [], []
     for _ in range(max_new):
@@ -97,17 +106,24 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
         positions = positions[:, -1:] + 1
         out = model(input_ids=x.unsqueeze(1), attention_mask=mask, position_ids=positions, use_cache=True,
                     **{cache_arg: out[cache_arg]})
+        if tap:
+            fed.append(tap.last.to(torch.bfloat16))
+    if tap:
+        tap.remove()
     seq, top, prob = torch.stack(tokens, 1), torch.stack(tops, 1), torch.stack(probs, 1)
+    hidden = torch.cat(fed, 1) if tap else None  # [B, width + steps fed, H]
     results = []
-    for row in range(batch):
+    for row, prompt in enumerate(prompts):
         cont = seq[row].tolist()
         n = cont.index(eos) + 1 if eos in cont else len(cont)
-        results.append((cont[:n], top[row, :n].clone(), prob[row, :n].clone()))
+        feats = hidden[row, width - len(prompt): width + n - 1].clone() if tap else None
+        results.append((cont[:n], top[row, :n].clone(), prob[row, :n].clone(), feats))
     return results
 
 
 def sample_set(model, prompts: list[tuple[str, list[int]]], shard_dir: Path, batch_size: int, max_new: int,
-               top_k: int, eos: int, pad: int, seed: int, progress, late=lambda: False) -> list[Sequence]:
+               top_k: int, eos: int, pad: int, seed: int, progress, late=lambda: False, features: bool = False
+               ) -> list[Sequence]:
     """Sample every prompt once, ``batch_size`` at a time (similar lengths together), one shard per batch.
 
     ``late()`` true stops before the next new batch: the shards done so far are the data (a time box)."""
@@ -125,8 +141,8 @@ def sample_set(model, prompts: list[tuple[str, list[int]]], shard_dir: Path, bat
             log.info(f"time box reached: {b} of {len(chunks)} batches sampled")
             break
         gen = torch.Generator().manual_seed(seed * 1000 + b)
-        rows = sample_batch(model, [prompts[i][1] for i in chunk], max_new, top_k, eos, pad, gen)
-        seqs = [Sequence(prompts[i][0], prompts[i][1], c, t, p) for i, (c, t, p) in zip(chunk, rows, strict=True)]
+        rows = sample_batch(model, [prompts[i][1] for i in chunk], max_new, top_k, eos, pad, gen, features)
+        seqs = [Sequence(prompts[i][0], prompts[i][1], *row) for i, row in zip(chunk, rows, strict=True)]
         tmp = shard.with_suffix(".tmp")
         torch.save(seqs, tmp)
         tmp.replace(shard)

@@ -1,0 +1,195 @@
+"""A draft that reads the target's features: EAGLE's recipe (Li et al., ICML 2024) on a reduced vocabulary.
+
+Why: an independent small draft must rebuild, from tokens alone, what the target's 30 layers know about the
+context; on SmolLM2-135M a 2-layer one plateaued at α ≈ 0.38 in English. The target's last hidden state f_t (the
+vector its LM head reads) already holds that knowledge, and the verification computes it for free. EAGLE's
+draft predicts the *next* feature from the current one and the token that follows it:
+
+    entry j = fc([embed(x_j), f_{j-1}])  →  one decoder layer (causal over the entries)  →  f̂_j  →  q(x_{j+1})
+
+At a cycle's first draft step every f is the target's; deeper steps feed the draft's own f̂ (the proposer
+keeps them), which is why acceptance falls faster with depth than for an independent draft. The token
+embedding is the target's own input embedding, borrowed when the pair loads (not stored: the draft's files
+stay small); the head covers the draft vocabulary only (:mod:`harness.models.draft_vocab`), so q = 0 elsewhere
+and speculative sampling stays exact.
+
+On disk: ``config.json`` (a LlamaConfig of the decoder layer, with ``spectune_feature_draft``), and
+``model.safetensors`` (fc, the layer, the norm, the head rows) beside ``draft_vocab.safetensors``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaModel
+
+from harness.models import draft_vocab
+
+CONFIG_KEY = "spectune_feature_draft"
+WEIGHTS = "model.safetensors"
+
+
+def is_feature_draft(directory: str | Path) -> bool:
+    config = Path(directory) / "config.json"
+    return config.is_file() and CONFIG_KEY in json.loads(config.read_text(encoding="utf-8"))
+
+
+def reads_features(model: nn.Module | None) -> bool:
+    """Whether a draft model wants the target's features beside its tokens."""
+    return isinstance(model, FeatureDraft)
+
+
+class HiddenTap:
+    """Keeps the output of a Llama-style model's final norm (the features its LM head reads) from each forward.
+
+    A forward hook works the same on every transformers version (the engine runs on 5.17 and 5.24) and costs no
+    extra computation: the norm runs over every position fed, also when only the last position's logits are kept.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.last: torch.Tensor | None = None
+        self._handle = model.model.norm.register_forward_hook(self._keep)
+
+    @classmethod
+    def on(cls, model: nn.Module) -> HiddenTap:
+        """The model's one tap (made at the first call): sessions come and go, hooks must not pile up."""
+        tap = model.__dict__.get("_spectune_tap")
+        if tap is None:
+            tap = model.__dict__["_spectune_tap"] = cls(model)
+        return tap
+
+    def _keep(self, module: nn.Module, args: Any, out: torch.Tensor) -> None:
+        self.last = out
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+@dataclass
+class Output:
+    logits: torch.Tensor
+
+
+class FeatureDraft(nn.Module):
+    """fc over [token embedding, target feature] → Llama decoder layers → norm → a reduced-vocabulary head.
+
+    Its ``forward`` takes the arguments a ``LlamaForCausalLM`` takes (so the engine's KV bookkeeping drives it as
+    any draft) plus ``features`` [B, n, H]: f_{j-1} beside each token x_j.
+    """
+
+    forward_like = LlamaForCausalLM  # whose forward's cache arguments this one passes on (harness.engine.kv)
+
+    def __init__(self, config: Any, draft_to_target: torch.Tensor, full_vocab_size: int) -> None:
+        super().__init__()
+        self.config = config
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        self.model = LlamaModel(config)
+        self.model.embed_tokens = None  # inputs come as embeddings: the target's rows, borrowed (attach)
+        head = nn.Parameter(torch.zeros(draft_to_target.numel(), hidden))
+        self.lm_head = draft_vocab.ScatterHead(head, draft_to_target.long(), full_vocab_size)
+        self.embed: nn.Module | None = None
+
+    def attach(self, target: nn.Module) -> FeatureDraft:
+        """Borrow the target's input embedding (shared, not copied; outside this module's parameters, so moving or
+        saving the draft never touches it)."""
+        object.__setattr__(self, "embed", target.get_input_embeddings())
+        return self
+
+    def get_input_embeddings(self) -> nn.Module | None:
+        return self.embed
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def num_parameters(self) -> int:
+        """The draft's own weights (the borrowed embedding is the target's)."""
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def entries(self, input_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """fc([embed(x_j), f_{j-1}]) for each entry."""
+        assert self.embed is not None, "attach(target) first: the draft borrows the target's embedding"
+        return self.fc(torch.cat([self.embed(input_ids).to(self.dtype), features.to(self.dtype)], -1))
+
+    def forward(self, input_ids: torch.Tensor, features: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, logits_to_keep: int = 0, **kwargs: Any) -> Output:
+        out = self.model(inputs_embeds=self.entries(input_ids, features), attention_mask=attention_mask,
+                         position_ids=position_ids, **kwargs)
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return Output(self.lm_head(hidden))
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft's own ids (training reads these; the engine reads the scattered ones)."""
+        return F.linear(hidden, self.lm_head.weight)
+
+    def save(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {k: v.contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(directory / WEIGHTS))
+        save_file({"draft_to_target": self.lm_head.draft_to_target.cpu().contiguous()},
+                  str(directory / draft_vocab.MAP_FILE))
+        config = self.config.to_dict()
+        config[CONFIG_KEY] = {"full_vocab_size": self.lm_head.full_vocab_size, "rows": self.lm_head.rows}
+        (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def build(target: nn.Module, layers: int, draft_to_target: torch.Tensor, copy_layer: int | None = None
+          ) -> FeatureDraft:
+    """A fresh draft of the target's width: ``layers`` decoder layers (the first copied from the target's layer
+    ``copy_layer`` when given), the target's final norm, and the head rows of the draft vocabulary."""
+    from transformers import LlamaConfig
+
+    cfg = target.config.to_dict()
+    for key in ("architectures", "_name_or_path", "_model_name_or_path", "dtype", "transformers_version"):
+        cfg.pop(key, None)
+    cfg.update(num_hidden_layers=layers, vocab_size=1, tie_word_embeddings=False, pad_token_id=None,
+               bos_token_id=None, eos_token_id=None)
+    draft = FeatureDraft(LlamaConfig(**cfg), draft_to_target, target.config.vocab_size).float()
+    with torch.no_grad():
+        hidden = cfg["hidden_size"]
+        # start as "the feature passes through": fc reads the feature half as identity, the token half small
+        draft.fc.weight.zero_()
+        draft.fc.weight[:, hidden:] = torch.eye(hidden)
+        draft.fc.weight[:, :hidden].normal_(0.0, 0.02)
+        if copy_layer is not None:
+            draft.model.layers[0].load_state_dict(
+                {k: v.float() for k, v in target.model.layers[copy_layer].state_dict().items()})
+        draft.model.norm.load_state_dict({k: v.float() for k, v in target.model.norm.state_dict().items()})
+        draft.lm_head.weight.copy_(target.get_output_embeddings().weight.float()[draft_to_target.long()])
+    return draft.attach(target)
+
+
+def load(directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+         attn_implementation: str | None = None) -> FeatureDraft:
+    """Read a stored draft (un-attached: :meth:`FeatureDraft.attach` the target before use)."""
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+
+    directory = Path(directory)
+    raw = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    meta = raw.pop(CONFIG_KEY)
+    if attn_implementation:
+        raw["attn_implementation"] = attn_implementation
+    d2t = load_file(str(directory / draft_vocab.MAP_FILE))["draft_to_target"]
+    draft = FeatureDraft(LlamaConfig(**raw), d2t, int(meta["full_vocab_size"]))
+    draft.load_state_dict(load_file(str(directory / WEIGHTS)))
+    return draft.to(device=device, dtype=dtype).eval()

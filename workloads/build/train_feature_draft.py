@@ -1,0 +1,324 @@
+"""`python -m workloads.build.train_feature_draft`: an EAGLE-style draft for SmolLM2-135M-Instruct.
+
+Recipe (every choice recorded in TRAINING.json):
+
+1. teacher data as for the independent draft (:mod:`workloads.build.train_draft`): the target samples its own
+   continuations (T = 1) of the training prompts through its chat template, keeping its top-k law at every
+   step, and here also its last hidden state at every position fed (:mod:`workloads.build.teacher_data`);
+2. the draft (:mod:`harness.models.feature_draft`): fc([embed(x_j), f_{j-1}]) → decoder layer(s) → norm →
+   f̂_j → a head over the draft vocabulary; the embedding is the target's (frozen, borrowed);
+3. loss at every continuation position: forward KL + TV between the teacher's bucketed law and q (DistillSpec),
+   plus a smooth-L1 regression of f̂_j on the target's f_j (EAGLE's feature loss, weight ``feature_weight``);
+   deeper draft steps feed the draft's own f̂, so the recipe also trains one step deep: a second pass whose
+   entries read the first pass's predictions and attend to the first pass's cache (EAGLE-3's training-time
+   test), with Gaussian noise on the true features against the rest of the train/test gap (EAGLE's augmentation);
+4. AdamW with warm-up and cosine decay; checkpoints with α's lower bound on held-out continuations per language
+   and per draft depth (1: the target's features; 2: one predicted feature).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from harness.models import draft_vocab, feature_draft
+from workloads.build.teacher_data import Sequence, sample_set, split_prompts
+from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "harness" / "models" / "smollm2" / "feature-draft"
+
+
+@dataclass
+class Recipe:
+    """Everything that determines the weights."""
+
+    seed: int = 20261201
+    threads: int = 1
+    holdout: int = 128  # as the independent draft: the first N of each default shuffle are never trained on
+    val_per_language: int = 8
+    teacher_dtype: str = "bfloat16"
+    gen_batch: int = 64
+    max_new_tokens: int = 48
+    top_k: int = 64
+    train_prompts: dict = field(default_factory=lambda: {"en": None, "it": None, "es": None, "zh": None})
+    rounds: int = 4
+    draft_vocab: int = 12288
+    vocab_from: int | None = None
+    layers: int = 1
+    feature_weight: float = 0.1  # smooth-L1 on features, beside KL + TV on the law (EAGLE weighs them 0.1 : 1 too)
+    unroll_weight: float = 0.5  # the second (unrolled) pass's share of the loss
+    feature_noise: float = 0.05  # std of Gaussian noise on the target's features in training (features are normed)
+    batch_size: int = 16
+    steps: int = 2000
+    lr: float = 5e-4
+    warmup: int = 20
+    eval_every: int = 50
+
+
+def work_folder(recipe: Recipe) -> Path:
+    from harness.models.gguf import cache_root
+
+    return cache_root() / "train_feature_draft" / f"seed{recipe.seed}"
+
+
+def batch_tensors(batch: list[Sequence], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (entry tokens x_1..x_{N-1}, features f_0..f_{N-2}, attention mask) of a batch.
+
+    Entry j pairs token x_j with the target's feature f_{j-1}; its output predicts f_j (the law of x_{j+1}).
+    """
+    seqs = [s.prompt + s.continuation for s in batch]
+    width = max(len(s) for s in seqs) - 2
+    hidden = batch[0].features.shape[-1]
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    feats = torch.zeros(len(batch), width, hidden)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for r, (s, seq) in enumerate(zip(batch, seqs, strict=True)):
+        n = len(seq) - 2
+        ids[r, :n] = torch.tensor(seq[1:-1])
+        feats[r, :n] = s.features[: n].float()
+        mask[r, :n] = 1
+    return ids, feats, mask
+
+
+def continuation_rows(batch: list[Sequence]) -> list[tuple[int, int, int]]:
+    """(row, first entry, count) of the entries whose output is a continuation law: entry j predicts x_{j+1},
+    so continuation token i (at sequence index P + i) is predicted by entry P + i - 1, i.e. column P + i - 2."""
+    return [(r, len(s.prompt) - 2, len(s.continuation)) for r, s in enumerate(batch)]
+
+
+def draft_pass(draft, ids, feats, mask) -> tuple[torch.Tensor, object]:
+    """The draft's predicted features f̂ at every entry [B, n, H] (the target's features in), and its KV cache."""
+    from harness.engine.kv import cache_argument
+
+    out = draft.model(inputs_embeds=draft.entries(ids, feats), attention_mask=mask, use_cache=True)
+    return out.last_hidden_state, out[cache_argument(draft.model)]
+
+
+def deeper_pass(draft, ids, feats, first: torch.Tensor, cache, mask) -> torch.Tensor:
+    """f̂ one draft step deep (EAGLE-3's training-time test): entry j reads the draft's own f̂_{j-1} (the first
+    pass's output) and attends to the first pass's entries before it (the target's features, as the cache holds
+    them at inference) and to itself. Entry 0 keeps its true feature."""
+    from harness.engine.kv import cache_argument
+
+    batch, n = ids.shape
+    valid = mask.bool()
+    cols = torch.arange(n)
+    earlier = valid[:, None, :] & (cols[None, :] < cols[:, None]).unsqueeze(0)
+    own = torch.eye(n, dtype=torch.bool).unsqueeze(0).expand(batch, -1, -1)
+    attend = torch.cat([earlier, own], -1).unsqueeze(1)  # [B, 1, n, 2n]
+    inputs = draft.entries(ids, torch.cat([feats[:, :1], first[:, :-1]], 1))
+    out = draft.model(inputs_embeds=inputs, attention_mask=attend, position_ids=cols.unsqueeze(0).expand(batch, -1),
+                      use_cache=True, **{cache_argument(draft.model): cache})
+    return out.last_hidden_state
+
+
+def losses_of(draft, batch: list[Sequence], hidden: torch.Tensor, t2d, rows: int, feats_next: torch.Tensor | None
+              ) -> dict[str, torch.Tensor]:
+    picks = [(r, a, n) for r, a, n in continuation_rows(batch)]
+    h = torch.cat([hidden[r, a: a + n] for r, a, n in picks])
+    logits = draft.draft_logits(h)
+    ti = torch.cat([s.top_ids for s in batch])
+    tp = torch.cat([s.top_probs for s in batch])
+    out = bucket_losses(logits, ti, tp, t2d, rows)
+    if feats_next is not None:
+        target = torch.cat([feats_next[r, a: a + n] for r, a, n in picks])
+        out["feature"] = F.smooth_l1_loss(h, target, reduction="none").mean(-1)
+    return out
+
+
+def next_features(batch: list[Sequence], width: int) -> torch.Tensor:
+    """The target's f_j at every entry j (what entry j's output should be), right-padded [B, width, H]."""
+    hidden = batch[0].features.shape[-1]
+    out = torch.zeros(len(batch), width, hidden)
+    for r, s in enumerate(batch):
+        n = min(width, s.features.shape[0] - 1)
+        out[r, :n] = s.features[1: 1 + n].float()
+    return out
+
+
+@torch.no_grad()
+def evaluate(draft, val: list[Sequence], t2d, rows: int, pad: int) -> dict[str, dict[str, float]]:
+    """α's lower bound on held-out continuations per language, at depth 1 (the target's features) and depth 2
+    (the previous feature predicted by the draft from the target's)."""
+    draft.eval()
+    out: dict[str, dict[str, list[torch.Tensor]]] = {"depth1": {}, "depth2": {}}
+    for i in range(0, len(val), 8):
+        chunk = val[i:i + 8]
+        ids, feats, mask = batch_tensors(chunk, pad)
+        first, cache = draft_pass(draft, ids, feats, mask)
+        second = deeper_pass(draft, ids, feats, first, cache, mask)
+        for name, hidden in (("depth1", first), ("depth2", second)):
+            a = losses_of(draft, chunk, hidden, t2d, rows, None)["alpha_lb"]
+            start = 0
+            for s in chunk:
+                out[name].setdefault(s.language, []).append(a[start:start + len(s.continuation)])
+                start += len(s.continuation)
+    draft.train()
+    return {name: {lang: round(float(torch.cat(v).mean()), 4) for lang, v in sorted(by.items())}
+            for name, by in out.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--work", type=Path, default=None, help="shards and checkpoints (default: the cache)")
+    parser.add_argument("--steps", type=int, default=Recipe.steps)
+    parser.add_argument("--threads", type=int, default=Recipe.threads)
+    parser.add_argument("--rounds", type=int, default=Recipe.rounds, help="times each training prompt is sampled")
+    parser.add_argument("--layers", type=int, default=Recipe.layers)
+    parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
+    parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
+                        "and exit (two such processes on disjoint rounds use both cores)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
+                            ("--layers", args.layers, 1)):
+        if value < lo:
+            parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
+    sample_rounds = None
+    if args.sample_rounds is not None:
+        a, _, b = args.sample_rounds.partition(":")
+        if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
+            parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
+        sample_rounds = range(int(a), int(b))
+    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers)
+    torch.set_num_threads(recipe.threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(recipe.seed)
+    work = args.work or work_folder(recipe)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+
+    target, tokenizer, source = load_target(getattr(torch, recipe.teacher_dtype))
+    eos = tokenizer.eos_token_id
+    train_prompts, val_prompts = [], []
+    for lang in LANGS:
+        tr, ho = split_prompts(tokenizer, lang, recipe.holdout, recipe.train_prompts.get(lang), recipe.seed)
+        train_prompts += [(lang, p) for p in tr]
+        val_prompts += [(lang, p) for p in ho[: recipe.val_per_language]]
+    kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos, features=True)
+    val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
+                     progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
+    train: list[Sequence] = []
+    for r in sample_rounds or range(recipe.rounds):
+        train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
+                            progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
+    gen_minutes = (time.time() - started) / 60
+    if sample_rounds is not None:
+        log.info(f"sampled rounds {args.sample_rounds}: {len(train)} sequences ({gen_minutes:.1f} min); not training")
+        return
+    positions = sum(len(s.continuation) for s in train)
+    log.info(f"teacher data: {len(train)} sequences, {positions} positions ({gen_minutes:.1f} min)")
+
+    specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
+    d2t = choose_vocab(train[:recipe.vocab_from], recipe.draft_vocab, specials, target.config.vocab_size)
+    rows = d2t.numel()
+    t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
+    target = target.float()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    draft = feature_draft.build(target, recipe.layers, d2t)
+    trainable = [p for n, p in draft.named_parameters() if p.requires_grad and not n.startswith("embed.")]
+    opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=0.0)
+    ckpt = work / "checkpoint.pt"
+    step, train_minutes, curve = 0, 0.0, []
+    if ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        if not torch.equal(state["draft_to_target"], d2t):
+            raise SystemExit(f"error: the checkpoint {ckpt} was trained with another draft vocabulary")
+        draft.load_state_dict(state["draft"], strict=False)
+        opt.load_state_dict(state["opt"])
+        step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
+        log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
+    else:
+        curve.append({"step": 0, "train_minutes": 0.0, "alpha_lb": evaluate(draft, val, t2d, rows, eos),
+                      "load_avg": os.getloadavg()[0]})
+        log.info(f"step 0: held-out alpha lower bound {curve[-1]['alpha_lb']}")
+
+    def lr_at(s: int) -> float:
+        if s < recipe.warmup:
+            return recipe.lr * (s + 1) / recipe.warmup
+        return recipe.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - recipe.warmup)
+                                                               / max(1, recipe.steps - recipe.warmup))))
+
+    gen = torch.Generator().manual_seed(recipe.seed + step)
+    draft.train()
+    bar = tqdm(range(step, recipe.steps), desc="distil", unit="step", initial=step, total=recipe.steps)
+    for step in bar:
+        t0 = time.time()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        batch = [train[i] for i in torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()]
+        ids, feats, mask = batch_tensors(batch, eos)
+        noisy = feats + recipe.feature_noise * torch.randn(feats.shape, generator=gen)
+        goal = next_features(batch, ids.shape[1])
+        first, cache = draft_pass(draft, ids, noisy, mask)
+        l1 = losses_of(draft, batch, first, t2d, rows, goal)
+        second = deeper_pass(draft, ids, noisy, first, cache, mask)
+        l2 = losses_of(draft, batch, second, t2d, rows, goal)
+        part = {k: (1 - recipe.unroll_weight) * l1[k].mean() + recipe.unroll_weight * l2[k].mean() for k in l1}
+        loss = part["kl"] + part["tv"] + recipe.feature_weight * part["feature"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        train_minutes += (time.time() - t0) / 60
+        bar.set_postfix(kl=f"{float(part['kl']):.3f}", tv=f"{float(part['tv']):.3f}",
+                        feat=f"{float(part['feature']):.4f}")
+        done = step + 1
+        late = args.stop_at is not None and time.strftime("%H:%M", time.gmtime()) >= args.stop_at
+        if done % recipe.eval_every == 0 or done == recipe.steps or late:
+            curve.append({"step": done, "train_minutes": round(train_minutes, 2),
+                          "alpha_lb": evaluate(draft, val, t2d, rows, eos), "load_avg": os.getloadavg()[0],
+                          "train_kl": float(part["kl"]), "train_tv": float(part["tv"]),
+                          "train_feature": float(part["feature"])})
+            log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}")
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"draft": {k: v for k, v in draft.state_dict().items() if not k.startswith("embed.")},
+                        "opt": opt.state_dict(), "step": done, "draft_to_target": d2t,
+                        "train_minutes": train_minutes, "curve": curve}, tmp)
+            tmp.replace(ckpt)
+            record = {"recipe": asdict(recipe), "steps_done": done, "stopped_early": late and done < recipe.steps,
+                      "stop_at": args.stop_at,
+                      "teacher": {"model": TARGET, **source, "sequences": len(train), "positions": positions,
+                                  "generation_minutes": round(gen_minutes, 1)},
+                      "draft_vocab": {"ids": rows}, "parameters": sum(p.numel() for p in trainable),
+                      "curve": curve}
+            export(draft, tokenizer, args.out, record)
+            if late:
+                break
+    log.info(f"done: {args.out}")
+
+
+def export(draft, tokenizer, out: Path, record: dict) -> None:
+    """bfloat16 weights, the id map, the shared tokenizer and TRAINING.json, written then moved into place."""
+    import copy
+    import shutil
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    copy.deepcopy(draft).to(torch.bfloat16).save(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "TRAINING.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    notes = out / "TRAINING.md"
+    if notes.is_file():
+        shutil.copy2(notes, tmp / notes.name)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
+
+
+if __name__ == "__main__":
+    main()
