@@ -116,3 +116,77 @@ def test_feature_draft_saves_and_loads_without_the_targets_embedding(feature_pai
     assert not any(name.startswith("embed") for name, _ in again.named_parameters())
     x, f = torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 32, dtype=torch.float64)
     assert torch.equal(again(x, f).logits, draft(x, f).logits)
+
+
+def test_unrolled_steps_are_what_a_cycle_computes(feature_pair):
+    """``unrolled`` (the training-time test) gives, at every entry and step 1..3, the feature a cycle begun
+    k − 1 entries earlier predicts: checked against the from-scratch chain at several entries of two padded rows."""
+    target, draft = feature_pair
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, VOCAB, (n,), generator=gen).tolist() for n in (12, 9)]
+    tap = HiddenTap.on(target)
+    width = max(map(len, seqs)) - 1
+    ids = torch.zeros(2, width, dtype=torch.long)
+    feats = torch.zeros(2, width, 32, dtype=torch.float64)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    with torch.no_grad():
+        for r, seq in enumerate(seqs):
+            target(torch.tensor([seq]))
+            ids[r, : len(seq) - 1], feats[r, : len(seq) - 1] = torch.tensor(seq[1:]), tap.last[0, :-1]
+            mask[r, : len(seq) - 1] = 1
+        steps = feature_draft.unrolled(draft, ids, feats, mask, 3)
+        sampling = SamplingParams(temperature=1.0)
+        for r, seq in enumerate(seqs):
+            for k in (1, 2, 3):
+                for col in range(k - 1, len(seq) - 2):
+                    # column col is entry col+1; at step k its cycle began at entry col+2-k (``last``), and the
+                    # k − 1 tokens drafted before it are the true ones
+                    start = col + 3 - k
+                    law = reference_laws(target, draft, seq[:start], seq[start: col + 3], sampling)[-1]
+                    mine = warp(draft.lm_head(steps[k - 1][r, col])[:VOCAB], sampling)
+                    assert torch.allclose(mine, law, atol=1e-6), (r, k, col)
+
+
+@pytest.fixture(scope="module")
+def tiny_feature_draft_dir(tmp_path_factory):
+    """A random 1-layer feature draft for the embedded tiny target, stored as the loader reads it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.conftest import REPO
+
+    source = REPO / "harness/models/tiny/target"
+    target = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("feature_draft") / "draft"
+    feature_draft.build(target, 1, torch.arange(target.config.vocab_size)).save(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return folder
+
+
+def test_acceptance_task_reports_alpha_by_draft_step_for_a_feature_draft(harness_in_process, tiny_feature_draft_dir,
+                                                                         tmp_path):
+    """task=acceptance loads the feature draft through the models config (attached to the target) and reports α per
+    draft step; α at step 1 is the headline α."""
+    import json
+
+    run = tmp_path / "run"
+    assert harness_in_process(run, "task=acceptance", "+workload=en", "workload.num_prompts=2",
+                              "workload.max_new_tokens=6", f"models.draft.name_or_path={tiny_feature_draft_dir}",
+                              "task.feature_depth=3") == 0
+    result = json.loads((run / "acceptance.json").read_text())
+    assert result["draft_reads_target_features"] is True
+    assert len(result["alpha_by_draft_step"]) == 3
+    assert result["alpha"] == pytest.approx(result["alpha_by_draft_step"][0])
+    assert result["models"]["draft"]["reads_target_features"] is True
+    assert result["timing"]["steps_timed"]["draft"] > 0
+
+
+def test_bench_runs_a_feature_draft_and_refuses_the_static_path(harness_in_process, tiny_feature_draft_dir, tmp_path):
+    from harness.errors import SpectuneError
+    from tests.conftest import SMALL_BENCH
+
+    draft = f"models.draft.name_or_path={tiny_feature_draft_dir}"
+    assert harness_in_process(tmp_path / "bench", *SMALL_BENCH, draft, "gamma=[2]") == 0
+    with pytest.raises(SpectuneError, match="static"):
+        harness_in_process(tmp_path / "static", *SMALL_BENCH, draft, "gamma=[2]", "hardware=cpu-static")
+    assert not (tmp_path / "static" / "results.parquet").exists()

@@ -19,7 +19,9 @@ from harness.engine.policy import DraftLengthPolicy
 from harness.engine.records import Request, RequestRecord
 from harness.engine.session import RunRecords, Session
 from harness.engine.static_kv import StaticSlotKV
+from harness.errors import SpectuneError
 from harness.hardware import ExecutionPath
+from harness.models.feature_draft import reads_features
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import RejectionSampler
 
@@ -44,6 +46,9 @@ class Engine:
         self.seed = seed
         self.compact_waste = compact_waste
         self.path = path or ExecutionPath()
+        if self.path.static and reads_features(draft):
+            raise SpectuneError("a draft that reads the target's features runs on the dynamic-cache path only: "
+                                "drop the static/compiled hardware choice (e.g. hardware=cpu or hardware=cuda)")
         self.vocab_size = vocab_size  # sample over the first ids only (the tokenizer's; see check_pair)
         self.clock = DeviceClock(self.device)
         self._static: dict[tuple[int, int], StaticSlotKV] = {}  # reused across runs: graphs keep addresses

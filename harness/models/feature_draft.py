@@ -152,6 +152,36 @@ class FeatureDraft(nn.Module):
         (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
+def unrolled(draft: FeatureDraft, ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor, depth: int
+             ) -> list[torch.Tensor]:
+    """The draft's predicted features at every entry as a cycle's draft step 1..``depth`` would compute them
+    (EAGLE-3's training-time test), [B, n, H] each, for right-padded entries (``mask`` [B, n], 1 = real).
+
+    Step 1 is one causal pass over the target's features. At step k each entry j reads the step-(k−1) prediction
+    at entry j−1 (a feature the draft predicted, as at inference) and attends to the target-feature entries up to
+    j−k+1 (where that cycle began) and to its own chain: step m's entry j−(k−m) for m = 2..k. One pass per step,
+    each appending to the KV cache, so the cost is ``depth`` forwards, not one per position.
+    """
+    from harness.engine.kv import cache_argument
+
+    out = draft.model(inputs_embeds=draft.entries(ids, features), attention_mask=mask, use_cache=True)
+    cache_name = cache_argument(draft.model)
+    cache, steps = out[cache_name], [out.last_hidden_state]
+    batch, n = ids.shape
+    valid, cols = mask.bool(), torch.arange(n, device=ids.device)
+    positions = cols.unsqueeze(0).expand(batch, -1)
+    for k in range(2, depth + 1):
+        started = valid[:, None, :] & (cols[None, :] <= cols[:, None] - k + 1).unsqueeze(0)
+        chain = [(cols[None, :] == cols[:, None] - (k - m)).unsqueeze(0).expand(batch, -1, -1) for m in range(2, k + 1)]
+        attend = torch.cat([started, *chain], -1).unsqueeze(1)  # [B, 1, n, k·n]
+        shifted = torch.cat([features[:, :1], steps[-1][:, :-1].to(features.dtype)], 1)
+        out = draft.model(inputs_embeds=draft.entries(ids, shifted), attention_mask=attend, position_ids=positions,
+                          use_cache=True, **{cache_name: cache})
+        cache = out[cache_name]
+        steps.append(out.last_hidden_state)
+    return steps
+
+
 def build(target: nn.Module, layers: int, draft_to_target: torch.Tensor, copy_layer: int | None = None
           ) -> FeatureDraft:
     """A fresh draft of the target's width: ``layers`` decoder layers (the first copied from the target's layer

@@ -7,7 +7,9 @@ target* at those same settings (greedy when temperature is 0): the contexts a sp
 visits, since every emitted token follows p. Prompts are the workload's, rendered through the target's chat
 template when ``workload.chat_template`` applies (the default for a tokenizer that has one). α is pooled
 over all positions; its spread over positions and its mean by position index are reported too, because the
-same mean can hide different accepted-length distributions.
+same mean can hide different accepted-length distributions. For a draft that reads the target's features
+(EAGLE-style), α is its first draft step's (the target's features in) and ``alpha_by_draft_step`` gives every
+step up to ``task.feature_depth``: deeper steps read the draft's own predicted features.
 
 c is the draft's per-token decode time over the target's (median of KV-cached single-token steps, after a
 warm-up, same tokens for both models) on this machine: the other input of the γ cost model.
@@ -27,6 +29,8 @@ from harness import rundir
 from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
 from harness.metadata import base_metadata
+from harness.models.feature_draft import HiddenTap, reads_features, unrolled
+from harness.options import integer, required
 from harness.sampling import SamplingParams, sample, warp
 
 PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
@@ -73,6 +77,47 @@ def overlap(target, draft, prompt: list[int], continuation: list[int], params: S
     return torch.minimum(p, q).sum(-1).cpu()
 
 
+@torch.no_grad()
+def feature_overlap(target, draft, prompt: list[int], continuation: list[int], params: SamplingParams,
+                    vocab: int | None, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a draft that reads the target's features: Σ_v min(p, q) at each continuation position for draft steps
+    1..``depth`` ([depth, n]; step 1 reads the target's features, step k the draft's own k − 1 deep, as in a cycle
+    begun k − 1 tokens earlier whose drafts were the continuation's), and the target's features [len, H]."""
+    ids = torch.tensor([prompt + continuation[:-1]], device=target.device)
+    tap = HiddenTap.on(target)
+    p = warp(target(input_ids=ids).logits[0, len(prompt) - 1:, :vocab], params)
+    features = tap.last
+    entries = ids[:, 1:]
+    steps = unrolled(draft, entries, features[:, :-1], torch.ones_like(entries), depth)
+    span = slice(len(prompt) - 2, None)  # entry j (column j - 1) predicts token j + 1
+    laws = [warp(draft.lm_head(h[0, span])[:, :vocab], params) for h in steps]
+    return torch.stack([torch.minimum(p, q).sum(-1) for q in laws]).cpu(), features[0]
+
+
+@torch.no_grad()
+def time_feature_draft(draft, prompt: list[int], tokens: list[int], features: torch.Tensor) -> list[float]:
+    """Seconds per KV-cached single-entry forward of a feature-reading draft along ``tokens`` (after a prefill of the
+    prompt's entries): the same work a draft step does."""
+    from transformers import DynamicCache
+
+    device = draft.device
+    cache, cache_arg = DynamicCache(), cache_argument(draft)
+    ids = torch.tensor([prompt[1:]], device=device)
+    draft(input_ids=ids, features=features[None, : len(prompt) - 1], use_cache=True, **{cache_arg: cache})
+    times = []
+    for i, token in enumerate(tokens[:-1]):
+        feature = features[None, len(prompt) - 1 + i: len(prompt) + i]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        draft(input_ids=torch.tensor([[token]], device=device), features=feature, use_cache=True, logits_to_keep=1,
+              **{cache_arg: cache})
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def spread(values: torch.Tensor) -> dict[str, float]:
     v = values.double()
     out = {f"p{k}": float(torch.quantile(v, k / 100)) for k in PERCENTILES}
@@ -96,21 +141,34 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     params, eos = wl.sampling, pair.tokenizer.eos_token_id
     gen = torch.Generator(device=pair.target.device).manual_seed(wl.seed)
 
+    features = reads_features(pair.draft)
+    depth = integer(required(cfg.task, "feature_depth", "task.feature_depth"), "task.feature_depth", lo=1, hi=16) \
+        if features else 1
+
+    def draft_pass(prompt: list[int], cont: list[int]) -> tuple[torch.Tensor, list[float]]:
+        """([depth, n] Σ min(p, q) along ``cont``, the draft's seconds per token)."""
+        if features:
+            a, feats = feature_overlap(pair.target, pair.draft, prompt, cont, params, pair.vocab_size, depth)
+            return a, time_feature_draft(pair.draft, prompt, cont, feats)
+        _, d_times = decode(pair.draft, prompt, len(cont), params, None, forced=cont)
+        return overlap(pair.target, pair.draft, prompt, cont, params, vocab=pair.vocab_size).unsqueeze(0), d_times
+
     # Warm-up both models (allocator, kernels) on the first prompt, untimed.
     first = wl.prompts[0].input_ids
     warm, _ = decode(pair.target, first, min(8, wl.max_new_tokens), params, gen, vocab=pair.vocab_size)
-    decode(pair.draft, first, len(warm), params, None, forced=warm)
+    draft_pass(first, warm)
 
-    per_prompt, per_position, by_language = [], [], {}
+    per_prompt, per_position, by_language, deeper = [], [], {}, []
     target_times: list[float] = []
     draft_times: list[float] = []
     for prompt in wl.prompts:
         cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos,
                                vocab=pair.vocab_size)
-        _, d_times = decode(pair.draft, prompt.input_ids, len(cont), params, None, forced=cont)
+        by_depth, d_times = draft_pass(prompt.input_ids, cont)
         target_times += t_times
         draft_times += d_times
-        a = overlap(pair.target, pair.draft, prompt.input_ids, cont, params, vocab=pair.vocab_size)
+        a = by_depth[0]
+        deeper.append(by_depth)
         per_position.append(a)
         per_prompt.append(float(a.mean()))
         by_language.setdefault(prompt.language, []).append(a)
@@ -129,6 +187,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "alpha_spread_over_prompts": spread(torch.tensor(per_prompt)),
         "alpha_by_position_index": by_index,
         "alpha_by_language": {lang: float(torch.cat(v).mean()) for lang, v in sorted(by_language.items())},
+        # a draft that reads the target's features sees them only at a cycle's first step: α by draft step
+        # (step k: k − 1 of its own predictions deep); an independent draft's α is the same at every step
+        "alpha_by_draft_step": [float(torch.cat([d[k] for d in deeper]).mean()) for k in range(depth)],
+        "draft_reads_target_features": features,
         "c": d_ms / t_ms,
         "timing": {"target_ms_per_token": t_ms, "draft_ms_per_token": d_ms,
                    "target_ms_p90": float(torch.tensor(target_times).quantile(0.9)) * 1e3,
@@ -152,6 +214,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
              f"p90 {sp['p90']:.3f})")
     if len(by_language) > 1:
         log.info("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
+    if features:
+        log.info("alpha by draft step: " + ", ".join(f"{k + 1}: {v:.4f}"
+                                                     for k, v in enumerate(result["alpha_by_draft_step"])))
     log.info(f"target {t_ms:.2f} ms/token, draft {d_ms:.2f} ms/token, c = {result['c']:.3f}")
     log.info(f"wrote {path}")
     return 0

@@ -9,9 +9,9 @@ Recipe (every choice recorded in TRAINING.json):
    f̂_j → a head over the draft vocabulary; the embedding is the target's (frozen, borrowed);
 3. loss at every continuation position: forward KL + TV between the teacher's bucketed law and q (DistillSpec),
    plus a smooth-L1 regression of f̂_j on the target's f_j (EAGLE's feature loss, weight ``feature_weight``);
-   deeper draft steps feed the draft's own f̂, so the recipe also trains one step deep: a second pass whose
-   entries read the first pass's predictions and attend to the first pass's cache (EAGLE-3's training-time
-   test), with Gaussian noise on the true features against the rest of the train/test gap (EAGLE's augmentation);
+   deeper draft steps feed the draft's own f̂, so the recipe trains draft steps 1..``depth`` as a cycle computes
+   them (:func:`harness.models.feature_draft.unrolled`, EAGLE-3's training-time test), with Gaussian noise on the
+   target's features against the rest of the train/test gap (EAGLE's augmentation);
 4. AdamW with warm-up and cosine decay; checkpoints with α's lower bound on held-out continuations per language
    and per draft depth (1: the target's features; 2: one predicted feature).
 """
@@ -58,7 +58,8 @@ class Recipe:
     vocab_from: int | None = None
     layers: int = 1
     feature_weight: float = 0.1  # smooth-L1 on features, beside KL + TV on the law (EAGLE weighs them 0.1 : 1 too)
-    unroll_weight: float = 0.5  # the second (unrolled) pass's share of the loss
+    depth: int = 2  # draft steps trained (training-time test): step 1 reads the target's features, later ones f̂
+    deep_weight: float = 0.5  # the share of the loss on steps 2..depth (spread evenly), the rest on step 1
     feature_noise: float = 0.05  # std of Gaussian noise on the target's features in training (features are normed)
     batch_size: int = 16
     steps: int = 2000
@@ -98,32 +99,6 @@ def continuation_rows(batch: list[Sequence]) -> list[tuple[int, int, int]]:
     return [(r, len(s.prompt) - 2, len(s.continuation)) for r, s in enumerate(batch)]
 
 
-def draft_pass(draft, ids, feats, mask) -> tuple[torch.Tensor, object]:
-    """The draft's predicted features f̂ at every entry [B, n, H] (the target's features in), and its KV cache."""
-    from harness.engine.kv import cache_argument
-
-    out = draft.model(inputs_embeds=draft.entries(ids, feats), attention_mask=mask, use_cache=True)
-    return out.last_hidden_state, out[cache_argument(draft.model)]
-
-
-def deeper_pass(draft, ids, feats, first: torch.Tensor, cache, mask) -> torch.Tensor:
-    """f̂ one draft step deep (EAGLE-3's training-time test): entry j reads the draft's own f̂_{j-1} (the first
-    pass's output) and attends to the first pass's entries before it (the target's features, as the cache holds
-    them at inference) and to itself. Entry 0 keeps its true feature."""
-    from harness.engine.kv import cache_argument
-
-    batch, n = ids.shape
-    valid = mask.bool()
-    cols = torch.arange(n)
-    earlier = valid[:, None, :] & (cols[None, :] < cols[:, None]).unsqueeze(0)
-    own = torch.eye(n, dtype=torch.bool).unsqueeze(0).expand(batch, -1, -1)
-    attend = torch.cat([earlier, own], -1).unsqueeze(1)  # [B, 1, n, 2n]
-    inputs = draft.entries(ids, torch.cat([feats[:, :1], first[:, :-1]], 1))
-    out = draft.model(inputs_embeds=inputs, attention_mask=attend, position_ids=cols.unsqueeze(0).expand(batch, -1),
-                      use_cache=True, **{cache_argument(draft.model): cache})
-    return out.last_hidden_state
-
-
 def losses_of(draft, batch: list[Sequence], hidden: torch.Tensor, t2d, rows: int, feats_next: torch.Tensor | None
               ) -> dict[str, torch.Tensor]:
     picks = [(r, a, n) for r, a, n in continuation_rows(batch)]
@@ -149,21 +124,19 @@ def next_features(batch: list[Sequence], width: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(draft, val: list[Sequence], t2d, rows: int, pad: int) -> dict[str, dict[str, float]]:
-    """α's lower bound on held-out continuations per language, at depth 1 (the target's features) and depth 2
-    (the previous feature predicted by the draft from the target's)."""
+def evaluate(draft, val: list[Sequence], t2d, rows: int, pad: int, depth: int = 2) -> dict[str, dict[str, float]]:
+    """α's lower bound on held-out continuations per language at each draft step 1..``depth`` (step 1 reads the
+    target's features; step k the draft's own prediction k − 1 steps deep)."""
     draft.eval()
-    out: dict[str, dict[str, list[torch.Tensor]]] = {"depth1": {}, "depth2": {}}
+    out: dict[str, dict[str, list[torch.Tensor]]] = {f"depth{k}": {} for k in range(1, depth + 1)}
     for i in range(0, len(val), 8):
         chunk = val[i:i + 8]
         ids, feats, mask = batch_tensors(chunk, pad)
-        first, cache = draft_pass(draft, ids, feats, mask)
-        second = deeper_pass(draft, ids, feats, first, cache, mask)
-        for name, hidden in (("depth1", first), ("depth2", second)):
+        for k, hidden in enumerate(feature_draft.unrolled(draft, ids, feats, mask, depth), start=1):
             a = losses_of(draft, chunk, hidden, t2d, rows, None)["alpha_lb"]
             start = 0
             for s in chunk:
-                out[name].setdefault(s.language, []).append(a[start:start + len(s.continuation)])
+                out[f"depth{k}"].setdefault(s.language, []).append(a[start:start + len(s.continuation)])
                 start += len(s.continuation)
     draft.train()
     return {name: {lang: round(float(torch.cat(v).mean()), 4) for lang, v in sorted(by.items())}
@@ -178,13 +151,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=Recipe.threads)
     parser.add_argument("--rounds", type=int, default=Recipe.rounds, help="times each training prompt is sampled")
     parser.add_argument("--layers", type=int, default=Recipe.layers)
+    parser.add_argument("--depth", type=int, default=Recipe.depth, help="draft steps trained (training-time test)")
     parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
     parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
                         "and exit (two such processes on disjoint rounds use both cores)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
-                            ("--layers", args.layers, 1)):
+                            ("--layers", args.layers, 1), ("--depth", args.depth, 1)):
         if value < lo:
             parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
     sample_rounds = None
@@ -193,7 +167,7 @@ def main() -> None:
         if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
             parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
         sample_rounds = range(int(a), int(b))
-    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers)
+    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)
     torch.manual_seed(recipe.seed)
@@ -264,11 +238,11 @@ def main() -> None:
         ids, feats, mask = batch_tensors(batch, eos)
         noisy = feats + recipe.feature_noise * torch.randn(feats.shape, generator=gen)
         goal = next_features(batch, ids.shape[1])
-        first, cache = draft_pass(draft, ids, noisy, mask)
-        l1 = losses_of(draft, batch, first, t2d, rows, goal)
-        second = deeper_pass(draft, ids, noisy, first, cache, mask)
-        l2 = losses_of(draft, batch, second, t2d, rows, goal)
-        part = {k: (1 - recipe.unroll_weight) * l1[k].mean() + recipe.unroll_weight * l2[k].mean() for k in l1}
+        steps = [losses_of(draft, batch, h, t2d, rows, goal)
+                 for h in feature_draft.unrolled(draft, ids, noisy, mask, recipe.depth)]
+        weights = [1.0] if recipe.depth == 1 else \
+            [1 - recipe.deep_weight] + [recipe.deep_weight / (recipe.depth - 1)] * (recipe.depth - 1)
+        part = {k: sum(w * s[k].mean() for w, s in zip(weights, steps, strict=True)) for k in steps[0]}
         loss = part["kl"] + part["tv"] + recipe.feature_weight * part["feature"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
