@@ -113,7 +113,7 @@ def test_feature_draft_saves_and_loads_without_the_targets_embedding(feature_pai
     draft.save(tmp_path / "d")
     assert feature_draft.is_feature_draft(tmp_path / "d")
     again = feature_draft.load(tmp_path / "d", torch.float64).attach(target)
-    assert not any(name.startswith("embed") for name, _ in again.named_parameters())
+    assert not any(name.startswith("embed.") for name, _ in again.named_parameters())  # the target's, not stored
     x, f = torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 32, dtype=torch.float64)
     assert torch.equal(again(x, f).logits, draft(x, f).logits)
 
@@ -190,3 +190,23 @@ def test_bench_runs_a_feature_draft_and_refuses_the_static_path(harness_in_proce
     with pytest.raises(SpectuneError, match="static"):
         harness_in_process(tmp_path / "static", *SMALL_BENCH, draft, "gamma=[2]", "hardware=cpu-static")
     assert not (tmp_path / "static" / "results.parquet").exists()
+
+
+def test_audit_laws_of_a_feature_draft_continue_the_prompt(feature_pair):
+    """The models audit's q(· | prompt, t) for a feature draft (cached prompt, one entry per t) equals its next-token
+    law over prompt + t computed afresh (to 1e-9), and rows sum to 1."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from harness.audit.real_pair import draft_continuation_laws, draft_next_law
+
+    target, draft = feature_pair
+    pair, sampling, prompt = SimpleNamespace(target=target, draft=draft, vocab_size=60), SamplingParams(1.0), \
+        [5, 9, 2, 33, 7]
+    law = draft_next_law(pair, prompt, sampling)
+    assert law.shape == (60,) and abs(law.sum() - 1) < 1e-12
+    firsts = [3, 17, 40]
+    rows = draft_continuation_laws(pair, prompt, firsts, sampling)
+    fresh = np.stack([draft_next_law(pair, [*prompt, t], sampling) for t in firsts])
+    assert rows.shape == fresh.shape == (3, 60) and np.abs(rows - fresh).max() < 1e-9

@@ -30,6 +30,7 @@ from harness.audit.montecarlo import first_token_counts
 from harness.engine import Engine, Request
 from harness.engine.kv import cache_argument
 from harness.engine.policy import FixedGamma
+from harness.models.feature_draft import HiddenTap, reads_features
 from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import RejectionSampler
 
@@ -69,13 +70,55 @@ def continuation_laws(model: torch.nn.Module, prompt: list[int], firsts: list[in
     return np.concatenate(rows) if rows else np.zeros((0, vocab or model.config.vocab_size))
 
 
+def _prompt_features(target: torch.nn.Module, prompt: list[int]) -> torch.Tensor:
+    """The target's features f_0..f_{P-1} over the prompt, [1, P, H]."""
+    tap = HiddenTap.on(target)
+    target(input_ids=torch.tensor([prompt], device=target.device), logits_to_keep=1)
+    return tap.last
+
+
+@torch.inference_mode()
+def draft_next_law(pair: Any, prompt: list[int], sampling: SamplingParams) -> np.ndarray:
+    """The draft's law for the token after ``prompt``; a draft that reads the target's features gets them (its
+    entries x_1..x_{P-1} with f_0..f_{P-2}, as a cycle after this prompt feeds it)."""
+    if not reads_features(pair.draft):
+        return next_law(pair.draft, prompt, sampling, pair.vocab_size)
+    feats = _prompt_features(pair.target, prompt)
+    ids = torch.tensor([prompt[1:]], device=pair.draft.device)
+    logits = pair.draft(input_ids=ids, features=feats[:, :-1], logits_to_keep=1).logits
+    return _as_law(warp(logits[0, -1, : pair.vocab_size], sampling))
+
+
+@torch.inference_mode()
+def draft_continuation_laws(pair: Any, prompt: list[int], firsts: list[int], sampling: SamplingParams) -> np.ndarray:
+    """q(· | prompt, t) for every t in ``firsts`` (see :func:`continuation_laws`); a feature-reading draft's entry
+    for t carries the target's feature f_{P-1} at the prompt's last token."""
+    if not reads_features(pair.draft):
+        return continuation_laws(pair.draft, prompt, firsts, sampling, pair.vocab_size)
+    from transformers import DynamicCache
+
+    draft, feats = pair.draft, _prompt_features(pair.target, prompt)
+    ids = torch.tensor([prompt[1:]], device=draft.device)
+    kwarg = cache_argument(draft)
+    rows = []
+    for start in range(0, len(firsts), _CHUNK):
+        chunk = torch.tensor(firsts[start:start + _CHUNK], device=draft.device)
+        cache = DynamicCache()
+        draft(input_ids=ids, features=feats[:, :-1], use_cache=True, logits_to_keep=1, **{kwarg: cache})
+        cache.batch_repeat_interleave(len(chunk))
+        logits = draft(input_ids=chunk[:, None], features=feats[:, -1:].expand(len(chunk), -1, -1), use_cache=True,
+                       **{kwarg: cache}).logits[:, -1]
+        rows.append(_as_law(warp(logits[..., : pair.vocab_size], sampling)))
+    return np.concatenate(rows) if rows else np.zeros((0, pair.vocab_size))
+
+
 def sampler_level(pair: Any, prompts: list[Any], sampling: SamplingParams, samplers: dict[str, RejectionSampler],
                   trials: int, seed: int, rule: FitRule, min_expected: float) -> list[dict[str, Any]]:
     """Monte Carlo of one position per prompt on the pair's real laws, judged on cells."""
     out = []
     for k, prompt in enumerate(prompts):
         p = next_law(pair.target, prompt.input_ids, sampling, pair.vocab_size)
-        q = next_law(pair.draft, prompt.input_ids, sampling, pair.vocab_size)
+        q = draft_next_law(pair, prompt.input_ids, sampling)
         laws = PositionLaws.of(p, q)
         counts = first_token_counts(samplers, p, q, trials, seed + 10 * k)
         fits: dict[str, FitResult] = {}
@@ -147,7 +190,7 @@ def engine_level(pair: Any, prompt: Any, sampling: SamplingParams, samplers: dic
         runs[name] = (*_pairs(records, eos), time.perf_counter() - start)
     firsts = sorted({a for t1, *_ in runs.values() for a in t1})
     p_rows = continuation_laws(pair.target, prompt.input_ids, firsts, sampling, pair.vocab_size)
-    q_rows = continuation_laws(pair.draft, prompt.input_ids, firsts, sampling, pair.vocab_size)
+    q_rows = draft_continuation_laws(pair, prompt.input_ids, firsts, sampling)
     laws = {t: (p_rows[i], q_rows[i]) for i, t in enumerate(firsts)}
     variants = {}
     for name, (t1, t2, ended, wall) in runs.items():

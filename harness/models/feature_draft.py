@@ -5,7 +5,7 @@ context; on SmolLM2-135M a 2-layer one plateaued at α ≈ 0.38 in English. The 
 vector its LM head reads) already holds that knowledge, and the verification computes it for free. EAGLE's
 draft predicts the *next* feature from the current one and the token that follows it:
 
-    entry j = fc([embed(x_j), f_{j-1}])  →  one decoder layer (causal over the entries)  →  f̂_j  →  q(x_{j+1})
+    entry j = fc([norm(embed(x_j)), norm(f_{j-1})])  →  decoder layer(s), causal over entries  →  f̂_j  →  q(x_{j+1})
 
 At a cycle's first draft step every f is the target's; deeper steps feed the draft's own f̂ (the proposer
 keeps them), which is why acceptance falls faster with depth than for an independent draft. The token
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import LlamaForCausalLM
-from transformers.models.llama.modeling_llama import LlamaModel
+from transformers.models.llama.modeling_llama import LlamaModel, LlamaRMSNorm
 
 from harness.models import draft_vocab
 
@@ -90,6 +90,10 @@ class FeatureDraft(nn.Module):
         super().__init__()
         self.config = config
         hidden = config.hidden_size
+        # EAGLE-3 normalises both inputs: SmolLM2's features have norm ~48, its embedding rows ~3, so without this
+        # the token would enter the fc 15x fainter than the context
+        self.embed_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.feature_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         self.model = LlamaModel(config)
         self.model.embed_tokens = None  # inputs come as embeddings: the target's rows, borrowed (attach)
@@ -122,9 +126,10 @@ class FeatureDraft(nn.Module):
         return self.fc.weight.dtype
 
     def entries(self, input_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """fc([embed(x_j), f_{j-1}]) for each entry."""
+        """fc([norm(embed(x_j)), norm(f_{j-1})]) for each entry."""
         assert self.embed is not None, "attach(target) first: the draft borrows the target's embedding"
-        return self.fc(torch.cat([self.embed(input_ids).to(self.dtype), features.to(self.dtype)], -1))
+        token = self.embed_norm(self.embed(input_ids).to(self.dtype))
+        return self.fc(torch.cat([token, self.feature_norm(features.to(self.dtype))], -1))
 
     def forward(self, input_ids: torch.Tensor, features: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, logits_to_keep: int = 0, **kwargs: Any) -> Output:
@@ -196,10 +201,8 @@ def build(target: nn.Module, layers: int, draft_to_target: torch.Tensor, copy_la
     draft = FeatureDraft(LlamaConfig(**cfg), draft_to_target, target.config.vocab_size).float()
     with torch.no_grad():
         hidden = cfg["hidden_size"]
-        # start as "the feature passes through": fc reads the feature half as identity, the token half small
-        draft.fc.weight.zero_()
-        draft.fc.weight[:, hidden:] = torch.eye(hidden)
-        draft.fc.weight[:, :hidden].normal_(0.0, 0.02)
+        # start as a residual stream does: the (normalised) token plus the (normalised) context
+        draft.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], 1))
         if copy_layer is not None:
             draft.model.layers[0].load_state_dict(
                 {k: v.float() for k, v in target.model.layers[copy_layer].state_dict().items()})

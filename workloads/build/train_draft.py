@@ -77,6 +77,22 @@ class Recipe:
     eval_every: int = 25
 
 
+def time_box(hhmm: str | None, start: float | None = None):
+    """A callable that turns true once the UTC clock reaches ``hhmm`` (its next occurrence after ``start``, so a box
+    past midnight works), or never when ``hhmm`` is None. A bad value is a one-line error."""
+    if hhmm is None:
+        return lambda: False
+    hours, _, minutes = hhmm.partition(":")
+    if not (hours.isdigit() and minutes.isdigit() and int(hours) < 24 and int(minutes) < 60):
+        raise SystemExit(f"error: time box {hhmm!r} is invalid: must be HH:MM (UTC)")
+    now = time.time() if start is None else start
+    midnight = now - now % 86400
+    deadline = midnight + int(hours) * 3600 + int(minutes) * 60
+    if deadline <= now:
+        deadline += 86400
+    return lambda: time.time() >= deadline
+
+
 def load_target(dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -246,9 +262,8 @@ def main() -> None:
     kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos)
     val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
                      progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
-    def sampling_late() -> bool:
-        return args.sample_until is not None and time.strftime("%H:%M", time.gmtime()) >= args.sample_until
-
+    sampling_late = time_box(args.sample_until, started)
+    training_late = time_box(args.stop_at, started)
     train = []
     for r in sample_rounds or range(recipe.rounds):
         train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
@@ -327,7 +342,7 @@ def main() -> None:
         kl, tv = float(losses["kl"].detach().mean()), float(losses["tv"].detach().mean())
         bar.set_postfix(kl=f"{kl:.3f}", tv=f"{tv:.3f}")
         done = step + 1
-        late = args.stop_at is not None and time.strftime("%H:%M", time.gmtime()) >= args.stop_at
+        late = training_late()
         if done % recipe.eval_every == 0 or done == recipe.steps or late:
             curve.append({"step": done, "train_minutes": round(train_minutes, 2),
                           "alpha_lb": evaluate(draft, val, t2d, rows), "load_avg": os.getloadavg()[0],

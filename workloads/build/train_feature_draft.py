@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
 from workloads.build.teacher_data import Sequence, sample_set, split_prompts
-from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target
+from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,6 +174,7 @@ def main() -> None:
     work = args.work or work_folder(recipe)
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    training_late = time_box(args.stop_at, started)
 
     target, tokenizer, source = load_target(getattr(torch, recipe.teacher_dtype))
     eos = tokenizer.eos_token_id
@@ -252,7 +253,7 @@ def main() -> None:
         bar.set_postfix(kl=f"{float(part['kl']):.3f}", tv=f"{float(part['tv']):.3f}",
                         feat=f"{float(part['feature']):.4f}")
         done = step + 1
-        late = args.stop_at is not None and time.strftime("%H:%M", time.gmtime()) >= args.stop_at
+        late = training_late()
         if done % recipe.eval_every == 0 or done == recipe.steps or late:
             curve.append({"step": done, "train_minutes": round(train_minutes, 2),
                           "alpha_lb": evaluate(draft, val, t2d, rows, eos), "load_avg": os.getloadavg()[0],
