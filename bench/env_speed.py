@@ -34,14 +34,16 @@ DEPTH = 8
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def pair_and_engine(models: str, temperature: float = 1.0) -> tuple[Any, Engine]:
-    """A pair of conf/models (``tiny``: the embedded one) in float32 on the CPU and an engine on it (exact
-    sampler, seed 1): what the engine benchmarks measure."""
+def pair_and_engine(models: str, temperature: float = 1.0, draft: str | None = None) -> tuple[Any, Engine]:
+    """A pair of conf/models (``tiny``: the embedded one; ``draft``: another draft directory for its target) in
+    float32 on the CPU and an engine on it (exact sampler, seed 1): what the engine benchmarks measure."""
     from omegaconf import OmegaConf
 
     from harness.sampling import SamplingParams
 
     node = TINY if models == "tiny" else OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml")
+    if draft is not None:
+        node = OmegaConf.merge(node, {"draft": {"name_or_path": draft}})
     pair = load_pair(node, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
     engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=temperature),
                     sampler=get_sampler("exact"), device="cpu", seed=1, vocab_size=pair.vocab_size)

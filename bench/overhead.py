@@ -35,21 +35,41 @@ from harness.engine.kv import cache_argument
 from harness.engine.policy import DraftLengthPolicy, FixedGamma
 from harness.io import write_json
 from harness.metadata import base_metadata
+from harness.models.feature_draft import reads_features
 from harness.sampling import inverse_cdf, sample
 from policies.confidence import ConfidenceStop
+
+
+def inputs(model, tokens: torch.Tensor) -> dict:
+    """A forward's inputs: the tokens, and for a draft that reads the target's features a feature per token (its
+    values do not change the cost)."""
+    if not reads_features(model):
+        return {"input_ids": tokens}
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(*tokens.shape, model.config.hidden_size, generator=gen, dtype=model.dtype)
+    return {"input_ids": tokens, "features": features}
+
+
+def prefilled(model, prompt: list[int]):
+    """The KV cache of ``model`` after the prompt (a fresh cache object, so a feature draft's forward, which returns
+    only logits, fills it in place)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    model(**inputs(model, torch.tensor([prompt])), use_cache=True, **{cache_argument(model): cache})
+    return cache
 
 
 @torch.inference_mode()
 def bare(model, prompt: list[int], width: int, steps: int) -> list[float]:
     """Seconds per KV-cached forward of ``width`` tokens at the prompt's context (cache cropped back each time)."""
     arg = cache_argument(model)
-    out = model(input_ids=torch.tensor([prompt]), use_cache=True)
-    cache = out[arg]
-    tokens = torch.tensor([prompt[-width:]])
+    cache = prefilled(model, prompt)
+    feed = inputs(model, torch.tensor([prompt[-width:]]))
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        model(input_ids=tokens, use_cache=True, **{arg: cache})
+        model(**feed, use_cache=True, **{arg: cache})
         times.append(time.perf_counter() - start)
         cache.crop(-width)  # back to the prompt (this transformers takes the count to remove)
     return times
@@ -62,15 +82,14 @@ def bare_cycles(draft, target, prompt: list[int], gamma: int, steps: int) -> lis
     cycles slows the draft steps that follow it (measured here: 1.36, 1.05, 0.97, 0.87 ms for steps 1-4 after
     a verification vs 0.53 ms back to back), so back-to-back draft forwards are no reference for a cycle's."""
     arg = cache_argument(draft)
-    d_cache = draft(input_ids=torch.tensor([prompt]), use_cache=True)[arg]
-    t_cache = target(input_ids=torch.tensor([prompt]), use_cache=True)[arg]
-    one, block = torch.tensor([prompt[-1:]]), torch.tensor([prompt[-gamma - 1:]])
+    d_cache, t_cache = prefilled(draft, prompt), prefilled(target, prompt)
+    one, block = inputs(draft, torch.tensor([prompt[-1:]])), torch.tensor([prompt[-gamma - 1:]])
     out = []
     for _ in range(steps):
         times = []
         for _ in range(gamma):
             start = time.perf_counter()
-            draft(input_ids=one, use_cache=True, **{arg: d_cache})
+            draft(**one, use_cache=True, **{arg: d_cache})
             times.append(time.perf_counter() - start)
         d_cache.crop(-gamma)
         start = time.perf_counter()
@@ -103,10 +122,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", default="tiny", help="a pair under conf/models (tiny, smollm2, ...)")
+    parser.add_argument("--draft", default=None, help="another draft for that target (a directory)")
     parser.add_argument("--json", type=Path, default=None, help="also write the medians and metadata here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    pair, engine = pair_and_engine(args.models)
+    pair, engine = pair_and_engine(args.models, draft=args.draft)
     engine.eos = set()
     prompt = list(range(200, 240))
     g = args.gamma

@@ -73,10 +73,10 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
 
 @torch.no_grad()
 def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos: int, pad: int,
-                 gen: torch.Generator, features: bool = False
+                 gen: torch.Generator, features: bool = False, greedy: bool = False
                  ) -> list[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-    """Sample continuations of left-padded prompts at T = 1 with a KV cache; keep each step's top-k law
-    (and, with ``features``, the target's last hidden state at every position fed)."""
+    """Sample continuations of left-padded prompts at T = 1 (``greedy``: the argmax) with a KV cache; keep each
+    step's top-k law at T = 1 (and, with ``features``, the target's last hidden state at every position fed)."""
     from harness.models.feature_draft import HiddenTap
 
     tap = HiddenTap(model) if features else None
@@ -94,7 +94,7 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
     tokens, tops, probs = [], [], []
     for _ in range(max_new):
         law = torch.softmax(out.logits[:, -1].float(), -1)
-        x = torch.multinomial(law, 1, generator=gen).squeeze(1)
+        x = law.argmax(-1) if greedy else torch.multinomial(law, 1, generator=gen).squeeze(1)
         p, i = law.topk(top_k, -1)
         tokens.append(torch.where(done, pad, x))
         tops.append(i.int())
@@ -122,8 +122,8 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
 
 
 def sample_set(model, prompts: list[tuple[str, list[int]]], shard_dir: Path, batch_size: int, max_new: int,
-               top_k: int, eos: int, pad: int, seed: int, progress, late=lambda: False, features: bool = False
-               ) -> list[Sequence]:
+               top_k: int, eos: int, pad: int, seed: int, progress, late=lambda: False, features: bool = False,
+               greedy: bool = False) -> list[Sequence]:
     """Sample every prompt once, ``batch_size`` at a time (similar lengths together), one shard per batch.
 
     ``late()`` true stops before the next new batch: the shards done so far are the data (a time box)."""
@@ -141,7 +141,7 @@ def sample_set(model, prompts: list[tuple[str, list[int]]], shard_dir: Path, bat
             log.info(f"time box reached: {b} of {len(chunks)} batches sampled")
             break
         gen = torch.Generator().manual_seed(seed * 1000 + b)
-        rows = sample_batch(model, [prompts[i][1] for i in chunk], max_new, top_k, eos, pad, gen, features)
+        rows = sample_batch(model, [prompts[i][1] for i in chunk], max_new, top_k, eos, pad, gen, features, greedy)
         seqs = [Sequence(prompts[i][0], prompts[i][1], *row) for i, row in zip(chunk, rows, strict=True)]
         tmp = shard.with_suffix(".tmp")
         torch.save(seqs, tmp)

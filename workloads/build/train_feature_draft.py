@@ -54,6 +54,9 @@ class Recipe:
     top_k: int = 64
     train_prompts: dict = field(default_factory=lambda: {"en": None, "it": None, "es": None, "zh": None})
     rounds: int = 4
+    # plus one greedy round (every training prompt continued by the argmax, the law kept at T = 1): greedy
+    # decoding visits contexts no T = 1 sample does, and greedy acceptance is measured on them
+    greedy_round: bool = True
     draft_vocab: int = 12288
     vocab_from: int | None = None
     layers: int = 1
@@ -155,11 +158,15 @@ def main() -> None:
     parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
     parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
                         "and exit (two such processes on disjoint rounds use both cores)")
+    parser.add_argument("--sample-greedy", action="store_true", help="only sample the greedy round and exit")
+    parser.add_argument("--vocab-from", type=int, default=None, help="choose the draft vocabulary from the first N "
+                        "training sequences (keep it when a resumed run has more teacher data)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
-                            ("--layers", args.layers, 1), ("--depth", args.depth, 1)):
-        if value < lo:
+                            ("--layers", args.layers, 1), ("--depth", args.depth, 1),
+                            ("--vocab-from", args.vocab_from, 1)):
+        if value is not None and value < lo:
             parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
     sample_rounds = None
     if args.sample_rounds is not None:
@@ -167,7 +174,8 @@ def main() -> None:
         if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
             parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
         sample_rounds = range(int(a), int(b))
-    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth)
+    recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth,
+                    vocab_from=args.vocab_from)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)
     torch.manual_seed(recipe.seed)
@@ -187,12 +195,16 @@ def main() -> None:
     val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
                      progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
     train: list[Sequence] = []
-    for r in sample_rounds or range(recipe.rounds):
+    for r in sample_rounds or ([] if args.sample_greedy else range(recipe.rounds)):
         train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
                             progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
+    if (recipe.greedy_round and sample_rounds is None) or args.sample_greedy:
+        train += sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
+                            progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True, **kw)
     gen_minutes = (time.time() - started) / 60
-    if sample_rounds is not None:
-        log.info(f"sampled rounds {args.sample_rounds}: {len(train)} sequences ({gen_minutes:.1f} min); not training")
+    if sample_rounds is not None or args.sample_greedy:
+        log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences ({gen_minutes:.1f} min); "
+                 "not training")
         return
     positions = sum(len(s.continuation) for s in train)
     log.info(f"teacher data: {len(train)} sequences, {positions} positions ({gen_minutes:.1f} min)")
