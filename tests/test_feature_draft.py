@@ -210,3 +210,38 @@ def test_audit_laws_of_a_feature_draft_continue_the_prompt(feature_pair):
     rows = draft_continuation_laws(pair, prompt, firsts, sampling)
     fresh = np.stack([draft_next_law(pair, [*prompt, t], sampling) for t in firsts])
     assert rows.shape == fresh.shape == (3, 60) and np.abs(rows - fresh).max() < 1e-9
+
+
+def _sequence(target, prompt: list[int], continuation: list[int], top_k: int = 8):
+    """A teacher Sequence as the sampler stores it: the target's features at every position but the last and its
+    top-k law at every continuation step."""
+    from workloads.build.teacher_data import Sequence
+
+    tap = HiddenTap.on(target)
+    with torch.no_grad():
+        logits = target(torch.tensor([prompt + continuation])).logits[0]
+    laws = torch.softmax(logits[len(prompt) - 1: -1].float(), -1)
+    probs, ids = laws.topk(top_k, -1)
+    return Sequence("en", prompt, continuation, ids.int(), probs.half(), tap.last[0, :-1].clone())
+
+
+def test_training_batches_align_entries_features_and_teacher_laws(feature_pair):
+    """batch_tensors: column c holds token x_{c+1} with the target's f_c; next_features: its goal f_{c+1}; and the
+    continuation columns are those whose goal feature, through the target's head, gives the stored teacher law."""
+    from workloads.build import train_feature_draft as T
+
+    target, _ = feature_pair
+    gen = torch.Generator().manual_seed(1)
+    batch = [_sequence(target, torch.randint(0, VOCAB, (p,), generator=gen).tolist(),
+                       torch.randint(0, VOCAB, (c,), generator=gen).tolist()) for p, c in ((7, 5), (4, 9))]
+    ids, feats, mask = T.batch_tensors(batch, pad=0)
+    goal = T.next_features(batch, ids.shape[1])
+    for r, s in enumerate(batch):
+        seq = s.prompt + s.continuation
+        n = len(seq) - 2
+        assert mask[r].sum() == n and ids[r, :n].tolist() == seq[1:-1]
+        assert torch.equal(feats[r, :n], s.features[:n].float())
+        assert torch.equal(goal[r, :n], s.features[1:n + 1].float())
+    for (r, first, count), s in zip(T.continuation_rows(batch), batch, strict=True):
+        law = torch.softmax(target.lm_head(goal[r, first: first + count].double()).float(), -1)
+        assert torch.equal(law.topk(8, -1).indices.int(), s.top_ids)
