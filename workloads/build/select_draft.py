@@ -6,7 +6,9 @@ prompts: numbers ``SELECT`` of each bundled workload's default seeded shuffle, p
 takes (``task=acceptance``/``bench``: 16, ``policies.evaluate``: 96) and never trained on (training starts past
 128). The target samples one continuation per prompt (T = 1, seeded, shards in the work folder); each candidate
 is scored by the curve's measure, Σ over the teacher's top-k ids inside the draft vocabulary of min(p, q) (a lower
-bound of α), per language.
+bound of α), per language. A draft that reads the target's features (EAGLE-style) is scored at its first draft step
+(the target's features in), its second step beside it; the continuations carry the target's features for that (the
+hook that keeps them changes no computation, so they are the same continuations).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from harness.models import draft_vocab
+from harness.models import draft_vocab, feature_draft
 from workloads.build.teacher_data import sample_set, split_prompts
 from workloads.build.train_draft import LANGS, Recipe, evaluate, load_target, work_folder
 
@@ -33,16 +35,26 @@ def selection_set(work: Path, recipe: Recipe):
         _, held_out = split_prompts(tokenizer, lang, recipe.holdout, seed=recipe.seed)
         prompts += [(lang, p) for p in held_out[SELECT]]
     eos = tokenizer.eos_token_id
-    return sample_set(target, prompts, work / "select", recipe.gen_batch, max_new=recipe.max_new_tokens,
-                      top_k=recipe.top_k, eos=eos, pad=eos, seed=recipe.seed + 2, progress=lambda x: x)
+    seqs = sample_set(target, prompts, work / "select-features", recipe.gen_batch, max_new=recipe.max_new_tokens,
+                      top_k=recipe.top_k, eos=eos, pad=eos, seed=recipe.seed + 2, progress=lambda x: x, features=True)
+    return seqs, target, eos
 
 
-def score(directory: Path, seqs) -> dict[str, float]:
+def score(directory: Path, seqs, target, eos: int) -> tuple[dict[str, float], dict[str, float] | None]:
+    """(the bound per language at the first draft step, at the second for a feature draft, else None)."""
     from transformers import LlamaForCausalLM
 
+    if feature_draft.is_feature_draft(directory):
+        from workloads.build import train_feature_draft
+
+        draft = feature_draft.load(directory).attach(target.float())
+        d2t = draft.lm_head.draft_to_target
+        t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
+        steps = train_feature_draft.evaluate(draft, seqs, t2d, d2t.numel(), eos)
+        return steps["depth1"], steps["depth2"]
     draft = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
     d2t, full_vocab_size = draft_vocab.read_map(directory, draft.config)
-    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, full_vocab_size), d2t.numel())
+    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, full_vocab_size), d2t.numel()), None
 
 
 def main() -> None:
@@ -52,21 +64,23 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for directory in args.drafts:
-        if not draft_vocab.is_reduced(directory):
+        if not draft_vocab.is_reduced(directory) and not feature_draft.is_feature_draft(directory):
             sys.stderr.write(f"error: draft folder {str(directory)!r} holds no {draft_vocab.MAP_FILE}: give folders "
                              "that python -m workloads.build.train_draft --out wrote\n")
             raise SystemExit(2)
     recipe = Recipe()
     torch.set_num_threads(recipe.threads)
-    seqs = selection_set(args.work or work_folder(recipe), recipe)
+    seqs, target, eos = selection_set(args.work or work_folder(recipe), recipe)
     positions = {lang: sum(len(s.continuation) for s in seqs if s.language == lang) for lang in LANGS}
     print(f"selection set: held-out prompts {SELECT.start}..{SELECT.stop - 1} per language, positions {positions}")
-    print("| draft | " + " | ".join(LANGS) + " | mean |")
-    print("|---|" + "---:|" * (len(LANGS) + 1))
+    print("| draft | draft step | " + " | ".join(LANGS) + " | mean |")
+    print("|---|---|" + "---:|" * (len(LANGS) + 1))
     for directory in args.drafts:
-        alpha = score(directory, seqs)
-        print(f"| {directory} | " + " | ".join(f"{alpha[lang]:.4f}" for lang in LANGS)
-              + f" | {sum(alpha.values()) / len(alpha):.4f} |")
+        first, second = score(directory, seqs, target, eos)
+        for step, alpha in (("1" if second else "any", first), ("2", second)):
+            if alpha is not None:
+                print(f"| {directory} | {step} | " + " | ".join(f"{alpha[lang]:.4f}" for lang in LANGS)
+                      + f" | {sum(alpha.values()) / len(alpha):.4f} |")
 
 
 if __name__ == "__main__":
