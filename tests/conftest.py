@@ -83,6 +83,20 @@ def pair():
     return tiny_pair()
 
 
+@pytest.fixture(scope="module")
+def feature_pair():
+    """A tiny random target (vocabulary 64) and a random 1-layer draft that reads its features, over 48 of its ids
+    (q = 0 on the rest): harness.models.feature_draft.build, float64."""
+    import torch
+
+    from harness.models import feature_draft
+    from tests.tiny_models import tiny_llama
+
+    target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
+    torch.manual_seed(7)
+    return target, feature_draft.build(target, 1, torch.arange(48)).to(torch.float64).eval()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from transformers import AutoTokenizer

@@ -19,17 +19,9 @@ from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import get_sampler
 from policies import FixedGamma, HFHeuristic
 from tests.test_engine import RaggedStop, SkipEveryOther
-from tests.tiny_models import random_requests, tiny_llama
+from tests.tiny_models import random_requests
 
 VOCAB = 64
-
-
-@pytest.fixture(scope="module")
-def feature_pair():
-    """A tiny random target and a 1-layer feature draft over 48 of its 64 ids (q = 0 on the rest)."""
-    target = tiny_llama(vocab=VOCAB, hidden=32, layers=2, seed=1, init=0.1)
-    torch.manual_seed(7)
-    return target, feature_draft.build(target, 1, torch.arange(48)).to(torch.float64).eval()
 
 
 def reference_laws(target, draft, sequence: list[int], drafts: list[int], sampling: SamplingParams
@@ -147,51 +139,6 @@ def test_unrolled_steps_are_what_a_cycle_computes(feature_pair):
                     assert torch.allclose(mine, law, atol=1e-6), (r, k, col)
 
 
-@pytest.fixture(scope="module")
-def tiny_feature_draft_dir(tmp_path_factory):
-    """A random 1-layer feature draft for the embedded tiny target, stored as the loader reads it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from tests.conftest import REPO
-
-    source = REPO / "harness/models/tiny/target"
-    target = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("feature_draft") / "draft"
-    feature_draft.build(target, 1, torch.arange(target.config.vocab_size)).save(folder)
-    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
-    return folder
-
-
-def test_acceptance_task_reports_alpha_by_draft_step_for_a_feature_draft(harness_in_process, tiny_feature_draft_dir,
-                                                                         tmp_path):
-    """task=acceptance loads the feature draft through the models config (attached to the target) and reports α per
-    draft step; α at step 1 is the headline α."""
-    import json
-
-    run = tmp_path / "run"
-    assert harness_in_process(run, "task=acceptance", "+workload=en", "workload.num_prompts=2",
-                              "workload.max_new_tokens=6", f"models.draft.name_or_path={tiny_feature_draft_dir}",
-                              "task.feature_depth=3") == 0
-    result = json.loads((run / "acceptance.json").read_text())
-    assert result["draft_reads_target_features"] is True
-    assert len(result["alpha_by_draft_step"]) == 3
-    assert result["alpha"] == pytest.approx(result["alpha_by_draft_step"][0])
-    assert result["models"]["draft"]["reads_target_features"] is True
-    assert result["timing"]["steps_timed"]["draft"] > 0
-
-
-def test_bench_runs_a_feature_draft_and_refuses_the_static_path(harness_in_process, tiny_feature_draft_dir, tmp_path):
-    from harness.errors import SpectuneError
-    from tests.conftest import SMALL_BENCH
-
-    draft = f"models.draft.name_or_path={tiny_feature_draft_dir}"
-    assert harness_in_process(tmp_path / "bench", *SMALL_BENCH, draft, "gamma=[2]") == 0
-    with pytest.raises(SpectuneError, match="static"):
-        harness_in_process(tmp_path / "static", *SMALL_BENCH, draft, "gamma=[2]", "hardware=cpu-static")
-    assert not (tmp_path / "static" / "results.parquet").exists()
-
-
 def test_audit_laws_of_a_feature_draft_continue_the_prompt(feature_pair):
     """The models audit's q(· | prompt, t) for a feature draft (cached prompt, one entry per t) equals its next-token
     law over prompt + t computed afresh (to 1e-9), and rows sum to 1."""
@@ -211,37 +158,3 @@ def test_audit_laws_of_a_feature_draft_continue_the_prompt(feature_pair):
     fresh = np.stack([draft_next_law(pair, [*prompt, t], sampling) for t in firsts])
     assert rows.shape == fresh.shape == (3, 60) and np.abs(rows - fresh).max() < 1e-9
 
-
-def _sequence(target, prompt: list[int], continuation: list[int], top_k: int = 8):
-    """A teacher Sequence as the sampler stores it: the target's features at every position but the last and its
-    top-k law at every continuation step."""
-    from workloads.build.teacher_data import Sequence
-
-    tap = HiddenTap.on(target)
-    with torch.no_grad():
-        logits = target(torch.tensor([prompt + continuation])).logits[0]
-    laws = torch.softmax(logits[len(prompt) - 1: -1].float(), -1)
-    probs, ids = laws.topk(top_k, -1)
-    return Sequence("en", prompt, continuation, ids.int(), probs.half(), tap.last[0, :-1].clone())
-
-
-def test_training_batches_align_entries_features_and_teacher_laws(feature_pair):
-    """batch_tensors: column c holds token x_{c+1} with the target's f_c; next_features: its goal f_{c+1}; and the
-    continuation columns are those whose goal feature, through the target's head, gives the stored teacher law."""
-    from workloads.build import train_feature_draft as T
-
-    target, _ = feature_pair
-    gen = torch.Generator().manual_seed(1)
-    batch = [_sequence(target, torch.randint(0, VOCAB, (p,), generator=gen).tolist(),
-                       torch.randint(0, VOCAB, (c,), generator=gen).tolist()) for p, c in ((7, 5), (4, 9))]
-    ids, feats, mask = T.batch_tensors(batch, pad=0)
-    goal = T.next_features(batch, ids.shape[1])
-    for r, s in enumerate(batch):
-        seq = s.prompt + s.continuation
-        n = len(seq) - 2
-        assert mask[r].sum() == n and ids[r, :n].tolist() == seq[1:-1]
-        assert torch.equal(feats[r, :n], s.features[:n].float())
-        assert torch.equal(goal[r, :n], s.features[1:n + 1].float())
-    for (r, first, count), s in zip(T.continuation_rows(batch), batch, strict=True):
-        law = torch.softmax(target.lm_head(goal[r, first: first + count].double()).float(), -1)
-        assert torch.equal(law.topk(8, -1).indices.int(), s.top_ids)
