@@ -34,6 +34,7 @@ from harness.engine import Engine, Request
 from harness.engine.policy import FixedGamma
 from harness.io import write_json
 from harness.metadata import base_metadata
+from harness.models.feature_draft import reads_features
 from harness.models.loading import load_pair
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler
@@ -132,6 +133,9 @@ def main() -> None:
                                            *([f"hardware.threads={args.threads}"] if args.threads else [])])
     device = hw.setup(cfg.hardware)
     pair = load_pair(cfg.models, cfg.hardware)
+    if reads_features(pair.draft):
+        raise SystemExit(f"error: --models {args.models} has a draft that reads the target's features; transformers' "
+                         "assisted generation takes a standalone assistant only: compare with models=smollm2")
     workload = load_workload(cfg.workload, pair.tokenizer)
     prompts = [p.input_ids for p in workload.prompts]
     warm = prompts[: args.warmup]
