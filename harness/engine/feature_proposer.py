@@ -16,10 +16,9 @@ from __future__ import annotations
 import torch
 
 from harness.engine.kv import SlotKV, prefill_slots
-from harness.engine.policy import draft_signals
 from harness.engine.proposer import DraftProposer
 from harness.models.feature_draft import HiddenTap
-from harness.sampling import SamplingParams, draw, warp
+from harness.sampling import SamplingParams
 
 
 class FeatureProposer(DraftProposer):
@@ -51,25 +50,14 @@ class FeatureProposer(DraftProposer):
         tokens = torch.cat([self.pending, last.unsqueeze(1)], dim=1)
         valid = torch.cat([self.pending_valid, torch.ones_like(last, dtype=torch.bool).unsqueeze(1)], dim=1) \
             if self.any_pending else None
-        self._feed = (tokens, valid, self.pending_features)
+        self._feed = {"tokens": tokens, "new_valid": valid, "features": self.pending_features}
         self._after_first: torch.Tensor | None = None
 
-    def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
-             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """One draft step for every row: (drafted tokens [B], their law q [B, V], the requested signals)."""
-        tokens, valid, feats = self._feed
-        logits = self.kv.forward(self.model, tokens, valid, last_only=True, features=feats)[:, -1, : self.vocab_size]
+    def _next_feed(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """This step's drafts with the draft's own predicted feature f̂ (the step just run computed it)."""
         if self._after_first is None:  # the entries up to ``last`` carry the target's features: kept at rollback
             self._after_first = self.kv.next_pos.clone()
-        q = warp(logits, self.sampling)
-        x = draw(q, self.sampling, uniforms=uniforms)
-        self._drafted.append(x)
-        self._laws.append(q)
-        self._uncounted += 1
-        out = draft_signals(q, x, signals, self._cum_prob, self.support)
-        self._cum_prob = out.get("cum_prob", self._cum_prob)
-        self._feed = (x.unsqueeze(1), None, self.tap.last[:, -1:])
-        return x, q, out
+        return {"tokens": x.unsqueeze(1), "features": self.tap.last[:, -1:]}
 
     def rollback(self, context_length: torch.Tensor, accepted: torch.Tensor, proposal, active: torch.Tensor,
                  accepted_host: list[int], features: torch.Tensor | None = None) -> None:

@@ -53,10 +53,10 @@ class DraftProposer:
         """Start a cycle after ``last`` [B] (the newest emitted tokens)."""
         self._open(last)
         if self.fixed_shapes or self.any_pending:
-            self._feed = (torch.cat([self.pending, last.unsqueeze(1)], dim=1),
-                          torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], dim=1))
+            self._feed = {"tokens": torch.cat([self.pending, last.unsqueeze(1)], dim=1),
+                          "new_valid": torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], 1)}
         else:
-            self._feed = (last.unsqueeze(1), None)
+            self._feed = {"tokens": last.unsqueeze(1)}
 
     def _open(self, last: torch.Tensor) -> None:
         """A cycle's bookkeeping: where the cache stood, no drafts yet, every row drafting."""
@@ -73,8 +73,7 @@ class DraftProposer:
     def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """One draft step for every row: (drafted tokens [B], their law q [B, V], the requested signals)."""
-        tokens, valid = self._feed
-        logits = self.kv.forward(self.model, tokens, valid, last_only=True)[:, -1, : self.vocab_size]
+        logits = self.kv.forward(self.model, **self._feed, last_only=True)[:, -1, : self.vocab_size]
         q = warp(logits, self.sampling)
         x = draw(q, self.sampling, uniforms=uniforms)
         self._drafted.append(x)
@@ -82,8 +81,12 @@ class DraftProposer:
         self._uncounted += 1
         out = draft_signals(q, x, signals, self._cum_prob, self.support)
         self._cum_prob = out.get("cum_prob", self._cum_prob)
-        self._feed = (x.unsqueeze(1), None)  # every row's draft is real: kv.forward's fast path
+        self._feed = self._next_feed(x)
         return x, q, out
+
+    def _next_feed(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What the next draft step feeds: this step's drafts (every row's is real: kv.forward's fast path)."""
+        return {"tokens": x.unsqueeze(1)}
 
     def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
         """Rows where ``keep`` is False draft no further this cycle; returns the rows still drafting."""
