@@ -116,9 +116,19 @@ def trace_frame(engine: Any, requests: list) -> pd.DataFrame:
     return record(engine.session(requests, None, 2, keep_laws=True), requests, MAX_DEPTH)
 
 
+def float_columns(frame: pd.DataFrame) -> list[str]:
+    return [name for name in frame.columns if pd.api.types.is_float_dtype(frame[name])]
+
+
 def traces_summary(frame: pd.DataFrame) -> dict[str, Any]:
+    """The whole frame's sha256 (bit for bit: it also identifies the floating-point path that made it), the
+    sha256 of its exact columns (tokens, counts, flags: the same on every CPU) and its float columns' values
+    (for a comparison with a tolerance on another CPU's path)."""
     pinned = frame.drop(columns=list(TIMING))
+    floats = float_columns(pinned)
     return {"columns": list(frame.columns), "rows": len(frame), "frame_sha256": frame_sha256(pinned),
+            "exact_sha256": frame_sha256(pinned.drop(columns=floats)),
+            "floats": {name: pinned[name].tolist() for name in floats},
             "accepted": int(frame["accepted"].sum()), "cycles": int(frame["cycle"].nunique())}
 
 

@@ -14,8 +14,12 @@ conf/), and ``tests/data/pinning/golden.json`` holds what the code gave when it 
   concurrency 2, live fine-tuning with ``train.live_time=profile``): sha256 of every tensor of ``depth.zip`` and
   ``size.zip``, the replay curves and the final validation scores.
 
-Equality is exact (bit for bit). The values depend on the CPU's floating-point path (torch version, thread
-count); after an intended change of behaviour rerecord with ``python -m tests.pinning --record``.
+Equality is exact (bit for bit) on the floating-point path the file was recorded on (torch version, thread
+count, and the CPU: MKL's kernels differ between Intel and AMD processors in the last bits). The traces' sha256
+identifies that path. On another one, the exact values (token ids, cycles, counts, depths, the traces' exact
+columns) must still be equal, and every float must agree within a relative 1e-5; the trained PPO weights, which
+small float differences move bit by bit, are then skipped with that reason. After an intended change of
+behaviour rerecord with ``python -m tests.pinning --record``.
 
 Not pinnable: what reads the clock. The grid's best γ and every tokens/s of a bench or of ``policies.evaluate``,
 the profile measured by ``task=profile``, the bandit's rewards live (its feedback is the measured cycle time) and
@@ -29,6 +33,7 @@ tests/test_envs.py (the live environment under the checker with profile time).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -44,27 +49,61 @@ def computed(tmp_path_factory) -> dict[str, Any]:
     return pinning.jsonable(pinning.compute(tmp_path_factory.mktemp("pinning")))
 
 
-def _differences(got: Any, want: Any, path: str = "") -> list[str]:
-    """Where two JSON values differ (first few paths), for a readable failure."""
+FLOAT_RTOL = 1e-5  # on another floating-point path: float32 kernels differ in the last bits, not more
+# The traces' frame_sha256 covers their floats bit for bit and identifies the recording's floating-point path;
+# their "floats" (stored for the comparison off that path, from whichever path last stored them) are compared
+# only off it.
+BITWISE_SKIP, TOLERANT_SKIP = frozenset({"floats"}), frozenset({"frame_sha256"})
+
+
+def _differences(got: Any, want: Any, path: str = "", rtol: float = 0.0) -> list[str]:
+    """Where two JSON values differ (first few paths), for a readable failure; floats within ``rtol``."""
     if isinstance(want, dict) and isinstance(got, dict):
         out = [f"{path}/{k}: missing" for k in want if k not in got] + [f"{path}/{k}: extra" for k in got
                                                                          if k not in want]
+        skip = TOLERANT_SKIP if rtol else BITWISE_SKIP
         for key in want:
-            if key in got:
-                out += _differences(got[key], want[key], f"{path}/{key}")
+            if key in got and key not in skip:
+                out += _differences(got[key], want[key], f"{path}/{key}", rtol)
         return out
+    close = (rtol and isinstance(want, float) and isinstance(got, float | int) and not isinstance(got, bool)
+             and (math.isclose(got, want, rel_tol=rtol, abs_tol=1e-9) or (math.isnan(got) and math.isnan(want))))
+    if close:
+        return []
     if got != want and not (got != got and want != want):  # NaN == NaN here
         if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
             return [d for g, w, i in zip(got, want, range(len(want)), strict=True)
-                    for d in _differences(g, w, f"{path}[{i}]")]
+                    for d in _differences(g, w, f"{path}[{i}]", rtol)]
         return [f"{path}: {str(got)[:120]} != recorded {str(want)[:120]}"]
     return []
 
 
+def _same_float_path(computed: dict[str, Any]) -> bool:
+    return computed["traces"]["frame_sha256"] == GOLDEN["traces"]["frame_sha256"]
+
+
 @pytest.mark.parametrize("part", ["engine", "traces", "replay", "train"])
-def test_results_equal_the_recorded_ones_bit_for_bit(computed, part):
-    differences = _differences(computed[part], GOLDEN[part])
+def test_results_equal_the_recorded_ones(computed, part):
+    """Bit for bit on the recording's floating-point path; elsewhere exact values exact and floats within 1e-5."""
+    if _same_float_path(computed):
+        differences = _differences(computed[part], GOLDEN[part])
+    elif part == "train":
+        pytest.skip("this CPU's floating-point path is not the one golden.json was recorded on (the traces' "
+                    "sha256 differs; their exact columns are compared in [traces]): trained PPO weights are "
+                    "pinned bit for bit only there")
+    else:
+        differences = _differences(computed[part], GOLDEN[part], rtol=FLOAT_RTOL)
     assert not differences, differences[:10]
+
+
+def test_the_float_tolerance_catches_a_real_change():
+    """The relaxed comparison still fails on a changed token, count or a float off by more than 1e-5."""
+    want = {"tokens": [1, 2, 3], "score": 10.0, "frame_sha256": "a"}
+    assert not _differences({"tokens": [1, 2, 3], "score": 10.00001, "frame_sha256": "b"}, want, rtol=FLOAT_RTOL)
+    assert _differences({"tokens": [1, 2, 3], "score": 10.0, "frame_sha256": "b"}, want)  # another path
+    assert _differences({"tokens": [1, 2, 4], "score": 10.0, "frame_sha256": "a"}, want, rtol=FLOAT_RTOL)
+    assert _differences({"tokens": [1, 2, 3], "score": 10.001, "frame_sha256": "a"}, want, rtol=FLOAT_RTOL)
+    assert _differences({"tokens": [1, 2, 3], "score": 10.00001, "frame_sha256": "a"}, want)  # bit for bit
 
 
 def test_the_golden_file_pins_every_part():
@@ -73,6 +112,8 @@ def test_the_golden_file_pins_every_part():
                                      (*pinning.ENGINE_POLICIES, ("ppo", None, 0, (1, 2))) for c in batches}
     assert all(run["cycles"] and all(run["tokens"].values()) for run in GOLDEN["engine"].values())
     assert GOLDEN["traces"]["rows"] > 0 and len(GOLDEN["traces"]["frame_sha256"]) == 64
+    assert len(GOLDEN["traces"]["exact_sha256"]) == 64 and GOLDEN["traces"]["floats"]
+    assert all(len(values) == GOLDEN["traces"]["rows"] for values in GOLDEN["traces"]["floats"].values())
     for name in ("depth_weights_sha256", "size_weights_sha256"):
         assert {"all"} < set(GOLDEN["train"][name])
     assert "live" in map(str, GOLDEN["train"]["curves"]["round"])
