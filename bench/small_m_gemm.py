@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
+import statistics
+import sys
 from pathlib import Path
 
 import torch
+from gpu_check import timed  # a sibling script (run as python bench/small_m_gemm.py)
 from omegaconf import OmegaConf
 
 from harness.io import write_text
@@ -27,33 +29,24 @@ from harness.metadata import base_metadata
 
 log = logging.getLogger("bench.small_m_gemm")
 ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
 
 
 def target_shapes(models: str) -> dict[str, tuple[int, int]]:
     """(in, out) of the target's linear layers, read from its config (no weights loaded)."""
     from transformers import AutoConfig
 
+    from harness.engine.static_kv import _kv_shape
     from harness.models import gguf
     from harness.models.loading import resolve
 
     name = str(OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml").target.name_or_path)
     cfg = AutoConfig.from_pretrained(gguf.materialise(name)[0] if gguf.is_gguf(name) else resolve(name)[0])
     hidden, inter = cfg.hidden_size, cfg.intermediate_size
-    kv = cfg.num_key_value_heads * getattr(cfg, "head_dim", hidden // cfg.num_attention_heads)
+    kv_heads, head_dim = _kv_shape(cfg)  # the KV cache's own reading of the config (head_dim may be None)
+    kv = kv_heads * head_dim
     return {"q, o": (hidden, hidden), "k, v": (hidden, kv), "gate, up": (hidden, inter), "down": (inter, hidden),
             "lm head": (hidden, cfg.vocab_size)}
-
-
-def median_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return 1e3 * times[len(times) // 2]
 
 
 def measure(shapes: dict[str, tuple[int, int]], rows: int, reps: int, seed: int,
@@ -73,7 +66,8 @@ def measure(shapes: dict[str, tuple[int, int]], rows: int, reps: int, seed: int,
                 # both paths must compute the same product, or the comparison means nothing
                 torch.testing.assert_close(call(x), torch.nn.functional.linear(x, weight), rtol=tol, atol=tol)
                 out.append({"layer": name, "shape": f"{fan_in}x{fan_out}", "dtype": str(dtype), "path": kind, "rows": m,
-                            "ms": median_ms(lambda call=call, x=x: call(x), n_reps), "calls": n_reps})
+                            "ms": statistics.median(timed(lambda call=call, x=x: call(x), CPU, n_reps)),
+                            "calls": n_reps})
     return out
 
 
@@ -106,8 +100,8 @@ def main() -> int:
         lines.append(f"{'':9s} {'':14s} " + " ".join(f"{r['ms'] / one:7.2f}" for r in row))
     log.info("\n".join(lines))
     if args.json:
-        meta = {**base_metadata(), "command": "python bench/small_m_gemm.py " + " ".join(
-            f"--{k} {v}" for k, v in vars(args).items() if v is not None), "threads": args.threads}
+        meta = {**base_metadata(), "command": "python bench/small_m_gemm.py " + " ".join(sys.argv[1:]),
+                "threads": args.threads, "dtype": args.dtype}
         write_text(args.json, json.dumps({"metadata": meta, "results": results}, indent=2, default=str) + "\n")
         log.info("wrote %s", args.json)
     return 0

@@ -14,10 +14,15 @@ from tests.conftest import REPO
 
 @pytest.fixture(scope="module")
 def gemm():
-    spec = importlib.util.spec_from_file_location("small_m_gemm", REPO / "bench" / "small_m_gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The script as a module, with bench/ on the import path as when it runs (it imports a sibling script)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("small_m_gemm", REPO / "bench" / "small_m_gemm.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(REPO / "bench"))
 
 
 def test_shapes_come_from_the_target_config(gemm):
