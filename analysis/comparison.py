@@ -27,7 +27,7 @@ from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_text
 from harness.tasks.tune import vllm_schedule
-from policies.comparison import BEST_FIXED
+from policies.comparison import AA_POLICY, BEST_FIXED
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _mean(group: pd.DataFrame, column: str) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-FIXED_ROWS = ("ar", BEST_FIXED)  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
+FIXED_ROWS = ("ar", BEST_FIXED, AA_POLICY)  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
 
 
 def load_map(frame: pd.DataFrame, metric: str = "decode") -> pd.DataFrame:

@@ -127,18 +127,23 @@ def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> 
 
 # -- one point --------------------------------------------------------------------------------------------
 def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, label: str, gamma: int,
-                  *, concurrency: int, warmup: int, max_context: int | None) -> Frames:
+                  *, concurrency: int, warmup: int, max_context: int | None, reset_policy: bool = True) -> Frames:
     """``requests`` through ``engine`` with ``policy`` (None: autoregressive) at ``concurrency``, after ``warmup``
-    requests of the same batch shape (compiled graphs); the request and cycle rows and the point's summary."""
+    requests of the same batch shape (compiled graphs); the request and cycle rows and the point's summary.
+    ``reset_policy=False`` goes on with what ``policy`` learned before (a later block; no warm-up then, which
+    would teach it requests that are not measured)."""
     from tqdm import tqdm
 
     check_fits(requests, gamma, max_context)
+    if warmup and not reset_policy:
+        raise ValueError("measure_point: a run that keeps the policy's state takes no warm-up (warmup=0)")
     if warmup:
         warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
                 for i, r in enumerate(requests[:warmup])]
         engine.run(warm, policy, concurrency)
     with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
-        result = engine.run(requests, policy, concurrency, on_finish=lambda _: bar.update())
+        result = engine.run(requests, policy, concurrency, on_finish=lambda _: bar.update(),
+                            reset_policy=reset_policy)
     req, cyc = requests_frame(result.requests), cycles_frame(result.cycles)
     summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
                "policy": policy.describe() if policy else None}

@@ -18,7 +18,10 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
    replay on those training traces with that profile (``policies.tuning``; every value tried in ``tuning.csv``).
 4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
    ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method. With
-   ``evaluate.hindsight`` every other fixed γ in 1..max_depth runs too: the hindsight-fixed ceiling.
+   ``evaluate.hindsight`` every other fixed γ in 1..max_depth runs too: the hindsight-fixed ceiling. With
+   ``evaluate.noise_floor`` AR runs twice (the "ar (A/A)" row against AR is the measured noise floor). With
+   ``evaluate.block_prompts`` (grid and held-out runs) every method runs on a block of prompts before the next
+   block starts (:mod:`harness.interleave`), so that a drifting machine's drift falls on every method alike.
 5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the (calibrated) profile: the
    hindsight bound and each policy's replay score on the same cycles (``policies.replay``). ``replay_*`` and
    ``oracle_*`` columns compare with the best fixed depth *in hindsight on those traces*, not the grid's γ.
@@ -40,11 +43,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
-from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
+from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
-from harness.stats.compare import decode_rates
-from policies.comparison import BEST_FIXED, comparison_frame, comparison_rows, format_comparison
+from harness.stats.compare import AA_LABEL, decode_rates
+from policies.comparison import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy, measure_policy
 from policies.tuning import tunable
 
@@ -69,6 +72,8 @@ class EvaluateSettings:
     calibrate: bool = False
     tune: bool = True
     hindsight: bool = False
+    block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
+    noise_floor: bool = False  # AR twice on the held-out prompts: the A/A row
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
@@ -96,7 +101,9 @@ class EvaluateSettings:
                        integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params,
                        flag(e.get("calibrate", False), "evaluate.calibrate"),
                        flag(e.get("tune", True), "evaluate.tune"), flag(e.get("hindsight", False),
-                                                                        "evaluate.hindsight"))
+                                                                        "evaluate.hindsight"),
+                       _block_prompts(e.get("block_prompts"), conc), flag(e.get("noise_floor", False),
+                                                                         "evaluate.noise_floor"))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -109,6 +116,19 @@ class EvaluateSettings:
             if name not in LEARNED:
                 make_policy(policy_node(name, params.get(name)), settings.max_depth)
         return settings
+
+
+def _block_prompts(value: Any, concurrency: list[int]) -> int | None:
+    """``evaluate.block_prompts``: null, or an integer >= 1 that every concurrency divides (each block then
+    starts with full batches)."""
+    if value is None:
+        return None
+    size = integer(value, "evaluate.block_prompts", lo=1)
+    uneven = [c for c in concurrency if size % c]
+    if uneven:
+        raise SpectuneError(f"evaluate.block_prompts={size} is invalid with evaluate.concurrency={concurrency}: "
+                            f"must be a multiple of every concurrency (not of {uneven[0]}), or null")
+    return size
 
 
 def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:
@@ -206,16 +226,34 @@ def _profile(directory: Path) -> Any:
 
 # -- the steps --------------------------------------------------------------------------------------------
 def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], concurrency: int, repeats: int,
-             warmup: int, max_context: int | None) -> Grid:
-    """Every (label, γ, policy node) once per repeat in rotated order (γ = 0: autoregressive)."""
+             warmup: int, max_context: int | None, block_prompts: int | None = None) -> Grid:
+    """Every (label, γ, policy node) once per repeat in rotated order (γ = 0: autoregressive); with
+    ``block_prompts``, the methods interleaved block by block (:mod:`harness.interleave`), each policy built once
+    per repeat and carried across its blocks, warm-up before its first block only."""
     nodes = {label: node for label, _, node in methods}
+    order = [(label, gamma) for label, gamma, _ in methods]
+    if block_prompts is None:
+        def point(label: str, gamma: int) -> Frames:
+            return measure_policy(engine, requests, nodes[label], label, gamma, concurrency=concurrency,
+                                  warmup=warmup, max_context=max_context)
 
-    def point(label: str, gamma: int) -> Frames:
-        return measure_policy(engine, requests, nodes[label], label, gamma, concurrency=concurrency, warmup=warmup,
-                              max_context=max_context)
+        return run_points(schedule(order, repeats), conditions.watched(point))
+    from harness.interleave import blocks_of, run_interleaved
 
-    return run_points(schedule([(label, gamma) for label, gamma, _ in methods], repeats),
-                      conditions.watched(point))
+    policies: dict[tuple[str, int], Any] = {}
+
+    def block(label: str, gamma: int, repeat: int, index: int, part: list) -> Frames:
+        if index == 0:
+            policies[label, repeat] = make_policy(nodes[label], gamma) if gamma else None
+        with conditions.Window() as window:
+            req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
+                                              concurrency=concurrency, warmup=warmup if index == 0 else 0,
+                                              max_context=max_context, reset_policy=index == 0)
+        return req, cyc, {**summary, "conditions": window.record}
+
+    blocks = blocks_of(requests, block_prompts)
+    log.info("interleaving %d methods over %d blocks of <= %d prompts", len(order), len(blocks), block_prompts)
+    return run_interleaved(order, repeats, blocks, block)
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
@@ -224,7 +262,8 @@ def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurren
     methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_depth + 1)]
     log.info("grid search on %d training prompts, concurrency %d: γ = 0..%d, %d repeat(s)", len(train), concurrency,
              settings.max_depth, settings.grid_repeats)
-    grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context)
+    grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context,
+                    settings.block_prompts)
     summaries, _ = aggregate(grid, seed=seed)
     decode = decode_rates(grid.frames()[0])
     frame = pd.DataFrame([{"concurrency": concurrency, "method": s["method"], "gamma": int(s["gamma"]),
@@ -345,8 +384,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                                                                 chosen["value"], strict=True)}
         log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
                  len(methods), settings.repeats)
+        if settings.noise_floor:  # AR again, as its own method, opposite AR in the rotation: the A/A row
+            methods.insert((len(methods) + 1) // 2, (AA_LABEL, 0, {"name": FIXED}))
+            labels[AA_LABEL] = AA_POLICY
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
-                            setup.max_context)
+                            setup.max_context, settings.block_prompts)
         summaries, _ = aggregate(measured, seed=seed)
         measured_conditions[f"c{concurrency}"] = conditions.summary_fields(measured.points)
         conditions.warn_flagged(measured_conditions[f"c{concurrency}"]["conditions"])

@@ -147,3 +147,30 @@ def test_threshold_baselines_are_tuned_on_the_training_traces(smoke):
         chosen = table[(table["concurrency"] == concurrency) & table["chosen"]]
         assert meta["tuned"][f"c{concurrency}"] == {p: {k: v} for p, k, v in zip(chosen["policy"], chosen["parameter"],
                                                                                  chosen["value"], strict=True)}
+
+
+def test_interleaved_blocks_with_the_noise_floor(cli, tmp_path):
+    """evaluate.block_prompts=1 with evaluate.noise_floor=true on 2 + 2 prompts, 2 repeats, no learned policy: the
+    grid and the held-out methods run prompt by prompt, each (method, repeat) is one point over both prompts, and
+    AR's second run is the "ar (A/A)" row, paired against AR with its interval, printed as the noise floor."""
+    run_dir = tmp_path / "blocks"
+    done = cli("+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
+               "train.max_depth=2", "evaluate.repeats=2", "evaluate.warmup=1", "evaluate.concurrency=[1]",
+               "evaluate.block_prompts=1", "evaluate.noise_floor=true", "evaluate.hindsight=true",
+               "evaluate.policies=[hf-heuristic,bandit]",
+               module="policies.evaluate", run_dir=run_dir, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "interleaving" in done.stderr + done.stdout
+    table = pd.read_parquet(run_dir / "comparison.parquet")
+    aa = table[table["policy"] == "ar (A/A)"]
+    assert len(aa) == 1 and aa.iloc[0]["gamma"] == 0 and aa.iloc[0]["prompts"] == 2 and aa.iloc[0]["repeats"] == 2
+    row = aa.iloc[0]
+    assert row.decode_vs_ar_pct_ci95_lo <= row.decode_vs_ar_pct <= row.decode_vs_ar_pct_ci95_hi
+    ar = table[table["method"] == "ar"].iloc[0]
+    assert ar["decode_vs_ar_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert "noise floor (en, concurrency 1)" in (run_dir / "comparison.md").read_text(encoding="utf-8")
+    # the A/A row is not a fixed γ the hindsight ceiling may pick, nor an adaptive policy
+    assert table["hindsight_gamma"].notna().all() and set(table["hindsight_gamma"]) <= {0, 1, 2}
+    req = pd.read_parquet(run_dir / "requests.parquet")
+    assert req.groupby(["method", "repeat"])["prompt_id"].nunique().eq(2).all()
+    assert {"ar", "ar#2", "hf-heuristic", "bandit"} <= set(req["method"])

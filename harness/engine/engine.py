@@ -76,15 +76,18 @@ class Engine:
         return kv
 
     def session(self, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
-                on_finish: Callable[[RequestRecord], None] | None = None, keep_laws: bool = False) -> Session:
+                on_finish: Callable[[RequestRecord], None] | None = None, keep_laws: bool = False,
+                reset_policy: bool = True) -> Session:
         """A :class:`Session` over these requests: the engine stepped one cycle at a time."""
-        return Session(self, requests, policy, concurrency, on_finish=on_finish, keep_laws=keep_laws)
+        return Session(self, requests, policy, concurrency, on_finish=on_finish, keep_laws=keep_laws,
+                       reset_policy=reset_policy)
 
     @torch.inference_mode()
     def run(self, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
-            on_finish: Callable[[RequestRecord], None] | None = None) -> RunRecords:
-        """Generate for every request (``policy=None``: autoregressive); one :meth:`Session.step` per cycle."""
-        session = self.session(requests, policy, concurrency, on_finish)
+            on_finish: Callable[[RequestRecord], None] | None = None, reset_policy: bool = True) -> RunRecords:
+        """Generate for every request (``policy=None``: autoregressive); one :meth:`Session.step` per cycle.
+        ``reset_policy=False`` keeps what the policy learned in an earlier run (a run cut into blocks)."""
+        session = self.session(requests, policy, concurrency, on_finish, reset_policy=reset_policy)
         while not session.done:
             session.step()
         return session.result()

@@ -121,11 +121,14 @@ class Session:
         concurrency: slots of the continuous batch.
         on_finish: called with each request's record when it finishes.
         keep_laws: keep each cycle's drafts, laws and uniforms in its :class:`CycleOutcome`.
+        reset_policy: forget the policy's per-run state first (False: a later block of one run goes on with
+            what the policy learned in the earlier blocks).
     """
 
     @torch.inference_mode()
     def __init__(self, engine: EngineParts, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
-                 on_finish: Callable[[RequestRecord], None] | None = None, keep_laws: bool = False) -> None:
+                 on_finish: Callable[[RequestRecord], None] | None = None, keep_laws: bool = False,
+                 reset_policy: bool = True) -> None:
         self.engine, self.policy, self.batch = engine, policy, concurrency
         self.speculative = engine.draft is not None
         self.on_finish, self.keep_laws = on_finish, keep_laws
@@ -137,7 +140,7 @@ class Session:
         self.proposer = (proposer(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
                                   engine.vocab_size) if self.speculative else None)
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
-        if policy is not None:
+        if policy is not None and reset_policy:
             policy.reset()
         self.memory = MemoryTracker(self.device)
         self.waiting = deque(sorted(requests, key=lambda r: (r.arrival_s or 0.0, r.request_id)))

@@ -1,0 +1,141 @@
+"""Methods interleaved prompt block by prompt block, so that a drifting machine drifts under every method alike.
+
+A point of :func:`harness.measure.run_points` is one method run once over all prompts; the methods of a repeat
+run one after the other. On a machine whose speed drifts by ±15% over minutes (a cloud VM's neighbours, thermal
+or frequency changes), that drift lands whole on whichever method ran at the time, and a paired (repeat,
+prompt) bootstrap cannot see it: the pairing assumes the two methods met the same conditions. Cutting the
+prompts into blocks and running every method on a block before the next block starts brings the methods of a
+pair minutes closer: the drift between them becomes the drift over one block.
+
+A (method, repeat) point is still the unit the statistics see: its blocks are merged into one run's rows
+(:func:`merge_blocks`), each block's clock shifted to start where the previous block ended, so durations and
+throughputs are those of the method's own work, with no other method's time between its blocks. A policy keeps
+its state from block to block of a repeat (the caller builds it once per point and runs later blocks with
+``reset_policy=False``): a policy that learns across requests sees the same requests in the same order as in one
+run. At concurrency > 1 each block drains its batch before the next starts (a block of ``k·concurrency``
+prompts keeps that tail small); at concurrency 1 a block changes nothing but when a prompt runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from harness.engine.records import Request, summarise
+from harness.errors import SpectuneError
+from harness.measure import Frames, Grid, _tag
+from harness.stats.compare import rotation
+
+log = logging.getLogger(__name__)
+
+BlockRun = Callable[[str, int, int, int, list[Request]], Frames]  # (label, γ, repeat, block, its requests)
+_FAILURES = (RuntimeError, MemoryError, ValueError)
+
+
+def blocks_of(requests: list[Request], size: int | None) -> list[list[Request]]:
+    """``requests`` cut in order into blocks of ``size`` (the last may be shorter); ``None``: one block."""
+    if size is None or size >= len(requests):
+        return [list(requests)] if requests else []
+    return [list(requests[i:i + size]) for i in range(0, len(requests), size)]
+
+
+def block_order(methods: list[tuple[str, int]], repeat: int, block: int, blocks: int) -> list[tuple[str, int]]:
+    """The methods' order on one block: rotated once per block across the repeats, so that every method takes
+    every place in the order about equally often."""
+    return rotation(methods, repeat * blocks + block)
+
+
+def _shift(frame: pd.DataFrame, columns: tuple[str, ...], by: float) -> pd.DataFrame:
+    for column in columns:
+        if column in frame:
+            frame[column] = frame[column] + by
+    return frame
+
+
+def merge_blocks(parts: list[Frames]) -> Frames:
+    """One point's blocks as one run: request and cycle rows concatenated with each block's clock shifted to
+    start where the previous block's last request finished, cycle numbers continued, the summary recomputed
+    from the merged rows (peak memory: the highest block's; conditions: combined, :func:`merge_conditions`)."""
+    requests, cycles = [], []
+    offset, cycle_offset = 0.0, 0
+    for req, cyc, _ in parts:
+        req, cyc = req.copy(), cyc.copy()
+        start = float(req["arrival_s"].min()) if len(req) and req["arrival_s"].notna().any() else 0.0
+        by = offset - start
+        _shift(req, ("arrival_s", "admitted_s", "first_token_s", "finish_s"), by)
+        if "token_times_s" in req:
+            req["token_times_s"] = [[t + by for t in times] for times in req["token_times_s"]]
+        if len(cyc):
+            _shift(cyc, ("start_s",), by)
+            cyc["cycle"] = cyc["cycle"] + cycle_offset
+            cycle_offset = int(cyc["cycle"].max()) + 1
+        if len(req) and req["finish_s"].notna().any():
+            offset = float(req["finish_s"].max())
+        requests.append(req)
+        cycles.append(cyc)
+    req = pd.concat(requests, ignore_index=True)
+    cyc = pd.concat(cycles, ignore_index=True)
+    first = parts[0][2]
+    summary = {"method": first["method"], "gamma": first["gamma"], "status": "ok", "blocks": len(parts),
+               **summarise(req, cyc)}
+    for key, value in first.items():  # peak memory: the highest block's
+        if key.startswith("peak_") and all(key in p[2] for p in parts):
+            summary[key] = max(p[2][key] for p in parts)
+        elif key == "memory_method":
+            summary[key] = value
+    summary["policy"] = parts[-1][2].get("policy")
+    windows = [p[2]["conditions"] for p in parts if p[2].get("conditions")]
+    if windows:
+        summary["conditions"] = merge_conditions(windows)
+    return req, cyc, summary
+
+
+def merge_conditions(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The conditions of a point measured in several windows: shares weighted by each window's wall time, the
+    load average at the first window's start and the last one's end, the GPU's worst window; where it ran is
+    the first window's (a point's blocks run in one process)."""
+    wall = sum(w.get("wall_s") or 0.0 for w in windows) or 1e-9
+    out = {**windows[0], "wall_s": round(sum(w.get("wall_s") or 0.0 for w in windows), 4),
+           "load1_end": windows[-1].get("load1_end"), "windows": len(windows)}
+    for key in ("others_cpu_share", "steal_share"):
+        values = [(w.get(key), w.get("wall_s") or 0.0) for w in windows if w.get(key) is not None]
+        out[key] = round(sum(v * t for v, t in values) / wall, 4) if values else None
+    gpu = [w["gpu_others_util"] for w in windows if w.get("gpu_others_util") is not None]
+    out["gpu_others_util"] = max(gpu) if gpu else None
+    return out
+
+
+def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[list[Request]],
+                    run_block: BlockRun) -> Grid:
+    """Every method on every block, block after block, ``repeats`` times; one merged point per (method, repeat).
+
+    A block that raises RuntimeError, MemoryError or ValueError fails its (method, repeat) point: the method's
+    later blocks of that repeat are skipped and the others go on (bad input, a SpectuneError, still stops)."""
+    grid = Grid()
+    for repeat in range(repeats):
+        parts: dict[str, list[Frames]] = {label: [] for label, _ in methods}
+        failed: dict[str, str] = {}
+        for b, block in enumerate(blocks):
+            for label, gamma in block_order(methods, repeat, b, len(blocks)):
+                if label in failed:
+                    continue
+                try:
+                    parts[label].append(run_block(label, gamma, repeat, b, block))
+                except SpectuneError:
+                    raise
+                except _FAILURES as err:
+                    failed[label] = f"{type(err).__name__}: {err}"
+                    log.error(f"{label} failed on block {b} (repeat {repeat}): {failed[label]}")
+        for label, gamma in rotation(methods, repeat):
+            if label in failed or not parts[label]:
+                summary = {"method": label, "gamma": gamma, "status": "failed",
+                           "error": failed.get(label, "no block ran")}
+            else:
+                req, cyc, summary = merge_blocks(parts[label])
+                grid.requests.append(_tag(req, repeat))
+                grid.cycles.append(_tag(cyc, repeat))
+            grid.points.append({**summary, "repeat": repeat})
+    return grid
