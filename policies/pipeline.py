@@ -54,7 +54,7 @@ from harness import rundir
 from harness.errors import SpectuneError
 from harness.io import write_figure
 from harness.metadata import base_metadata
-from harness.options import integer
+from harness.options import flag, integer
 from harness.profile import Profile, load_profile
 from policies.envs.data import TraceSet
 from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
@@ -86,6 +86,7 @@ class TrainSettings:
     calibrate_to: str | None = None
     live_time: str = "measured"
     cycle_timesteps: int = 0
+    calibrate_per_depth: bool = False
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -114,7 +115,8 @@ class TrainSettings:
                    integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0),
                    integer(t.get("live_steps", 0), "train.live_steps", lo=0), t.get("calibrate_to"),
                    _live_time(t.get("live_time", "measured")),
-                   integer(t.get("cycle_timesteps", 0), "train.cycle_timesteps", lo=0))
+                   integer(t.get("cycle_timesteps", 0), "train.cycle_timesteps", lo=0),
+                   flag(t.get("calibrate_per_depth", False), "train.calibrate_per_depth"))
 
 
 def _live_time(value: Any) -> str:
@@ -198,7 +200,8 @@ def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, setting
     if missing or not len(grid):
         raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is invalid: it needs rows with columns "
                             f"gamma and tok_s at concurrency {settings.concurrency}")
-    calibrated, _ = calibrate_profile(profile, TraceSet(frame, trace_meta, "training traces"), grid)
+    calibrated, _ = calibrate_profile(profile, TraceSet(frame, trace_meta, "training traces"), grid,
+                                      per_depth=settings.calibrate_per_depth)
     rundir.PROFILE_CALIBRATED.write(run_dir, calibrated.to_json())
     return calibrated
 

@@ -106,3 +106,51 @@ def test_train_calibrate_to_reads_a_grid_file_and_writes_the_calibrated_profile(
         _calibrated(calibrated, frame, {}, TrainSettings(None, None, False, 8, 0, 0.2, 4, 1, 1, "throughput",
                                                          "expected", 0.0, 100, 50, {}, calibrate_to="/no/grid.csv"),
                     tmp_path)
+
+
+@pytest.mark.parametrize(("column", "rate", "traces"), [
+    ("decode_tok_s", "request", lambda: _traces([4, 0, 2, 3, 1, 4, 4, 0])),
+    ("tok_s", "system", lambda: _batched([4, 0, 2, 3, 1, 4, 4, 0])),
+])
+def test_per_depth_matching_explains_a_grid_two_scales_cannot(column, rate, traces):
+    """Live costs that no (α, β) explains: verification of 4 positions 30% dearer and of 3 positions 20% cheaper than
+    the line. Two scales leave residuals of several %; per_depth=True brings every grid depth to < 1e-6 %, shifts only
+    the verifications of the grid's depths, and leaves a depth outside the grid (γ = 4) at the two-scale fit."""
+    traces = traces()
+    batched = rate == "system"
+    measured = (_batched_profile if batched else _profile)(ar=10.0, draft=1.0, slope=0.5, overhead=2.0)
+    live = (_batched_profile if batched else _profile)(ar=13.0, draft=0.6, slope=0.3, overhead=2.6)
+    for table in live.t_verify_s.values():
+        table[3] *= 1.3
+        table[2] *= 0.8
+    zeros = np.zeros(traces.count, dtype=int)
+    rates = replay_scores(traces, live, 4, zeros, rate=rate)["fixed_tok_s"][:4]
+    grid = pd.DataFrame({"gamma": range(4), column: rates})
+    two, two_fit = calibrate_profile(measured, traces, grid)
+    assert two_fit["max_abs_residual_pct"] > 2
+    matched, fit = calibrate_profile(measured, traces, grid, per_depth=True)
+    assert fit["per_depth"] and fit["max_abs_residual_pct_after"] < 1e-6
+    replayed = replay_scores(traces, matched, 4, zeros, rate=rate)["fixed_tok_s"]
+    np.testing.assert_allclose(replayed[:4], rates, rtol=1e-9)
+    for b, table in matched.t_verify_s.items():
+        assert table[4] == pytest.approx(two.t_verify_s[b][4])  # γ = 4 was not in the grid: untouched
+        assert all(t > 0 for t in table)
+    assert "matched per depth" in matched.label
+
+
+def test_per_depth_matching_never_makes_a_verification_free():
+    """Live seconds at γ = 2 that no positive verification can give (less than its two draft steps and overhead)
+    are clamped: that verification keeps a quarter of its cost and the residual says what is left unexplained;
+    the other depths are matched."""
+    from policies.calibrate import MIN_SHARE, _per_depth
+    from policies.replay import replay_costs
+
+    traces = _traces([4, 0, 2, 3, 1, 4, 4, 0])
+    measured = _profile(ar=10.0, draft=1.0, slope=0.5, overhead=2.0)
+    gammas = np.arange(4)
+    live_s = replay_costs(traces, measured, 3, "request").sum(0) * np.array([1.1, 0.9, 1.0, 1.2])
+    live_s[2] = 0.5 * traces.count  # 0.5 s a cycle: below 2 draft steps (2 s) + overhead (2 s)
+    matched, fit = _per_depth(measured, traces, gammas, live_s, "request", {})
+    assert matched.t_verify_s[1][2] == pytest.approx(MIN_SHARE * measured.t_verify_s[1][2])
+    assert fit["residual_pct_by_gamma_after"][2] > 100
+    assert all(abs(fit["residual_pct_by_gamma_after"][k]) < 1e-6 for k in (0, 1, 3))

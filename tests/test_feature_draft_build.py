@@ -89,3 +89,15 @@ def test_training_batches_align_entries_features_and_teacher_laws(feature_pair):
     for (r, first, count), s in zip(T.continuation_rows(batch), batch, strict=True):
         law = torch.softmax(target.lm_head(goal[r, first: first + count].double()).float(), -1)
         assert torch.equal(law.topk(8, -1).indices.int(), s.top_ids)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rounds", "4", "--first-round", "4"], "--first-round=4 is invalid: must be below --rounds=4"),
+    (["--init-from", "/no/such/draft"], "--init-from='/no/such/draft' is invalid: not an exported feature draft"),
+    (["--lr", "0"], "--lr=0.0 is invalid: must be a number > 0"),
+])
+def test_the_trainer_refuses_a_bad_fine_tune_in_one_line(cli, args, message):
+    """Checked before the target loads or any teacher data is read: exit 2, the message names the value."""
+    done = cli(*args, module="workloads.build.train_feature_draft")
+    assert done.returncode == 2
+    assert message in done.stderr.strip().splitlines()[-1]

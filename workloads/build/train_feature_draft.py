@@ -69,6 +69,9 @@ class Recipe:
     lr: float = 5e-4
     warmup: int = 20
     eval_every: int = 50
+    first_round: int = 0  # train on rounds first_round..rounds-1 (a fine-tune on fresh rounds only)
+    init_from: str | None = None  # an exported draft to start from (its weights and vocabulary; a fresh optimiser)
+    init_sha256: str | None = None  # of its model.safetensors
 
 
 def work_folder(recipe: Recipe) -> Path:
@@ -161,13 +164,29 @@ def main() -> None:
     parser.add_argument("--sample-greedy", action="store_true", help="only sample the greedy round and exit")
     parser.add_argument("--vocab-from", type=int, default=None, help="choose the draft vocabulary from the first N "
                         "training sequences (keep it when a resumed run has more teacher data)")
+    parser.add_argument("--init-from", type=Path, default=None, help="start from this exported draft (its weights, "
+                        "layers and vocabulary) with a fresh optimiser: a fine-tune")
+    parser.add_argument("--first-round", type=int, default=0, help="train on teacher rounds FIRST..ROUNDS-1 only "
+                        "(with --init-from: rounds the draft has not seen)")
+    parser.add_argument("--lr", type=float, default=Recipe.lr, help="peak learning rate (warm-up, then cosine)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
                             ("--layers", args.layers, 1), ("--depth", args.depth, 1),
-                            ("--vocab-from", args.vocab_from, 1)):
+                            ("--vocab-from", args.vocab_from, 1), ("--first-round", args.first_round, 0)):
         if value is not None and value < lo:
             parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
+    if args.first_round >= args.rounds:
+        parser.error(f"--first-round={args.first_round} is invalid: must be below --rounds={args.rounds}")
+    if not (args.lr > 0 and math.isfinite(args.lr)):
+        parser.error(f"--lr={args.lr} is invalid: must be a number > 0")
+    init_sha = None
+    if args.init_from is not None:
+        if not feature_draft.is_feature_draft(args.init_from):
+            parser.error(f"--init-from={str(args.init_from)!r} is invalid: not an exported feature draft (config.json "
+                         "with its feature-draft key)")
+        init_sha = sha256_of(args.init_from / feature_draft.WEIGHTS)
+        args.layers = json.loads((args.init_from / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
     sample_rounds = None
     if args.sample_rounds is not None:
         a, _, b = args.sample_rounds.partition(":")
@@ -175,7 +194,8 @@ def main() -> None:
             parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
         sample_rounds = range(int(a), int(b))
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth,
-                    vocab_from=args.vocab_from)
+                    vocab_from=args.vocab_from, lr=args.lr, first_round=args.first_round,
+                    init_from=str(args.init_from) if args.init_from else None, init_sha256=init_sha)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)
     torch.manual_seed(recipe.seed)
@@ -195,7 +215,7 @@ def main() -> None:
     val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
                      progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
     train: list[Sequence] = []
-    for r in sample_rounds or ([] if args.sample_greedy else range(recipe.rounds)):
+    for r in sample_rounds or ([] if args.sample_greedy else range(recipe.first_round, recipe.rounds)):
         train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
                             progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
     if (recipe.greedy_round and sample_rounds is None) or args.sample_greedy:
@@ -209,17 +229,22 @@ def main() -> None:
     positions = sum(len(s.continuation) for s in train)
     log.info(f"teacher data: {len(train)} sequences, {positions} positions ({gen_minutes:.1f} min)")
 
-    specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
-    d2t = choose_vocab(train[:recipe.vocab_from], recipe.draft_vocab, specials, target.config.vocab_size)
-    rows = d2t.numel()
-    t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
     target = target.float()
     for p in target.parameters():
         p.requires_grad_(False)
-    draft = feature_draft.build(target, recipe.layers, d2t)
+    if args.init_from is not None:  # its vocabulary comes with it
+        draft = feature_draft.load(args.init_from, torch.float32).attach(target).train()
+        d2t = draft.lm_head.draft_to_target.clone()
+    else:
+        specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
+        d2t = choose_vocab(train[:recipe.vocab_from], recipe.draft_vocab, specials, target.config.vocab_size)
+        draft = feature_draft.build(target, recipe.layers, d2t)
+    rows = d2t.numel()
+    t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
     trainable = [p for n, p in draft.named_parameters() if p.requires_grad and not n.startswith("embed.")]
     opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=0.0)
-    ckpt = work / "checkpoint.pt"
+    # a fine-tune keeps its own checkpoint beside the run it started from
+    ckpt = work / ("checkpoint.pt" if init_sha is None else f"checkpoint-from-{init_sha[:12]}.pt")
     step, train_minutes, curve = 0, 0.0, []
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
@@ -287,6 +312,16 @@ def main() -> None:
             if late:
                 break
     log.info(f"done: {args.out}")
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def export(draft, tokenizer, out: Path, record: dict) -> None:
