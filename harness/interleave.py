@@ -108,14 +108,57 @@ def merge_conditions(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
+                 max_context: int | None) -> BlockRun:
+    """A :data:`BlockRun` that measures a block with :func:`harness.measure.measure_point`: the policy ``make(label,
+    γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
+    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`)."""
+    from harness.conditions import Window
+    from harness.measure import measure_point
+
+    policies: dict[tuple[str, int], Any] = {}
+
+    def run(label: str, gamma: int, repeat: int, index: int, part: list[Request]) -> Frames:
+        if index == 0:
+            policies[label, repeat] = make(label, gamma) if gamma else None
+        with Window() as window:
+            req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
+                                              concurrency=concurrency, warmup=warmup if index == 0 else 0,
+                                              max_context=max_context, reset_policy=index == 0)
+        return req, cyc, {**summary, "conditions": window.record}
+
+    return run
+
+
 def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[list[Request]],
-                    run_block: BlockRun) -> Grid:
+                    run_block: BlockRun, *, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
     """Every method on every block, block after block, ``repeats`` times; one merged point per (method, repeat).
 
-    A block that raises RuntimeError, MemoryError or ValueError fails its (method, repeat) point: the method's
-    later blocks of that repeat are skipped and the others go on (bad input, a SpectuneError, still stops)."""
+    ``done`` (a resume.Completed) supplies whole repeats measured before: a repeat all of whose points it holds is
+    taken from it, any other is measured whole (its blocks interleave its methods, so a part of it cannot be
+    reused). ``on_point`` sees the grid after each point is added. A block that raises RuntimeError, MemoryError or
+    ValueError fails its (method, repeat) point: the method's later blocks of that repeat are skipped and the
+    others go on (bad input, a SpectuneError, still stops)."""
     grid = Grid()
+
+    def add(summary: dict[str, Any], frames: tuple[pd.DataFrame, pd.DataFrame] | None, repeat: int) -> None:
+        if frames is not None:
+            grid.requests.append(_tag(frames[0], repeat))
+            grid.cycles.append(_tag(frames[1], repeat))
+        grid.points.append({**summary, "repeat": repeat})
+        if on_point is not None:
+            on_point(grid)
+
     for repeat in range(repeats):
+        order = rotation(methods, repeat)
+        if done is not None and all((label, repeat) in done for label, _ in order):
+            log.info("resume: repeat %d already complete, skipped", repeat)
+            for label, _ in order:
+                key = (label, repeat)
+                grid.requests.append(done.requests[key])
+                grid.cycles.append(done.cycles[key])
+                grid.points.append({**done.summaries[key], "repeat": repeat})
+            continue
         parts: dict[str, list[Frames]] = {label: [] for label, _ in methods}
         failed: dict[str, str] = {}
         for b, block in enumerate(blocks):
@@ -129,13 +172,11 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
                 except _FAILURES as err:
                     failed[label] = f"{type(err).__name__}: {err}"
                     log.error(f"{label} failed on block {b} (repeat {repeat}): {failed[label]}")
-        for label, gamma in rotation(methods, repeat):
+        for label, gamma in order:
             if label in failed or not parts[label]:
-                summary = {"method": label, "gamma": gamma, "status": "failed",
-                           "error": failed.get(label, "no block ran")}
+                add({"method": label, "gamma": gamma, "status": "failed", "error": failed.get(label, "no block ran")},
+                    None, repeat)
             else:
                 req, cyc, summary = merge_blocks(parts[label])
-                grid.requests.append(_tag(req, repeat))
-                grid.cycles.append(_tag(cyc, repeat))
-            grid.points.append({**summary, "repeat": repeat})
+                add(summary, (req, cyc), repeat)
     return grid

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
-from harness.measure import Frames, Grid, aggregate, measure_point, repeats_option, run_points, schedule
+from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
 from harness.stats.compare import AA_LABEL, decode_rates
@@ -238,19 +238,10 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
                                   warmup=warmup, max_context=max_context)
 
         return run_points(schedule(order, repeats), conditions.watched(point))
-    from harness.interleave import blocks_of, run_interleaved
+    from harness.interleave import block_runner, blocks_of, run_interleaved
 
-    policies: dict[tuple[str, int], Any] = {}
-
-    def block(label: str, gamma: int, repeat: int, index: int, part: list) -> Frames:
-        if index == 0:
-            policies[label, repeat] = make_policy(nodes[label], gamma) if gamma else None
-        with conditions.Window() as window:
-            req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
-                                              concurrency=concurrency, warmup=warmup if index == 0 else 0,
-                                              max_context=max_context, reset_policy=index == 0)
-        return req, cyc, {**summary, "conditions": window.record}
-
+    block = block_runner(engine, lambda label, gamma: make_policy(nodes[label], gamma), concurrency=concurrency,
+                         warmup=warmup, max_context=max_context)
     blocks = blocks_of(requests, block_prompts)
     log.info("interleaving %d methods over %d blocks of <= %d prompts", len(order), len(blocks), block_prompts)
     return run_interleaved(order, repeats, blocks, block)

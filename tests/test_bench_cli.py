@@ -99,6 +99,7 @@ BAD_INPUT = [
     ("gamma=[]", "gamma=[]"),
     ("slo.ttft_ms=0", "slo.ttft_ms=0"),
     ("slo.e2el_ms=-1", "slo.e2el_ms=-1"),
+    ("task.block_prompts=0", "task.block_prompts=0"),
 ]
 
 
@@ -152,3 +153,36 @@ def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(cli, tmp_path):
     assert json.loads((tmp_path / "0" / "error.json").read_text())["error"].startswith("gamma=0 is invalid")
     assert (tmp_path / "1" / "summary.json").exists()
     assert "1 job(s) of the sweep failed" in proc.stderr
+
+
+def test_interleaved_blocks_do_the_whole_runs_work(harness_in_process, tmp_path):
+    """task.block_prompts=1 on 3 prompts, 2 repeats, with the A/A row: every (method, repeat) is one point over all
+    3 prompts, merged from 3 blocks, and each request's tokens are those of the run without blocks (keyed
+    randomness: when a prompt runs changes nothing it emits)."""
+    import json
+
+    import pandas as pd
+
+    settings = [*SMALL, "task.repeats=2", "task.noise_floor=true", "gamma=[2]"]
+    assert harness_in_process(tmp_path / "whole", *settings) == 0
+    assert harness_in_process(tmp_path / "blocks", *settings, "task.block_prompts=1") == 0
+    summary = json.loads((tmp_path / "blocks" / "summary.json").read_text())
+    assert len(summary["points"]) == 6 and {p["blocks"] for p in summary["points"]} == {3}
+    assert {p["completed"] for p in summary["points"]} == {3}
+    assert summary["noise_floor_pct"] is not None
+    tokens = {}
+    for name in ("whole", "blocks"):
+        req = pd.read_parquet(tmp_path / name / "requests.parquet")
+        tokens[name] = {(m, r, p): list(ids) for m, r, p, ids in zip(req["method"], req["repeat"], req["prompt_id"],
+                                                                   req["output_ids"], strict=True)}
+    assert tokens["blocks"] == tokens["whole"] and len(tokens["whole"]) == 18
+
+
+@pytest.mark.parametrize(("override", "names"), [
+    (["concurrency=2", "task.block_prompts=3"], "task.block_prompts=3 is invalid"),
+    (["request_rate=2.0", "task.block_prompts=1"], "blocks need a closed loop"),
+])
+def test_blocks_that_cannot_interleave_are_refused(harness_in_process, tmp_path, override, names):
+    with pytest.raises(SpectuneError, match=names):
+        harness_in_process(tmp_path / "run", *SMALL, *override)
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())

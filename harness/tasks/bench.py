@@ -6,7 +6,9 @@ atomically after every point, so a killed or failing run keeps everything that f
 ``resume=true`` runs only the rest); a point that raises (e.g. out of memory) is recorded as failed with
 its error and the sweep goes on. At the end every method gets CIs from a paired (repeat, prompt)
 cluster bootstrap, the best method and its indistinguishable set are marked beside the MAD rule's
-pick, and with ``task.noise_floor=true`` the AR baseline runs twice per repeat (the A/A noise floor).
+pick, and with ``task.noise_floor=true`` the AR baseline runs twice per repeat (the A/A noise floor). With
+``task.block_prompts=N`` the methods of a repeat run block by block of N prompts (:mod:`harness.interleave`),
+so that a drifting machine drifts under every method alike; a repeat is then the unit of resuming.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from harness import hardware as hw
 from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
+from harness.interleave import block_runner, blocks_of, run_interleaved
 from harness.measure import (
     Frames,
     Grid,
@@ -57,6 +60,7 @@ class BenchSettings:
     repeats: int = 1
     noise_floor: bool = False  # run AR twice per repeat: the A/A comparison gives noise_floor_pct
     slo: dict[str, float] = field(default_factory=dict)
+    block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
@@ -94,8 +98,16 @@ class BenchSettings:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
                                 "the A/A spread of the AR baseline")
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
+        block = cfg.task.get("block_prompts")
+        if block is not None:
+            if not (isinstance(block, int) and not isinstance(block, bool) and block >= 1 and block % c == 0):
+                raise SpectuneError(f"task.block_prompts={block!r} is invalid: must be null or an integer >= 1 that "
+                                    f"concurrency={c} divides")
+            if rate is not None:
+                raise SpectuneError(f"task.block_prompts={block} is invalid with request_rate={rate}: blocks need a "
+                                    "closed loop (request_rate=null)")
         return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
-                   warmup, repeats, noise_floor, slo)
+                   warmup, repeats, noise_floor, slo, block)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
@@ -184,7 +196,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         return measure_policy(engine, requests, settings.policy, label, gamma, concurrency=settings.concurrency,
                               warmup=settings.warmup, max_context=max_context)
 
-    grid = run_points(points, conditions.watched(point), done=done, on_point=write)
+    if settings.block_prompts is None:
+        grid = run_points(points, conditions.watched(point), done=done, on_point=write)
+    else:
+        block = block_runner(engine, lambda _label, gamma: make_policy(settings.policy, gamma),
+                             concurrency=settings.concurrency, warmup=settings.warmup, max_context=max_context)
+        grid = run_interleaved(settings.methods(), settings.repeats, blocks_of(requests, settings.block_prompts),
+                               block, done=done, on_point=write)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
     tp = ranking.get("output_throughput", {})
     write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),
