@@ -232,8 +232,11 @@ def main() -> None:
     target = target.float()
     for p in target.parameters():
         p.requires_grad_(False)
+    init_record = None  # a fine-tune's record keeps the one of the draft it started from
     if args.init_from is not None:  # its vocabulary comes with it
         draft = feature_draft.load(args.init_from, torch.float32).attach(target).train()
+        record_file = args.init_from / "TRAINING.json"
+        init_record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.is_file() else {}
         d2t = draft.lm_head.draft_to_target.clone()
     else:
         specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
@@ -307,7 +310,7 @@ def main() -> None:
                       "teacher": {"model": TARGET, **source, "sequences": len(train), "positions": positions,
                                   "generation_minutes": round(gen_minutes, 1)},
                       "draft_vocab": {"ids": rows}, "parameters": sum(p.numel() for p in trainable),
-                      "curve": curve}
+                      "curve": curve, **({"init": init_record} if init_record else {})}
             export(draft, tokenizer, args.out, record)
             if late:
                 break
