@@ -13,6 +13,7 @@ engine on them, measure one point, and repeat points in a rotated order with the
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -141,6 +142,7 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
         warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
                 for i, r in enumerate(requests[:warmup])]
         engine.run(warm, policy, concurrency)
+    gc.collect()  # garbage left by the previous point is collected now, not inside this point's timing
     with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
         result = engine.run(requests, policy, concurrency, on_finish=lambda _: bar.update(),
                             reset_policy=reset_policy)

@@ -93,15 +93,35 @@ def test_resetting_the_policy_per_block_would_change_its_choices(engine):
     assert _choices(a, "hf-heuristic") != _choices(b, "hf-heuristic")
 
 
-def test_every_method_takes_every_place_in_the_order():
-    """3 methods, 2 repeats of 3 blocks: across the 6 (repeat, block) orders each method is first, second and
-    third twice."""
+def test_every_method_takes_every_place_and_follows_every_other_equally_often():
+    """3 methods, 2 repeats of 3 blocks (6 orders, one full cycle of the odd-size Williams design): each method is
+    first, second and third twice, and each ordered pair (a directly before b) occurs twice. A rotation balances
+    the places but never the pairs: "ar" would always precede "fixed:gamma=3"."""
     places = {label: [0, 0, 0] for label, _ in METHODS}
+    pairs: dict[tuple[str, str], int] = {}
     for repeat in range(2):
         for block in range(3):
-            for place, (label, _) in enumerate(block_order(METHODS, repeat, block, 3)):
+            order = [label for label, _ in block_order(METHODS, repeat, block, 3)]
+            for place, label in enumerate(order):
                 places[label][place] += 1
+            for a, b in itertools.pairwise(order):
+                pairs[a, b] = pairs.get((a, b), 0) + 1
     assert places == {label: [2, 2, 2] for label, _ in METHODS}
+    assert pairs == {(a, b): 2 for a, _ in METHODS for b, _ in METHODS if a != b}
+
+
+@pytest.mark.parametrize("n", [2, 4, 5, 13])
+def test_the_williams_design_balances_places_and_predecessors(n):
+    from collections import Counter
+
+    from harness.interleave import williams_orders
+
+    orders = williams_orders(n)
+    assert len(orders) == (n if n % 2 == 0 else 2 * n) and all(sorted(o) == list(range(n)) for o in orders)
+    places = Counter((i, x) for o in orders for i, x in enumerate(o))
+    pairs = Counter(p for o in orders for p in itertools.pairwise(o))
+    assert len(set(places.values())) == 1 and len(places) == n * n
+    assert len(set(pairs.values())) == 1 and len(pairs) == n * (n - 1)
 
 
 def test_a_failing_block_fails_its_point_and_the_others_go_on(engine):
