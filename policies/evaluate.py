@@ -373,11 +373,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 chosen = table[table["chosen"]]
                 tuned_values[f"c{concurrency}"] = {p: {k: v} for p, k, v in zip(chosen["policy"], chosen["parameter"],
                                                                                 chosen["value"], strict=True)}
-        log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
-                 len(methods), settings.repeats)
         if settings.noise_floor:  # AR again, as its own method, opposite AR in the rotation: the A/A row
             methods.insert((len(methods) + 1) // 2, (AA_LABEL, 0, {"name": FIXED}))
             labels[AA_LABEL] = AA_POLICY
+        log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
+                 len(methods), settings.repeats)
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
                             setup.max_context, settings.block_prompts)
         summaries, _ = aggregate(measured, seed=seed)

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
+from harness.models.gguf import sha256
 from workloads.build.teacher_data import Sequence, sample_set, split_prompts
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
@@ -185,7 +186,7 @@ def main() -> None:
         if not feature_draft.is_feature_draft(args.init_from):
             parser.error(f"--init-from={str(args.init_from)!r} is invalid: not an exported feature draft (config.json "
                          "with its feature-draft key)")
-        init_sha = sha256_of(args.init_from / feature_draft.WEIGHTS)
+        init_sha = sha256(args.init_from / feature_draft.WEIGHTS)
         args.layers = json.loads((args.init_from / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
     sample_rounds = None
     if args.sample_rounds is not None:
@@ -315,16 +316,6 @@ def main() -> None:
             if late:
                 break
     log.info(f"done: {args.out}")
-
-
-def sha256_of(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def export(draft, tokenizer, out: Path, record: dict) -> None:
