@@ -91,13 +91,51 @@ def test_training_batches_align_entries_features_and_teacher_laws(feature_pair):
         assert torch.equal(law.topk(8, -1).indices.int(), s.top_ids)
 
 
+def test_argmax_terms_score_the_drafts_argmax_against_the_teachers(feature_pair):
+    """losses_of's ``top1`` is 1 exactly where the draft's argmax over all target ids (the engine's scattered
+    logits, q = 0 outside its 48 ids) is the teacher's argmax, and ``argmax_ce`` is −log q of the teacher's argmax
+    there (0 where that id is outside the draft's vocabulary: no row can learn it)."""
+    from harness.models import draft_vocab
+    from workloads.build import train_feature_draft as T
+
+    target, draft = feature_pair
+    gen = torch.Generator().manual_seed(3)
+    batch = [_sequence(target, torch.randint(0, VOCAB, (p,), generator=gen).tolist(),
+                       torch.randint(0, VOCAB, (c,), generator=gen).tolist()) for p, c in ((6, 40), (5, 33))]
+    ids, feats, mask = T.batch_tensors(batch, pad=0)
+    rows = draft.lm_head.draft_to_target.numel()
+    t2d = draft_vocab.target_to_draft_map(draft.lm_head.draft_to_target, VOCAB)
+    with torch.no_grad():
+        hidden = feature_draft.unrolled(draft, ids, feats.double(), mask, 1)[0]
+        out = T.losses_of(draft, batch, hidden, t2d, rows, None)
+        full = draft(ids, feats.double(), attention_mask=mask).logits  # over all target ids
+    law = torch.cat([torch.log_softmax(full[r, a: a + n].double(), -1) for r, a, n in T.continuation_rows(batch)])
+    best = torch.cat([s.top_ids[:, 0].long() for s in batch])
+    inside = best < rows  # the fixture's draft vocabulary is target ids 0..47
+    assert 0 < int(inside.sum()) < len(best)  # both cases occur
+    assert torch.equal(out["top1"].bool(), law.argmax(-1) == best)
+    expected = torch.where(inside, -law.gather(-1, best.unsqueeze(-1)).squeeze(-1), torch.zeros_like(law[:, 0]))
+    torch.testing.assert_close(out["argmax_ce"].double(), expected, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--rounds", "4", "--first-round", "4"], "--first-round=4 is invalid: must be below --rounds=4"),
     (["--init-from", "/no/such/draft"], "--init-from='/no/such/draft' is invalid: not an exported feature draft"),
     (["--lr", "0"], "--lr=0.0 is invalid: must be a number > 0"),
+    (["--argmax-weight", "-1"], "--argmax-weight=-1.0 is invalid: must be a number >= 0"),
+    (["--greedy-share", "1.5"], "--greedy-share=1.5 is invalid: must be a number in [0, 1]"),
 ])
 def test_the_trainer_refuses_a_bad_fine_tune_in_one_line(cli, args, message):
     """Checked before the target loads or any teacher data is read: exit 2, the message names the value."""
     done = cli(*args, module="workloads.build.train_feature_draft")
     assert done.returncode == 2
     assert message in done.stderr.strip().splitlines()[-1]
+
+
+def test_teacher_data_of_another_dtype_lives_in_its_own_work_folder():
+    """Shards sampled in float32 are other data than bfloat16's: a run never mixes them (resuming reads shards)."""
+    from workloads.build.train_feature_draft import Recipe, work_folder
+
+    default, other = work_folder(Recipe()), work_folder(Recipe(teacher_dtype="float32"))
+    assert default != other and default.parent == other.parent
+    assert other.name == f"{default.name}-float32"

@@ -8,7 +8,9 @@ takes (``task=acceptance``/``bench``: 16, ``policies.evaluate``: 96) and never t
 is scored by the curve's measure, Σ over the teacher's top-k ids inside the draft vocabulary of min(p, q) (a lower
 bound of α), per language. A draft that reads the target's features (EAGLE-style) is scored at its first draft step
 (the target's features in), its second step beside it; the continuations carry the target's features for that (the
-hook that keeps them changes no computation, so they are the same continuations).
+hook that keeps them changes no computation, so they are the same continuations). A feature draft is also scored
+on the same prompts' greedy continuations by its argmax agreement with the target (greedy acceptance at the
+first draft step).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ SELECT = slice(96, 128)
 
 
 def selection_set(work: Path, recipe: Recipe):
-    """The target's continuations of the selection prompts (sampled once, then read from ``work/select``)."""
+    """The target's continuations of the selection prompts, sampled and greedy (sampled once, then read from
+    ``work/select-features`` and ``work/select-greedy``)."""
     target, tokenizer, _ = load_target(getattr(torch, recipe.teacher_dtype))
     prompts = []
     for lang in LANGS:
@@ -37,11 +40,16 @@ def selection_set(work: Path, recipe: Recipe):
     eos = tokenizer.eos_token_id
     seqs = sample_set(target, prompts, work / "select-features", recipe.gen_batch, max_new=recipe.max_new_tokens,
                       top_k=recipe.top_k, eos=eos, pad=eos, seed=recipe.seed + 2, progress=lambda x: x, features=True)
-    return seqs, target, eos
+    greedy = sample_set(target, prompts, work / "select-greedy", recipe.gen_batch, max_new=recipe.max_new_tokens,
+                        top_k=recipe.top_k, eos=eos, pad=eos, seed=recipe.seed + 2, progress=lambda x: x,
+                        features=True, greedy=True)
+    return seqs, greedy, target, eos
 
 
-def score(directory: Path, seqs, target, eos: int) -> tuple[dict[str, float], dict[str, float] | None]:
-    """(the bound per language at the first draft step, at the second for a feature draft, else None)."""
+def score(directory: Path, seqs, greedy, target, eos: int
+          ) -> tuple[dict[str, float], dict[str, float] | None, dict[str, float] | None]:
+    """(the bound per language at the first draft step, at the second for a feature draft, else None; a feature
+    draft's argmax agreement on the greedy continuations at its first step, else None)."""
     from transformers import LlamaForCausalLM
 
     if feature_draft.is_feature_draft(directory):
@@ -51,10 +59,11 @@ def score(directory: Path, seqs, target, eos: int) -> tuple[dict[str, float], di
         d2t = draft.lm_head.draft_to_target
         t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
         steps = train_feature_draft.evaluate(draft, seqs, t2d, d2t.numel(), eos)
-        return steps["depth1"], steps["depth2"]
+        top1 = train_feature_draft.evaluate(draft, greedy, t2d, d2t.numel(), eos, depth=1, measure="top1")
+        return steps["depth1"], steps["depth2"], top1["depth1"]
     draft = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
     d2t, full_vocab_size = draft_vocab.read_map(directory, draft.config)
-    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, full_vocab_size), d2t.numel()), None
+    return evaluate(draft, seqs, draft_vocab.target_to_draft_map(d2t, full_vocab_size), d2t.numel()), None, None
 
 
 def main() -> None:
@@ -70,17 +79,26 @@ def main() -> None:
             raise SystemExit(2)
     recipe = Recipe()
     torch.set_num_threads(recipe.threads)
-    seqs, target, eos = selection_set(args.work or work_folder(recipe), recipe)
+    seqs, greedy, target, eos = selection_set(args.work or work_folder(recipe), recipe)
     positions = {lang: sum(len(s.continuation) for s in seqs if s.language == lang) for lang in LANGS}
     print(f"selection set: held-out prompts {SELECT.start}..{SELECT.stop - 1} per language, positions {positions}")
     print("| draft | draft step | " + " | ".join(LANGS) + " | mean |")
     print("|---|---|" + "---:|" * (len(LANGS) + 1))
+    greedy_rows = []
     for directory in args.drafts:
-        first, second = score(directory, seqs, target, eos)
+        first, second, top1 = score(directory, seqs, greedy, target, eos)
         for step, alpha in (("1" if second else "any", first), ("2", second)):
             if alpha is not None:
                 print(f"| {directory} | {step} | " + " | ".join(f"{alpha[lang]:.4f}" for lang in LANGS)
                       + f" | {sum(alpha.values()) / len(alpha):.4f} |")
+        if top1 is not None:
+            greedy_rows.append(f"| {directory} | " + " | ".join(f"{top1[lang]:.4f}" for lang in LANGS)
+                               + f" | {sum(top1.values()) / len(top1):.4f} |")
+    if greedy_rows:
+        print("\nargmax agreement on the greedy continuations (feature drafts, draft step 1)")
+        print("| draft | " + " | ".join(LANGS) + " | mean |")
+        print("|---|" + "---:|" * (len(LANGS) + 1))
+        print("\n".join(greedy_rows))
 
 
 if __name__ == "__main__":

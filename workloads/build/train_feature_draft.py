@@ -8,12 +8,15 @@ Recipe (every choice recorded in TRAINING.json):
 2. the draft (:mod:`harness.models.feature_draft`): fc([embed(x_j), f_{j-1}]) → decoder layer(s) → norm →
    f̂_j → a head over the draft vocabulary; the embedding is the target's (frozen, borrowed);
 3. loss at every continuation position: forward KL + TV between the teacher's bucketed law and q (DistillSpec),
-   plus a smooth-L1 regression of f̂_j on the target's f_j (EAGLE's feature loss, weight ``feature_weight``);
+   plus a smooth-L1 regression of f̂_j on the target's f_j (EAGLE's feature loss, weight ``feature_weight``),
+   and optionally a cross-entropy on the target's argmax (weight ``argmax_weight``: greedy acceptance is argmax
+   agreement, which matching the law at T = 1 serves only indirectly);
    deeper draft steps feed the draft's own f̂, so the recipe trains draft steps 1..``depth`` as a cycle computes
    them (:func:`harness.models.feature_draft.unrolled`, EAGLE-3's training-time test), with Gaussian noise on the
    target's features against the rest of the train/test gap (EAGLE's augmentation);
 4. AdamW with warm-up and cosine decay; checkpoints with α's lower bound on held-out continuations per language
-   and per draft depth (1: the target's features; 2: one predicted feature).
+   and per draft depth (1: the target's features; 2: one predicted feature), and the draft's argmax agreement with
+   the target on the same prompts' greedy continuations (greedy acceptance at draft step 1).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class Recipe:
     depth: int = 2  # draft steps trained (training-time test): step 1 reads the target's features, later ones f̂
     deep_weight: float = 0.5  # the share of the loss on steps 2..depth (spread evenly), the rest on step 1
     feature_noise: float = 0.05  # std of Gaussian noise on the target's features in training (features are normed)
+    argmax_weight: float = 0.0  # cross-entropy of q on the teacher's argmax, beside KL + TV (greedy acceptance)
+    greedy_share: float | None = None  # share of each batch drawn from the greedy round (None: uniform over all)
     batch_size: int = 16
     steps: int = 2000
     lr: float = 5e-4
@@ -78,7 +83,9 @@ class Recipe:
 def work_folder(recipe: Recipe) -> Path:
     from harness.models.gguf import cache_root
 
-    return cache_root() / "train_feature_draft" / f"seed{recipe.seed}"
+    # shards sampled in another dtype are other data: they never share a folder with the default's
+    suffix = "" if recipe.teacher_dtype == "bfloat16" else f"-{recipe.teacher_dtype}"
+    return cache_root() / "train_feature_draft" / f"seed{recipe.seed}{suffix}"
 
 
 def batch_tensors(batch: list[Sequence], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -114,6 +121,11 @@ def losses_of(draft, batch: list[Sequence], hidden: torch.Tensor, t2d, rows: int
     ti = torch.cat([s.top_ids for s in batch])
     tp = torch.cat([s.top_probs for s in batch])
     out = bucket_losses(logits, ti, tp, t2d, rows)
+    best = t2d[ti[:, 0].long()]  # the teacher's argmax as a draft row (``rows``: outside the draft vocabulary)
+    inside = best < rows
+    logq = torch.log_softmax(logits.float(), -1)
+    out["argmax_ce"] = -logq.gather(-1, best.clamp(max=rows - 1).unsqueeze(-1)).squeeze(-1) * inside
+    out["top1"] = (logits.argmax(-1) == best).float()  # an argmax outside the vocabulary is never matched
     if feats_next is not None:
         target = torch.cat([feats_next[r, a: a + n] for r, a, n in picks])
         out["feature"] = F.smooth_l1_loss(h, target, reduction="none").mean(-1)
@@ -131,16 +143,18 @@ def next_features(batch: list[Sequence], width: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(draft, val: list[Sequence], t2d, rows: int, pad: int, depth: int = 2) -> dict[str, dict[str, float]]:
-    """α's lower bound on held-out continuations per language at each draft step 1..``depth`` (step 1 reads the
-    target's features; step k the draft's own prediction k − 1 steps deep)."""
+def evaluate(draft, val: list[Sequence], t2d, rows: int, pad: int, depth: int = 2, measure: str = "alpha_lb"
+             ) -> dict[str, dict[str, float]]:
+    """α's lower bound (``measure="top1"``: argmax agreement with the teacher) on held-out continuations per
+    language at each draft step 1..``depth`` (step 1 reads the target's features; step k the draft's own
+    prediction k − 1 steps deep)."""
     draft.eval()
     out: dict[str, dict[str, list[torch.Tensor]]] = {f"depth{k}": {} for k in range(1, depth + 1)}
     for i in range(0, len(val), 8):
         chunk = val[i:i + 8]
         ids, feats, mask = batch_tensors(chunk, pad)
         for k, hidden in enumerate(feature_draft.unrolled(draft, ids, feats, mask, depth), start=1):
-            a = losses_of(draft, chunk, hidden, t2d, rows, None)["alpha_lb"]
+            a = losses_of(draft, chunk, hidden, t2d, rows, None)[measure]
             start = 0
             for s in chunk:
                 out[f"depth{k}"].setdefault(s.language, []).append(a[start:start + len(s.continuation)])
@@ -170,6 +184,13 @@ def main() -> None:
     parser.add_argument("--first-round", type=int, default=0, help="train on teacher rounds FIRST..ROUNDS-1 only "
                         "(with --init-from: rounds the draft has not seen)")
     parser.add_argument("--lr", type=float, default=Recipe.lr, help="peak learning rate (warm-up, then cosine)")
+    parser.add_argument("--teacher-dtype", default=Recipe.teacher_dtype, choices=["bfloat16", "float32"],
+                        help="the target's dtype while it samples (on CPUs without native bfloat16, float32 is "
+                        "several times faster; the data differs slightly, so a run keeps one)")
+    parser.add_argument("--argmax-weight", type=float, default=Recipe.argmax_weight, help="weight of a "
+                        "cross-entropy on the teacher's argmax beside KL + TV (aims at greedy acceptance)")
+    parser.add_argument("--greedy-share", type=float, default=None, help="share of each batch drawn from the greedy "
+                        "round (default: every sequence equally likely)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
@@ -181,6 +202,10 @@ def main() -> None:
         parser.error(f"--first-round={args.first_round} is invalid: must be below --rounds={args.rounds}")
     if not (args.lr > 0 and math.isfinite(args.lr)):
         parser.error(f"--lr={args.lr} is invalid: must be a number > 0")
+    if not (args.argmax_weight >= 0 and math.isfinite(args.argmax_weight)):
+        parser.error(f"--argmax-weight={args.argmax_weight} is invalid: must be a number >= 0")
+    if args.greedy_share is not None and not 0 <= args.greedy_share <= 1:
+        parser.error(f"--greedy-share={args.greedy_share} is invalid: must be a number in [0, 1]")
     init_sha = None
     if args.init_from is not None:
         if not feature_draft.is_feature_draft(args.init_from):
@@ -196,6 +221,8 @@ def main() -> None:
         sample_rounds = range(int(a), int(b))
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth,
                     vocab_from=args.vocab_from, lr=args.lr, first_round=args.first_round,
+                    argmax_weight=args.argmax_weight, greedy_share=args.greedy_share,
+                    teacher_dtype=args.teacher_dtype,
                     init_from=str(args.init_from) if args.init_from else None, init_sha256=init_sha)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)
@@ -215,13 +242,21 @@ def main() -> None:
     kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos, features=True)
     val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
                      progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
+    # the same prompts continued by the argmax: the draft's argmax agreement on them is greedy acceptance
+    val_greedy = sample_set(target, val_prompts, work / "val-greedy", recipe.gen_batch, seed=recipe.seed + 3,
+                            progress=lambda x: tqdm(x, desc="teacher (held-out, greedy)"), greedy=True, **kw)
     train: list[Sequence] = []
     for r in sample_rounds or ([] if args.sample_greedy else range(recipe.first_round, recipe.rounds)):
         train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
                             progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
+    greedy: list[Sequence] = []
     if (recipe.greedy_round and sample_rounds is None) or args.sample_greedy:
-        train += sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
+        greedy = sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
                             progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True, **kw)
+    if recipe.greedy_share is not None and not greedy:
+        raise SystemExit("error: --greedy-share needs the greedy round, which this recipe does not sample")
+    sampled = train  # the T = 1 rounds
+    train = train + greedy
     gen_minutes = (time.time() - started) / 60
     if sample_rounds is not None or args.sample_greedy:
         log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences ({gen_minutes:.1f} min); "
@@ -247,6 +282,18 @@ def main() -> None:
     t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
     trainable = [p for n, p in draft.named_parameters() if p.requires_grad and not n.startswith("embed.")]
     opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=0.0)
+    def evaluation() -> dict:
+        return {"alpha_lb": evaluate(draft, val, t2d, rows, eos),
+                "top1_greedy": evaluate(draft, val_greedy, t2d, rows, eos, measure="top1")}
+
+    def draw(gen: torch.Generator) -> list[Sequence]:
+        if recipe.greedy_share is None:
+            return [train[i] for i in torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()]
+        n_greedy = round(recipe.greedy_share * recipe.batch_size)
+        return ([greedy[i] for i in torch.randint(0, len(greedy), (n_greedy,), generator=gen).tolist()]
+                + [sampled[i] for i in torch.randint(0, len(sampled), (recipe.batch_size - n_greedy,),
+                                                     generator=gen).tolist()])
+
     # a fine-tune keeps its own checkpoint beside the run it started from
     ckpt = work / ("checkpoint.pt" if init_sha is None else f"checkpoint-from-{init_sha[:12]}.pt")
     step, train_minutes, curve = 0, 0.0, []
@@ -259,9 +306,9 @@ def main() -> None:
         step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
         log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
     else:
-        curve.append({"step": 0, "train_minutes": 0.0, "alpha_lb": evaluate(draft, val, t2d, rows, eos),
-                      "load_avg": os.getloadavg()[0]})
-        log.info(f"step 0: held-out alpha lower bound {curve[-1]['alpha_lb']}")
+        curve.append({"step": 0, "train_minutes": 0.0, **evaluation(), "load_avg": os.getloadavg()[0]})
+        log.info(f"step 0: held-out alpha lower bound {curve[-1]['alpha_lb']}, greedy top-1 "
+                 f"{curve[-1]['top1_greedy']['depth1']}")
 
     def lr_at(s: int) -> float:
         if s < recipe.warmup:
@@ -276,7 +323,7 @@ def main() -> None:
         t0 = time.time()
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        batch = [train[i] for i in torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()]
+        batch = draw(gen)
         ids, feats, mask = batch_tensors(batch, eos)
         noisy = feats + recipe.feature_noise * torch.randn(feats.shape, generator=gen)
         goal = next_features(batch, ids.shape[1])
@@ -285,7 +332,8 @@ def main() -> None:
         weights = [1.0] if recipe.depth == 1 else \
             [1 - recipe.deep_weight] + [recipe.deep_weight / (recipe.depth - 1)] * (recipe.depth - 1)
         part = {k: sum(w * s[k].mean() for w, s in zip(weights, steps, strict=True)) for k in steps[0]}
-        loss = part["kl"] + part["tv"] + recipe.feature_weight * part["feature"]
+        loss = part["kl"] + part["tv"] + recipe.feature_weight * part["feature"] \
+            + recipe.argmax_weight * part["argmax_ce"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -297,10 +345,11 @@ def main() -> None:
         late = training_late()
         if done % recipe.eval_every == 0 or done == recipe.steps or late:
             curve.append({"step": done, "train_minutes": round(train_minutes, 2),
-                          "alpha_lb": evaluate(draft, val, t2d, rows, eos), "load_avg": os.getloadavg()[0],
+                          **evaluation(), "load_avg": os.getloadavg()[0],
                           "train_kl": float(part["kl"]), "train_tv": float(part["tv"]),
-                          "train_feature": float(part["feature"])})
-            log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}")
+                          "train_feature": float(part["feature"]), "train_argmax_ce": float(part["argmax_ce"])})
+            log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}, "
+                     f"greedy top-1 {curve[-1]['top1_greedy']['depth1']}")
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"draft": {k: v for k, v in draft.state_dict().items() if not k.startswith("embed.")},
                         "opt": opt.state_dict(), "step": done, "draft_to_target": d2t,
