@@ -49,16 +49,32 @@ def target_shapes(models: str) -> dict[str, tuple[int, int]]:
             "lm head": (hidden, cfg.vocab_size)}
 
 
+def packed_unavailable(dtype: torch.dtype) -> str | None:
+    """Why oneDNN's packed linear cannot run in ``dtype`` on this CPU (its bfloat16 path needs AVX-512 or
+    AVX-NE-CONVERT), or None when it runs."""
+    w = torch.ones(4, 4, dtype=dtype).to_mkldnn()
+    try:
+        torch._C._nn.mkldnn_linear(torch.ones(1, 4, dtype=dtype).to_mkldnn(), w, None)
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+    return None
+
+
 def measure(shapes: dict[str, tuple[int, int]], rows: int, reps: int, seed: int,
             dtype: torch.dtype = torch.float32) -> list[dict]:
+    """Median ms per call of each path at M = 1..rows; a path this CPU cannot run in ``dtype`` is left out (logged)."""
     torch.manual_seed(seed)
     out = []
+    missing = packed_unavailable(dtype)
+    if missing:
+        log.warning(f"oneDNN packed path left out in {dtype}: {missing}")
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     for name, (fan_in, fan_out) in shapes.items():
         weight = (torch.randn(fan_out, fan_in) / fan_in**0.5).to(dtype)
-        packed = weight.to_mkldnn()
-        calls = {"F.linear": lambda x, w=weight: torch.nn.functional.linear(x, w),
-                 "oneDNN packed": lambda x, w=packed: torch._C._nn.mkldnn_linear(x.to_mkldnn(), w, None).to_dense()}
+        calls = {"F.linear": lambda x, w=weight: torch.nn.functional.linear(x, w)}
+        if not missing:
+            packed = weight.to_mkldnn()
+            calls["oneDNN packed"] = lambda x, w=packed: torch._C._nn.mkldnn_linear(x.to_mkldnn(), w, None).to_dense()
         n_reps = max(5, reps // max(1, fan_out * fan_in // 2_000_000))  # fewer calls for the big head
         for kind, call in calls.items():
             for m in range(1, rows + 1):

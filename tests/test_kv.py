@@ -1,5 +1,5 @@
 """SlotKV must give exactly the logits of a plain full-sequence forward, through ragged rollback,
-compaction and slot refill (float64, tolerance 1e-10)."""
+compaction and slot refill (float64, tolerance 1e-10; eager attention 1e-6, below)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from harness.engine.static_kv import StaticSlotKV
 from tests.tiny_models import tiny_llama
 
 TOL = 1e-10
+# transformers' eager attention takes its softmax in float32 even for float64 models: a padded row and the
+# unpadded full forward then round differently by ~1e-8, depending on the CPU's vector width (AVX2 against
+# AVX-512). A wrong position, mask or cache row moves the logits by > 1e-2, far above this.
+EAGER_TOL = 1e-6
 
 
 def _full(model, seq: torch.Tensor) -> torch.Tensor:
@@ -31,6 +35,7 @@ def _prefilled(model, seqs: list[torch.Tensor]) -> SlotKV:
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_ragged_rollback_compaction_and_refill_match_full_forward(attn):
     model = tiny_llama(vocab=50, seed=1, attn=attn)
+    tol = EAGER_TOL if attn == "eager" else TOL
     gen = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 50, (n,), generator=gen) for n in (5, 9, 7)]
     kv = _prefilled(model, seqs)
@@ -39,7 +44,7 @@ def test_ragged_rollback_compaction_and_refill_match_full_forward(attn):
     tokens = torch.cat([torch.stack([s[-1] for s in seqs]).unsqueeze(1), block], dim=1)
     logits = kv.forward(model, tokens, torch.ones(3, 4, dtype=torch.bool))
     for row, seq in enumerate(seqs):
-        assert (logits[row] - _full(model, torch.cat([seq, block[row]]))[-4:]).abs().max() < TOL
+        assert (logits[row] - _full(model, torch.cat([seq, block[row]]))[-4:]).abs().max() < tol
 
     keep = [1, 4, 2]  # ragged: row 0 keeps only its last token, row 1 the whole block
     base = torch.tensor([len(s) - 1 for s in seqs])
@@ -52,7 +57,7 @@ def test_ragged_rollback_compaction_and_refill_match_full_forward(attn):
     step = torch.randint(0, 50, (3, 1), generator=gen)
     logits = kv.forward(model, step, torch.ones(3, 1, dtype=torch.bool))
     for row, hist in enumerate(histories):
-        assert (logits[row, -1] - _full(model, torch.cat([hist, step[row]]))[-1]).abs().max() < TOL
+        assert (logits[row, -1] - _full(model, torch.cat([hist, step[row]]))[-1]).abs().max() < tol
         histories[row] = torch.cat([hist, step[row]])
 
     fresh = torch.randint(0, 50, (12,), generator=gen)  # refill slot 1 with a longer prompt
@@ -62,8 +67,8 @@ def test_ragged_rollback_compaction_and_refill_match_full_forward(attn):
     nxt = torch.randint(0, 50, (3,), generator=gen)
     inputs = torch.stack([nxt[0], fresh[-1], nxt[2]]).unsqueeze(1)
     logits = kv.forward(model, inputs, torch.ones(3, 1, dtype=torch.bool))
-    assert (logits[1, -1] - _full(model, fresh)[-1]).abs().max() < TOL
-    assert (logits[0, -1] - _full(model, torch.cat([histories[0], nxt[:1]]))[-1]).abs().max() < TOL
+    assert (logits[1, -1] - _full(model, fresh)[-1]).abs().max() < tol
+    assert (logits[0, -1] - _full(model, torch.cat([histories[0], nxt[:1]]))[-1]).abs().max() < tol
 
 
 @torch.inference_mode()

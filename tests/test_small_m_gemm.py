@@ -38,9 +38,12 @@ def test_shapes_come_from_the_target_config(gemm):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_path_and_row_count_is_timed(gemm, dtype):
+    """Every path this CPU can run is timed at every M; oneDNN's packed bfloat16 path needs AVX-512 or
+    AVX-NE-CONVERT, and where it is missing it is left out rather than failing the benchmark."""
     results = gemm.measure({"layer": (16, 24)}, rows=3, reps=5, seed=0, dtype=dtype)
-    assert [(r["path"], r["rows"]) for r in results] == [
-        (path, m) for path in ("F.linear", "oneDNN packed") for m in (1, 2, 3)]
+    paths = ("F.linear",) if gemm.packed_unavailable(dtype) else ("F.linear", "oneDNN packed")
+    assert gemm.packed_unavailable(torch.float32) is None  # float32's packed path runs on every x86 CPU
+    assert [(r["path"], r["rows"]) for r in results] == [(path, m) for path in paths for m in (1, 2, 3)]
     assert all(r["ms"] > 0 and r["shape"] == "16x24" and r["dtype"] == str(dtype) for r in results)
 
 
