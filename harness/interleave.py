@@ -33,12 +33,26 @@ import pandas as pd
 from harness.engine.records import Request, summarise
 from harness.errors import SpectuneError
 from harness.measure import Frames, Grid, _tag
+from harness.options import integer
 from harness.stats.compare import rotation
 
 log = logging.getLogger(__name__)
 
 BlockRun = Callable[[str, int, int, int, list[Request]], Frames]  # (label, γ, repeat, block, its requests)
 _FAILURES = (RuntimeError, MemoryError, ValueError)
+
+
+def block_size(value: Any, key: str, concurrency: list[int], against: str) -> int | None:
+    """The option ``key``: null, or an integer >= 1 that every concurrency divides, so that each block starts
+    with full batches (``against`` names the concurrency option as the user gave it, for the error)."""
+    if value is None:
+        return None
+    size = integer(value, key, lo=1)
+    uneven = [c for c in concurrency if size % c]
+    if uneven:
+        raise SpectuneError(f"{key}={size} is invalid with {against}: must be a multiple of every concurrency "
+                            f"(not of {uneven[0]}), or null")
+    return size
 
 
 def blocks_of(requests: list[Request], size: int | None) -> list[list[Request]]:

@@ -43,6 +43,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
+from harness.interleave import block_size
 from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
 from harness.metadata import base_metadata
 from harness.options import flag, integer
@@ -102,8 +103,9 @@ class EvaluateSettings:
                        flag(e.get("calibrate", False), "evaluate.calibrate"),
                        flag(e.get("tune", True), "evaluate.tune"), flag(e.get("hindsight", False),
                                                                         "evaluate.hindsight"),
-                       _block_prompts(e.get("block_prompts"), conc), flag(e.get("noise_floor", False),
-                                                                         "evaluate.noise_floor"))
+                       block_size(e.get("block_prompts"), "evaluate.block_prompts", conc,
+                                  f"evaluate.concurrency={conc}"),
+                       flag(e.get("noise_floor", False), "evaluate.noise_floor"))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -116,19 +118,6 @@ class EvaluateSettings:
             if name not in LEARNED:
                 make_policy(policy_node(name, params.get(name)), settings.max_depth)
         return settings
-
-
-def _block_prompts(value: Any, concurrency: list[int]) -> int | None:
-    """``evaluate.block_prompts``: null, or an integer >= 1 that every concurrency divides (each block then
-    starts with full batches)."""
-    if value is None:
-        return None
-    size = integer(value, "evaluate.block_prompts", lo=1)
-    uneven = [c for c in concurrency if size % c]
-    if uneven:
-        raise SpectuneError(f"evaluate.block_prompts={size} is invalid with evaluate.concurrency={concurrency}: "
-                            f"must be a multiple of every concurrency (not of {uneven[0]}), or null")
-    return size
 
 
 def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:

@@ -190,3 +190,19 @@ def test_a_block_size_that_every_concurrency_divides_is_accepted():
         cfg = compose(config_name="evaluate", overrides=["evaluate.block_prompts=8", "evaluate.noise_floor=true"])
     settings = EvaluateSettings.from_cfg(cfg)
     assert settings.block_prompts == 8 and settings.noise_floor
+
+
+def test_block_size_is_one_rule_for_bench_and_evaluate():
+    """null stays null; a size every concurrency divides passes (an integral float too, as every integer option);
+    anything else fails in one line naming the value and the concurrency that does not divide it."""
+    from harness.errors import SpectuneError
+    from harness.interleave import block_size
+
+    assert block_size(None, "task.block_prompts", [2], "concurrency=2") is None
+    assert block_size(8, "evaluate.block_prompts", [1, 2, 4, 8], "evaluate.concurrency=[1, 2, 4, 8]") == 8
+    assert block_size(4.0, "task.block_prompts", [2], "concurrency=2") == 4
+    with pytest.raises(SpectuneError, match=r"task.block_prompts=3 is invalid with concurrency=2: .*\(not of 2\)"):
+        block_size(3, "task.block_prompts", [2], "concurrency=2")
+    for bad in (0, 2.5, "four", True):
+        with pytest.raises(SpectuneError, match=r"task\.block_prompts="):
+            block_size(bad, "task.block_prompts", [1], "concurrency=1")

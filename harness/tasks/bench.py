@@ -28,7 +28,7 @@ from harness import hardware as hw
 from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
-from harness.interleave import block_runner, blocks_of, run_interleaved
+from harness.interleave import block_runner, block_size, blocks_of, run_interleaved
 from harness.measure import (
     Frames,
     Grid,
@@ -98,14 +98,10 @@ class BenchSettings:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
                                 "the A/A spread of the AR baseline")
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
-        block = cfg.task.get("block_prompts")
-        if block is not None:
-            if not (isinstance(block, int) and not isinstance(block, bool) and block >= 1 and block % c == 0):
-                raise SpectuneError(f"task.block_prompts={block!r} is invalid: must be null or an integer >= 1 that "
-                                    f"concurrency={c} divides")
-            if rate is not None:
-                raise SpectuneError(f"task.block_prompts={block} is invalid with request_rate={rate}: blocks need a "
-                                    "closed loop (request_rate=null)")
+        block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
+        if block is not None and rate is not None:
+            raise SpectuneError(f"task.block_prompts={block} is invalid with request_rate={rate}: blocks need a "
+                                "closed loop (request_rate=null)")
         return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
                    warmup, repeats, noise_floor, slo, block)
 
