@@ -147,7 +147,9 @@ def build_draft(target, recipe: Recipe, d2t: torch.Tensor):
 def bucket_losses(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor, t2d: torch.Tensor,
                   rows: int) -> dict[str, torch.Tensor]:
     """Forward KL, TV and Σ min(p, q) (α's lower bound) between the teacher's law, bucketed as (top-k ids
-    inside the draft vocabulary, "other") and the draft's, per position. ``logits``: [N, rows]."""
+    inside the draft vocabulary, "other") and the draft's, per position, with the cross-entropy of q at the
+    teacher's argmax (0 where it is outside the draft vocabulary) and whether q's argmax is it. ``logits``:
+    [N, rows]."""
     logq = torch.log_softmax(logits.float(), -1)
     idx = t2d[top_ids.long()]
     inside = idx < rows
@@ -158,7 +160,10 @@ def bucket_losses(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.
     kl = (p_in * (torch.log(p_in.clamp(min=1e-9)) - torch.log(q_in.clamp(min=1e-9)))).sum(-1) \
         + p_other * (p_other.log() - q_other.log())
     tv = 0.5 * ((p_in - q_in).abs().sum(-1) + (p_other - q_other).abs())
-    return {"kl": kl, "tv": tv, "alpha_lb": torch.minimum(p_in, q_in).sum(-1)}
+    best = idx[:, 0]  # the teacher's argmax (top-k ids come sorted) as a draft row; ``rows``: outside
+    argmax_ce = -logq.gather(-1, best.clamp(max=rows - 1).unsqueeze(-1)).squeeze(-1) * inside[:, 0]
+    top1 = (logits.argmax(-1) == best).float()  # an argmax outside the vocabulary is never matched
+    return {"kl": kl, "tv": tv, "alpha_lb": torch.minimum(p_in, q_in).sum(-1), "argmax_ce": argmax_ce, "top1": top1}
 
 
 def draft_outputs(draft, batch: list[Sequence], t2d: torch.Tensor, rows: int, pad_row: int):

@@ -121,11 +121,6 @@ def losses_of(draft, batch: list[Sequence], hidden: torch.Tensor, t2d, rows: int
     ti = torch.cat([s.top_ids for s in batch])
     tp = torch.cat([s.top_probs for s in batch])
     out = bucket_losses(logits, ti, tp, t2d, rows)
-    best = t2d[ti[:, 0].long()]  # the teacher's argmax as a draft row (``rows``: outside the draft vocabulary)
-    inside = best < rows
-    logq = torch.log_softmax(logits.float(), -1)
-    out["argmax_ce"] = -logq.gather(-1, best.clamp(max=rows - 1).unsqueeze(-1)).squeeze(-1) * inside
-    out["top1"] = (logits.argmax(-1) == best).float()  # an argmax outside the vocabulary is never matched
     if feats_next is not None:
         target = torch.cat([feats_next[r, a: a + n] for r, a, n in picks])
         out["feature"] = F.smooth_l1_loss(h, target, reduction="none").mean(-1)
@@ -240,28 +235,29 @@ def main() -> None:
         train_prompts += [(lang, p) for p in tr]
         val_prompts += [(lang, p) for p in ho[: recipe.val_per_language]]
     kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos, features=True)
-    val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
-                     progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
-    # the same prompts continued by the argmax: the draft's argmax agreement on them is greedy acceptance
-    val_greedy = sample_set(target, val_prompts, work / "val-greedy", recipe.gen_batch, seed=recipe.seed + 3,
-                            progress=lambda x: tqdm(x, desc="teacher (held-out, greedy)"), greedy=True, **kw)
-    train: list[Sequence] = []
+    rounds: list[Sequence] = []  # the T = 1 rounds
     for r in sample_rounds or ([] if args.sample_greedy else range(recipe.first_round, recipe.rounds)):
-        train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
-                            progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
+        rounds += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch,
+                             seed=recipe.seed + 7 * r,
+                             progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
     greedy: list[Sequence] = []
     if (recipe.greedy_round and sample_rounds is None) or args.sample_greedy:
         greedy = sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
                             progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True, **kw)
+    train = rounds + greedy
+    if sample_rounds is not None or args.sample_greedy:
+        log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences "
+                 f"({(time.time() - started) / 60:.1f} min); not training")
+        return
     if recipe.greedy_share is not None and not greedy:
         raise SystemExit("error: --greedy-share needs the greedy round, which this recipe does not sample")
-    sampled = train  # the T = 1 rounds
-    train = train + greedy
+    # held-out continuations for the curve (only training reads them), and the same prompts continued by the
+    # argmax: the draft's argmax agreement on those is greedy acceptance
+    val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
+                     progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
+    val_greedy = sample_set(target, val_prompts, work / "val-greedy", recipe.gen_batch, seed=recipe.seed + 3,
+                            progress=lambda x: tqdm(x, desc="teacher (held-out, greedy)"), greedy=True, **kw)
     gen_minutes = (time.time() - started) / 60
-    if sample_rounds is not None or args.sample_greedy:
-        log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences ({gen_minutes:.1f} min); "
-                 "not training")
-        return
     positions = sum(len(s.continuation) for s in train)
     log.info(f"teacher data: {len(train)} sequences, {positions} positions ({gen_minutes:.1f} min)")
 
@@ -282,6 +278,7 @@ def main() -> None:
     t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
     trainable = [p for n, p in draft.named_parameters() if p.requires_grad and not n.startswith("embed.")]
     opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=0.0)
+
     def evaluation() -> dict:
         return {"alpha_lb": evaluate(draft, val, t2d, rows, eos),
                 "top1_greedy": evaluate(draft, val_greedy, t2d, rows, eos, measure="top1")}
@@ -291,7 +288,7 @@ def main() -> None:
             return [train[i] for i in torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()]
         n_greedy = round(recipe.greedy_share * recipe.batch_size)
         return ([greedy[i] for i in torch.randint(0, len(greedy), (n_greedy,), generator=gen).tolist()]
-                + [sampled[i] for i in torch.randint(0, len(sampled), (recipe.batch_size - n_greedy,),
+                + [rounds[i] for i in torch.randint(0, len(rounds), (recipe.batch_size - n_greedy,),
                                                      generator=gen).tolist()])
 
     # a fine-tune keeps its own checkpoint beside the run it started from
