@@ -13,6 +13,21 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _share_cores_between_workers() -> None:
+    """Under pytest-xdist (``-n auto``, pyproject's addopts) each worker, and every subprocess it starts, gets its
+    share of the cores as torch's thread count (OMP_NUM_THREADS, read when torch is first imported, which is after
+    this module): two workers with torch's default of one thread per core each would oversubscribe the machine,
+    and OpenMP's spin-waiting makes that slower than running the tests one at a time. An explicit setting wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 0:
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, share)
+
+
+_share_cores_between_workers()
 # The smallest real bench: three English prompts, eight new tokens, one warm-up request.
 SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1", "task.repeats=1"]
 

@@ -37,6 +37,9 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
     ("task.concurrency=[1,0]", "task.concurrency=0"),
     ("policy=hf-heuristic", "policy=hf-heuristic"),
     ("task.languages=[it,xx]", "task.languages"),
+    ("task.block_prompts=2", "task.block_prompts=2"),  # the default concurrencies [1, 4, 8]: not a multiple of 4
+    ("task.block_prompts=0", "task.block_prompts=0"),
+    ("task.noise_floor=maybe", "task.noise_floor"),
 ])
 def test_tune_bad_input_is_rejected_before_any_model_loads(compose_config, override, names):
     cfg = compose_config("task=tune", "+workload=en", override)
@@ -95,3 +98,23 @@ def test_tune_end_to_end_tiny_writes_a_recommendation_per_concurrency(cli, tmp_p
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert set(requests["concurrency"]) == {1, 2} and set(requests["repeat"]) == {0, 1}
     assert len(requests) == 2 * 3 * 2 * 2  # concurrencies x methods x repeats x prompts
+
+
+def test_interleaved_tune_runs_every_method_per_block_and_measures_its_noise_floor(harness_in_process, tmp_path):
+    """task.block_prompts=2 with task.noise_floor=true on the embedded pair, in process: each (method, repeat) is one
+    point merged from its two blocks (all four prompts, every cycle), the A/A row runs beside AR but is never a
+    candidate γ, and each cell carries its noise floor into the recommendation."""
+    code = harness_in_process(tmp_path / "run", "task=tune", "+workload=en", "workload.num_prompts=4",
+                              "workload.max_new_tokens=4", "task.warmup=0", "task.concurrency=[1,2]", "gamma=[1]",
+                              "task.repeats=1", "task.block_prompts=2", "task.noise_floor=true")
+    assert code == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for cell in summary["cells"]:
+        assert sorted(p["method"] for p in cell["points"]) == ["ar", "ar#2", "fixed:gamma=1"]
+        assert all(p["status"] == "ok" for p in cell["points"])
+    requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    per_point = requests.groupby(["concurrency", "method"])["prompt_id"].nunique()
+    assert (per_point == 4).all() and len(per_point) == 2 * 3  # both blocks merged into every point
+    rec = json.loads((tmp_path / "run" / "recommendation.json").read_text())
+    for row in rec["recommendations"]:
+        assert row["status"] == "ok" and row["best_gamma"] in (0, 1) and row["noise_floor_pct"] is not None

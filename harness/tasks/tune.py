@@ -26,6 +26,7 @@ from analysis.bench_table import bench_table, format_ranking, format_table
 from harness import conditions, rundir
 from harness import hardware as hw
 from harness.errors import SpectuneError
+from harness.interleave import block_runner, block_size, blocks_of, run_interleaved
 from harness.measure import (
     Frames,
     Grid,
@@ -41,7 +42,7 @@ from harness.metadata import base_metadata
 from harness.options import as_list, integer
 from harness.stats.goodput import parse_slo
 from harness.tasks.bench import BenchSettings, build_requests
-from policies.registry import measure_policy
+from policies.registry import make_policy, measure_policy
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class TuneSettings:
     slo: dict[str, float]
     request_rate: float | None
     burstiness: float
+    noise_floor: bool = False  # AR twice per repeat: the A/A row is each cell's measured noise floor
+    block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
@@ -82,12 +85,21 @@ class TuneSettings:
         rate = cfg.task.get("request_rate")
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0):
             raise SpectuneError(f"task.request_rate={rate!r} is invalid: must be > 0 (req/s) or null (closed loop)")
+        noise_floor = cfg.task.get("noise_floor", False)
+        if not isinstance(noise_floor, bool):
+            raise SpectuneError(f"task.noise_floor={noise_floor!r} is invalid: must be true or false")
+        block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", list(concurrencies),
+                           f"task.concurrency={list(concurrencies)}")
+        if block is not None and rate is not None:
+            raise SpectuneError(f"task.block_prompts={block} is invalid with task.request_rate={rate}: blocks need a "
+                                "closed loop (task.request_rate=null)")
         return cls(gammas, concurrencies, languages, repeats_option(cfg.task.repeats),
                    integer(cfg.task.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)),
-                   None if rate is None else float(rate), float(cfg.task.get("burstiness", 1.0)))
+                   None if rate is None else float(rate), float(cfg.task.get("burstiness", 1.0)), noise_floor, block)
 
     def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
-        return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup)
+        return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup,
+                             noise_floor=self.noise_floor, block_prompts=self.block_prompts)
 
 
 def _slo_node(cfg: DictConfig) -> dict[str, Any] | None:
@@ -179,8 +191,14 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 return measure_policy(engine, r, b.policy, label, gamma, concurrency=b.concurrency,
                                       warmup=b.warmup, max_context=max_context)
 
-            grid = run_points(schedule(bench.methods(), settings.repeats), conditions.watched(point),
-                              on_point=write)
+            if settings.block_prompts is None:
+                grid = run_points(schedule(bench.methods(), settings.repeats), conditions.watched(point),
+                                  on_point=write)
+            else:  # against a drifting machine: every method runs each block of prompts before the next block
+                block = block_runner(engine, lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
+                                     concurrency=c, warmup=bench.warmup, max_context=max_context)
+                grid = run_interleaved(bench.methods(), settings.repeats,
+                                       blocks_of(requests, settings.block_prompts), block, on_point=write)
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
                           "ranking": ranking})
