@@ -31,5 +31,10 @@ def below(level: str | int = "WARNING") -> BelowLevel:
 
 def capture_warnings() -> None:
     """Route ``warnings.warn`` through the ``py.warnings`` logger, so warnings land in the job log too
-    (and on stderr through the WARNING handler, as before)."""
+    (and on stderr through the WARNING handler, as before).
+
+    Reset first: ``logging.captureWarnings(True)`` is a no-op when logging believes it already captures, even after
+    something else (a notebook, a test runner's ``catch_warnings``) put ``warnings.showwarning`` back; a second job
+    in the same process would then lose its warnings."""
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
