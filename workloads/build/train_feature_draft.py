@@ -336,8 +336,8 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         train_minutes += (time.time() - t0) / 60
-        bar.set_postfix(kl=f"{float(part['kl']):.3f}", tv=f"{float(part['tv']):.3f}",
-                        feat=f"{float(part['feature']):.4f}")
+        shown = {k: v.item() for k, v in part.items()}  # .item(): no autograd warning per step
+        bar.set_postfix(kl=f"{shown['kl']:.3f}", tv=f"{shown['tv']:.3f}", feat=f"{shown['feature']:.4f}")
         done = step + 1
         late = training_late()
         if done % recipe.eval_every == 0 or done == recipe.steps or late:
