@@ -336,15 +336,15 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         train_minutes += (time.time() - t0) / 60
-        shown = {k: v.item() for k, v in part.items()}  # .item(): no autograd warning per step
-        bar.set_postfix(kl=f"{shown['kl']:.3f}", tv=f"{shown['tv']:.3f}", feat=f"{shown['feature']:.4f}")
+        losses = {k: v.item() for k, v in part.items()}  # once a step, for the bar and the curve; no autograd warning
+        bar.set_postfix(kl=f"{losses['kl']:.3f}", tv=f"{losses['tv']:.3f}", feat=f"{losses['feature']:.4f}")
         done = step + 1
         late = training_late()
         if done % recipe.eval_every == 0 or done == recipe.steps or late:
             curve.append({"step": done, "train_minutes": round(train_minutes, 2),
                           **evaluation(), "load_avg": os.getloadavg()[0],
-                          "train_kl": float(part["kl"]), "train_tv": float(part["tv"]),
-                          "train_feature": float(part["feature"]), "train_argmax_ce": float(part["argmax_ce"])})
+                          "train_kl": losses["kl"], "train_tv": losses["tv"],
+                          "train_feature": losses["feature"], "train_argmax_ce": losses["argmax_ce"]})
             log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}, "
                      f"greedy top-1 {curve[-1]['top1_greedy']['depth1']}")
             tmp = ckpt.with_suffix(".tmp")
