@@ -110,6 +110,26 @@ def test_feature_draft_saves_and_loads_without_the_targets_embedding(feature_pai
     assert torch.equal(again(x, f).logits, draft(x, f).logits)
 
 
+def test_a_grown_draft_starts_as_the_draft_it_grew_from_and_can_learn(feature_pair, tmp_path):
+    """``grow`` adds layers on top whose output projections are zero: the grown draft's logits equal the original's
+    exactly (a fine-tune starts where the shipped draft is), the new layers still get gradients through those
+    projections, and it saves and loads with its new depth."""
+    target, draft = feature_pair
+    grown = feature_draft.grow(draft, 3)
+    assert grown.config.num_hidden_layers == 3 and draft.config.num_hidden_layers == 1
+    x, f = torch.tensor([[1, 2, 3, 4]]), torch.randn(1, 4, 32, dtype=torch.float64)
+    assert torch.equal(grown(x, f).logits, draft(x, f).logits)
+    grown.train()
+    grown(x, f).logits[..., :48].logsumexp(-1).sum().backward()
+    assert grown.model.layers[1].self_attn.o_proj.weight.grad.abs().sum() > 0
+    assert grown.model.layers[2].mlp.down_proj.weight.grad.abs().sum() > 0
+    grown.save(tmp_path / "g")
+    again = feature_draft.load(tmp_path / "g", torch.float64).attach(target)
+    assert again.config.num_hidden_layers == 3 and torch.equal(again(x, f).logits, grown(x, f).logits)
+    with pytest.raises(ValueError, match="layers=0 is invalid"):
+        feature_draft.grow(draft, 0)
+
+
 def test_unrolled_steps_are_what_a_cycle_computes(feature_pair):
     """``unrolled`` (the training-time test) gives, at every entry and step 1..3, the feature a cycle begun
     k − 1 entries earlier predicts: checked against the from-scratch chain at several entries of two padded rows."""

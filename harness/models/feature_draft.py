@@ -211,6 +211,31 @@ def build(target: nn.Module, layers: int, draft_to_target: torch.Tensor, copy_la
     return draft.attach(target)
 
 
+def grow(draft: FeatureDraft, layers: int) -> FeatureDraft:
+    """The same draft with ``layers`` decoder layers: the new ones on top, their attention and MLP output
+    projections zero, so each adds nothing to the residual stream and the grown draft computes exactly what
+    ``draft`` did (the zero-initialised residual branch of progressive stacking); training then uses them."""
+    from transformers import LlamaConfig
+
+    have = draft.config.num_hidden_layers
+    if layers < have:
+        raise ValueError(f"layers={layers} is invalid: a draft of {have} layer(s) grows, it does not shrink")
+    cfg = draft.config.to_dict()
+    cfg["num_hidden_layers"] = layers
+    grown = FeatureDraft(LlamaConfig(**cfg), draft.lm_head.draft_to_target, draft.lm_head.full_vocab_size)
+    grown = grown.to(dtype=draft.dtype, device=draft.device)
+    missing, unexpected = grown.load_state_dict(draft.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith(tuple(f"model.layers.{i}." for i in range(have, layers)))
+                                  for k in missing), (missing, unexpected)
+    with torch.no_grad():
+        for layer in grown.model.layers[have:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    if draft.embed is not None:
+        object.__setattr__(grown, "embed", draft.embed)
+    return grown.train(draft.training)
+
+
 def load(directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
          attn_implementation: str | None = None) -> FeatureDraft:
     """Read a stored draft (un-attached: :meth:`FeatureDraft.attach` the target before use)."""

@@ -166,7 +166,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=Recipe.steps)
     parser.add_argument("--threads", type=int, default=Recipe.threads)
     parser.add_argument("--rounds", type=int, default=Recipe.rounds, help="times each training prompt is sampled")
-    parser.add_argument("--layers", type=int, default=Recipe.layers)
+    parser.add_argument("--layers", type=int, default=None, help=f"decoder layers (default {Recipe.layers}; with "
+                        "--init-from: its own, or more to grow it, the new layers on top starting as no-ops)")
     parser.add_argument("--depth", type=int, default=Recipe.depth, help="draft steps trained (training-time test)")
     parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
     parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
@@ -201,13 +202,19 @@ def main() -> None:
         parser.error(f"--argmax-weight={args.argmax_weight} is invalid: must be a number >= 0")
     if args.greedy_share is not None and not 0 <= args.greedy_share <= 1:
         parser.error(f"--greedy-share={args.greedy_share} is invalid: must be a number in [0, 1]")
-    init_sha = None
+    init_sha, grown = None, False
     if args.init_from is not None:
         if not feature_draft.is_feature_draft(args.init_from):
             parser.error(f"--init-from={str(args.init_from)!r} is invalid: not an exported feature draft (config.json "
                          "with its feature-draft key)")
         init_sha = sha256(args.init_from / feature_draft.WEIGHTS)
-        args.layers = json.loads((args.init_from / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+        init_layers = json.loads((args.init_from / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+        if args.layers is not None and args.layers < init_layers:
+            parser.error(f"--layers={args.layers} is invalid with --init-from: must be >= its {init_layers} "
+                         "layer(s) (a draft grows, it does not shrink)")
+        args.layers = args.layers or init_layers
+        grown = args.layers > init_layers
+    args.layers = args.layers or Recipe.layers
     sample_rounds = None
     if args.sample_rounds is not None:
         a, _, b = args.sample_rounds.partition(":")
@@ -267,6 +274,8 @@ def main() -> None:
     init_record = None  # a fine-tune's record keeps the one of the draft it started from
     if args.init_from is not None:  # its vocabulary comes with it
         draft = feature_draft.load(args.init_from, torch.float32).attach(target).train()
+        if grown:
+            draft = feature_draft.grow(draft, recipe.layers)
         record_file = args.init_from / "TRAINING.json"
         init_record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.is_file() else {}
         d2t = draft.lm_head.draft_to_target.clone()
@@ -292,7 +301,8 @@ def main() -> None:
                                                      generator=gen).tolist()])
 
     # a fine-tune keeps its own checkpoint beside the run it started from
-    ckpt = work / ("checkpoint.pt" if init_sha is None else f"checkpoint-from-{init_sha[:12]}.pt")
+    ckpt = work / ("checkpoint.pt" if init_sha is None else
+                   f"checkpoint-from-{init_sha[:12]}{f'-{recipe.layers}layers' if grown else ''}.pt")
     step, train_minutes, curve = 0, 0.0, []
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
