@@ -171,9 +171,9 @@ def test_a_job_at_its_time_limit_is_checkpointed_requeued_and_resumes(slurm_clus
         assert len(first) >= 3 and repeats_whole(after)  # whole repeats kept from before the limit; none split
         assert all(p["status"] == "ok" for p in after)
     finally:
-        array = points(run)[0]["conditions"]["job_id"].split("_")[0] if points(run) else None
-        if array:
-            subprocess.run(["scancel", array], check=False)
+        written = points(run)
+        if written:
+            subprocess.run(["scancel", written[0]["conditions"]["job_id"].split("_")[0]], check=False)
         proc.communicate(timeout=300)
 
 

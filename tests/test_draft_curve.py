@@ -18,7 +18,7 @@ def test_the_table_has_a_row_per_curve_point_with_every_language(tmp_path):
     last = lines[-1].strip("|").split("|")
     assert int(last[0]) == curve[-1]["step"]
     assert [float(v) for v in last[2:2 + len(LANGS)]] == [round(curve[-1]["alpha_lb"][lang], 3) for lang in LANGS]
-    figure(curve, tmp_path / "curve.png")
+    figure([("training", curve)], tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 

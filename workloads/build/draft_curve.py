@@ -67,8 +67,8 @@ def history_table(history: list[tuple[str, list[dict]]]) -> str:
     return "\n".join(parts[0] + [line for part in parts[1:] for line in part[2:]])
 
 
-def figure(curve: list[dict] | list[tuple[str, list[dict]]], path: Path) -> None:
-    """α against cumulative training minutes; ``curve`` is one stage's points or :func:`stages`' list."""
+def figure(history: list[tuple[str, list[dict]]], path: Path) -> None:
+    """α against cumulative training minutes over :func:`stages`' (label, curve) list."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,7 +76,6 @@ def figure(curve: list[dict] | list[tuple[str, list[dict]]], path: Path) -> None
 
     from harness.io import write_figure
 
-    history = curve if curve and isinstance(curve[0], tuple) else [("training", curve)]
     fig, axis = plt.subplots(figsize=(7, 3.8))
     offset, colours = 0.0, {}
     for i, (label, points) in enumerate(history):
