@@ -70,3 +70,14 @@ def base_metadata() -> dict[str, Any]:
         "git": git_commit(),
         "host": host_info(),
     }
+
+
+def finished_metadata(started: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A long run's metadata when it ends: what it started with (the code it ran is the commit read then), when it
+    finished, and ``extra``; a tree or packages changed under the running job are recorded beside, not instead."""
+    now = base_metadata()
+    final = {**now, **started, "finished": True, "finished_utc": now["created_utc"], **extra}
+    for key in ("git", "packages"):
+        if key in started and now[key] != started[key]:
+            final[f"{key}_at_finish"] = now[key]
+    return final

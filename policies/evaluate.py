@@ -45,7 +45,7 @@ from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
 from harness.interleave import block_size
 from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
-from harness.metadata import base_metadata
+from harness.metadata import finished_metadata
 from harness.options import flag, integer
 from harness.stats.compare import AA_LABEL, decode_rates
 from policies.comparison import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
@@ -383,7 +383,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                 concurrency=concurrency, best_gamma=best, replay=replay, seed=seed, fixed=fixed)
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
-    rundir.METADATA.write(run_dir, {**metadata, "finished": True, "tuned": tuned_values, **base_metadata()})
+    rundir.METADATA.write(run_dir, finished_metadata(metadata, tuned=tuned_values))
     log.info("results: %s", run_dir)
     return 0
 

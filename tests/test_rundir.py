@@ -173,3 +173,16 @@ def test_the_committed_sweep_has_the_structure_the_cli_writes_today(tiny_sweep, 
             for key in MACHINE_KEYS:
                 a.pop(key, None), b.pop(key, None)
             assert _shape(a) == _shape(b), name
+
+
+def test_a_finished_run_keeps_the_commit_it_started_on():
+    from harness.metadata import base_metadata, finished_metadata
+
+    now = base_metadata()
+    started = {**now, "git": {"commit": "0" * 40, "dirty": False}, "task": "evaluate"}
+    final = finished_metadata(started, tuned={"c1": {}})
+    assert final["git"] == started["git"] and final["git_at_finish"] == now["git"]  # the tree moved under the run
+    assert final["task"] == "evaluate" and final["finished"] is True and final["tuned"] == {"c1": {}}
+    assert final["finished_utc"] >= now["created_utc"]  # ISO 8601 strings, in UTC, order as times do
+    assert "packages_at_finish" not in final  # nothing changed there
+    assert "git_at_finish" not in finished_metadata(now)
