@@ -25,8 +25,14 @@ The replay's accounting lives here too: :func:`replay_costs` (what each entry is
 of its batch's cycle, :meth:`harness.profile.CycleCosts.cycle_s`, for the system's tokens/s, or the whole cycle for
 a request's decode tok/s), :func:`oracle_depths` (the hindsight-best depths) and
 :func:`replay_scores`. :func:`replay_table` scores many policies this way with :func:`replay_scores` (tokens/s on
-realised outcomes, each entry charged its share of its batch's cost at its own depth, as the depth environment
-charges it), next to a fixed depth and the hindsight oracle.
+realised outcomes), next to a fixed depth and the hindsight oracle.
+
+Rows of a batch draft in lockstep: a cycle lasts until its deepest row stops and verifies that many positions plus
+one, so every row of it is charged the cycle at that depth (:func:`cycle_depths`; ``lockstep=True``, the default),
+and the oracle chooses one depth per cycle (deeper rows are free once the cycle pays for them). Charged at its own
+depth instead (``lockstep=False``, as the depth environment charges a row), a row that drafts deeper than the
+others looks cheaper than it is: on smollm2 at concurrency 2 and 4 that made per-step PPO's replay 12–13% too
+optimistic relative to fixed γ = 1 (the live decode rates of ``policies.evaluate``). At batch 1 the two agree.
 """
 
 from __future__ import annotations
@@ -72,11 +78,33 @@ def replay_costs(traces: TraceSet, profile: Profile, max_depth: int, rate: str =
     return out
 
 
-def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50) -> np.ndarray:
+def cycle_starts(traces: TraceSet) -> np.ndarray:
+    """The first entry of every recorded cycle (entries of a cycle are contiguous, in trace order)."""
+    return np.fromiter((entries.start for entries in traces.cycle_slices), dtype=np.intp,
+                       count=len(traces.cycle_slices))
+
+
+def cycle_depths(traces: TraceSet, depths: np.ndarray) -> np.ndarray:
+    """[N] the depth each entry's cycle ran to: the deepest of its rows (the batch drafts until that row stops and
+    verifies that many positions plus one, padded), what every row of the cycle waits for."""
+    starts = cycle_starts(traces)
+    return np.repeat(np.maximum.reduceat(np.asarray(depths, dtype=int), starts), np.diff(np.append(starts,
+                                                                                                   traces.count)))
+
+
+def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50,
+                  starts: np.ndarray | None = None) -> np.ndarray:
     """The hindsight-best depth of every recorded cycle for total tokens / total time (Dinkelbach's method):
     with ρ the rate so far, each cycle takes argmax_k tokens_k − ρ·cost_k; ρ ← the new rate, until it stops
     rising. Exact for this ratio objective. Under greedy decoding and cheap verification it is the cycle's first
-    mismatch; when verifying more positions costs more than it returns it stops earlier."""
+    mismatch; when verifying more positions costs more than it returns it stops earlier. With ``starts`` (the
+    first entry of each batch cycle, :func:`cycle_starts`) one depth per batch cycle, its rows' tokens and costs
+    summed: the lockstep oracle."""
+    if starts is not None:
+        counts = np.diff(np.append(starts, len(tokens)))
+        per_cycle = oracle_depths(np.add.reduceat(tokens, starts, axis=0), np.add.reduceat(costs, starts, axis=0),
+                                  iterations)
+        return np.repeat(per_cycle, counts)
     rate, depths = 0.0, np.zeros(len(tokens), dtype=int)
     index = np.arange(len(tokens))
     for _ in range(iterations):
@@ -89,21 +117,25 @@ def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50) -
 
 
 def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray,
-                  rate: str = "system") -> dict[str, Any]:
+                  rate: str = "system", lockstep: bool = True) -> dict[str, Any]:
     """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, of the
     hindsight oracle (:func:`oracle_depths`) and of the informed oracle (the same choice on expected outcomes);
-    ``rate`` says which tokens/s (:func:`replay_costs`): the oracles maximise that one."""
+    ``rate`` says which tokens/s (:func:`replay_costs`): the oracles maximise that one. ``lockstep``: each row is
+    charged its batch cycle at the cycle's deepest row's depth, and the oracles choose per batch cycle (see the
+    module); else each row at its own depth."""
     costs = replay_costs(traces, profile, max_depth, rate)
     index = np.arange(traces.count)
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
     fixed = tokens.sum(0) / costs.sum(0)
     best = int(np.argmax(fixed))
-    oracle = oracle_depths(tokens, costs)
+    starts = cycle_starts(traces) if lockstep else None
+    oracle = oracle_depths(tokens, costs, starts=starts)
     # The same oracle choosing on expected outcomes (Σ Π accept_prob: the target's verdict odds on the drafted
     # tokens, without the acceptance coin), scored on the realised ones: the headroom that is not luck. A policy
     # reading only the draft knows less than this, so it bounds what any of them can gain.
-    informed = oracle_depths(traces.expected[:, : max_depth + 1] + 1.0, costs)
-    rate = float(tokens[index, depths].sum() / costs[index, depths].sum())
+    informed = oracle_depths(traces.expected[:, : max_depth + 1] + 1.0, costs, starts=starts)
+    charged = cycle_depths(traces, depths) if lockstep else np.asarray(depths)
+    rate = float(tokens[index, depths].sum() / costs[index, charged].sum())
     oracle_rate = float(tokens[index, oracle].sum() / costs[index, oracle].sum())
     informed_rate = float(tokens[index, informed].sum() / costs[index, informed].sum())
     return {"policy_tok_s": rate, "best_fixed_depth": best, "best_fixed_tok_s": float(fixed[best]),
@@ -245,7 +277,7 @@ def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, pr
         rows.append(_row(f"best fixed depth (hindsight): {hindsight}", traces, np.full(traces.count, hindsight),
                          fixed[hindsight], fixed[reference], oracle))
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
-    best = oracle_depths(tokens, replay_costs(traces, profile, max_depth))
+    best = oracle_depths(tokens, replay_costs(traces, profile, max_depth), starts=cycle_starts(traces))
     rows.append(_row("oracle (hindsight, per cycle)", traces, best, oracle, fixed[reference], oracle))
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     table.attrs.update(reference_depth=reference, hindsight_depth=hindsight, max_depth=max_depth,

@@ -62,6 +62,40 @@ def test_the_informed_oracle_knows_acceptance_odds_not_the_coin():
     assert scores["informed_oracle_tok_s"] == pytest.approx(scores["oracle_tok_s"]) == pytest.approx(7 / 3.8)
 
 
+def _batch_traces(leading: list[list[int]], depth: int = 3) -> TraceSet:
+    """Batch cycles: ``leading[c]`` holds the leading accepts of cycle c's rows (one slot each)."""
+    rows = []
+    for cycle, leads in enumerate(leading):
+        for row, lead in enumerate(leads):
+            for position in range(1, depth + 1):
+                rows.append({"cycle": cycle, "row": row, "request_id": row, "position": position,
+                             "batch_size": len(leads), "context_length": 10, "recent_acceptance": 0.5,
+                             "token_prob": 0.5, "entropy": 1.0, "margin": 0.1, "cum_prob": 0.5 ** position,
+                             "accept_prob": 0.5, "accepted": position <= lead})
+    return TraceSet(pd.DataFrame(rows))
+
+
+def test_rows_of_a_batch_are_charged_the_cycle_their_deepest_row_runs_to():
+    """Two cycles of two rows (leads 3, 0 and 1, 1); draft step 0.1, verify 1 + 0.1 n at batch 2, so a cycle of
+    depth k costs 1 + 0.2 k. Depths (3, 0), (1, 1): tokens 4 + 1 + 2 + 2 = 9. In lockstep (per request: every row
+    waits for its whole cycle) the charge is 2·1.6 + 2·1.2 = 5.6 s; at each row's own depth it was 1.6 + 1.0 +
+    1.2 + 1.2 = 5.0 s, the cheaper fiction a per-row policy was scored by. The lockstep oracle picks one depth per
+    cycle: 3 for the first (5 tokens / 3.2 s; depth 0: 2 / 2.0) and 1 for the second (4 / 2.4): 9 / 5.6, below the
+    per-row oracle's unrealisable 9 / 5.0."""
+    traces = _batch_traces([[3, 0], [1, 1]])
+    profile = Profile("test", [2], 4, {2: 0.1}, {2: [1.0 + 0.1 * n for n in range(4)]}, {2: 0.0})
+    depths = np.array([3, 0, 1, 1])
+    locked = replay_scores(traces, profile, 3, depths, rate="request")
+    own = replay_scores(traces, profile, 3, depths, rate="request", lockstep=False)
+    assert locked["policy_tok_s"] == pytest.approx(9 / 5.6) and own["policy_tok_s"] == pytest.approx(9 / 5.0)
+    assert own["oracle_tok_s"] == pytest.approx(9 / 5.0)  # the per-row oracle chose exactly these depths
+    assert locked["oracle_tok_s"] == pytest.approx(9 / 5.6)
+    assert locked["fixed_tok_s"] == own["fixed_tok_s"]  # a fixed depth is the same in both accounts
+    batch_one = _traces([3, 0, 1])  # one row per cycle: nothing to wait for
+    for lockstep in (True, False):
+        scores = replay_scores(batch_one, _profile(0.1, 0.1), 3, np.array([3, 0, 1]), lockstep=lockstep)
+        assert scores["policy_tok_s"] == pytest.approx(7 / 3.8) == scores["oracle_tok_s"]
+
 def test_the_oracle_stops_before_its_first_rejection_only_when_verification_pays():
     """With verification of each extra position as dear as 2 AR steps, drafting loses: the oracle drafts nothing."""
     traces = _traces([3, 0, 1])
