@@ -17,7 +17,6 @@ Offline (no model runs): seconds on the 2-core VM.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -43,7 +42,7 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
     """One row per policy of the run at ``concurrency``: live decode tok/s and both replay accounts."""
     table = rundir.COMPARISON.read(run)
     table = table[table["concurrency"] == concurrency]
-    meta = json.loads((run / "metadata.json").read_text(encoding="utf-8"))
+    meta = rundir.METADATA.read(run)
     settings, tuned = meta["settings"], meta.get("tuned", {}).get(f"c{concurrency}", {})
     max_depth = int(settings["max_depth"])
     learned = learned_dir(run, concurrency, policies_from)
