@@ -25,7 +25,7 @@ import pandas as pd
 
 from harness import rundir
 from policies.envs.data import TraceSet
-from policies.evaluate import _profile, policy_node
+from policies.evaluate import learned_files, learned_profile, policy_node
 from policies.registry import make_policy
 from policies.replay import replay_depths, replay_scores
 
@@ -46,7 +46,7 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
     settings, tuned = meta["settings"], meta.get("tuned", {}).get(f"c{concurrency}", {})
     max_depth = int(settings["max_depth"])
     learned = learned_dir(run, concurrency, policies_from)
-    profile = _profile(learned)
+    profile = learned_profile(learned)
     traces = TraceSet(pd.read_parquet(run / rundir.HELDOUT_TRACES.named(concurrency=concurrency).name), {},
                       "held-out traces")
     rows = []
@@ -58,15 +58,8 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
             depth = int(policy.split("=")[1]) if "=" in policy else int(gamma)
             depths = np.full(traces.count, depth)
         else:
-            files: dict[str, str] = {}
-            if policy == "ppo":
-                files = {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
-                if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):
-                    files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
-            elif policy == "ppo-cycle":
-                files = {"path": str(rundir.CYCLE_POLICY.path(learned))}
             params = {**settings.get("params", {}).get(policy, {}), **tuned.get(policy, {})}
-            node = policy_node(policy, params, **files)
+            node = policy_node(policy, params, **learned_files(policy, learned, concurrency))
             depths = replay_depths(make_policy(node, max_depth), traces, max_depth, profile)
         scores = {lock: replay_scores(traces, profile, max_depth, depths, rate="request", lockstep=lock)
                   for lock in (True, False)}

@@ -189,7 +189,7 @@ def _tuned(methods: list[tuple[str, int, dict]], settings: EvaluateSettings, lea
     if not candidates:
         return methods, pd.DataFrame()
     log.info("tuning %s on the training traces (replay, the learned policies' profile)", ", ".join(candidates))
-    tuned, table = tune(candidates, _training_traces(learned), _profile(learned), settings.max_depth)
+    tuned, table = tune(candidates, _training_traces(learned), learned_profile(learned), settings.max_depth)
     return [(label, gamma, tuned.get(label, node)) for label, gamma, node in methods], \
         table.assign(concurrency=concurrency)
 
@@ -203,7 +203,23 @@ def _classifier(directory: Path, seed: int) -> Path:
     return out
 
 
-def _profile(directory: Path) -> Any:
+def learned_files(name: str, learned: Path | None, concurrency: int) -> dict[str, str]:
+    """The policy files ``name`` reads from the learned policies' directory (none for the other policies)."""
+    if name == "ppo":
+        files = {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
+        if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):  # LTD's size policy, batches only
+            files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
+        return files
+    if name == "ppo-cycle":
+        if not rundir.CYCLE_POLICY.exists(learned):
+            raise SpectuneError(f"evaluate.policies contains 'ppo-cycle' but {learned} holds no cycle.zip: "
+                                "train it with train.cycle_timesteps > 0")
+        return {"path": str(rundir.CYCLE_POLICY.path(learned))}
+    return {}
+
+
+def learned_profile(directory: Path) -> Any:
+    """The cost profile the learned policies of ``directory`` were trained with (calibrated when it was)."""
     from harness.profile import load_profile
 
     for file in (rundir.PROFILE_CALIBRATED, rundir.PROFILE):
@@ -339,17 +355,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                     methods.append((label, gamma, {"name": FIXED}))
                     labels[label], fixed[label] = label, gamma
         for name in settings.policies:
-            files: dict[str, Any] = {}
-            if name == "ppo":
-                files = {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
-                if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):  # LTD's size policy, batches only
-                    files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
-            elif name == "ppo-cycle":
-                if not rundir.CYCLE_POLICY.exists(learned):
-                    raise SpectuneError(f"evaluate.policies contains 'ppo-cycle' but {learned} holds no cycle.zip: "
-                                        "train it with train.cycle_timesteps > 0")
-                files = {"path": str(rundir.CYCLE_POLICY.path(learned))}
-            elif name == "acceptance-classifier":
+            files = learned_files(name, learned, concurrency)
+            if name == "acceptance-classifier":
                 files = {"weights_path": str(_classifier(learned, seed))}
             node = policy_node(name, settings.params.get(name), **files)
             methods.append((name, settings.max_depth, node))
@@ -377,7 +384,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         replay = None
         if learned is not None:  # the oracle needs the profile the learned policies were trained with
             nodes = {label: (make_policy(node, gamma) if gamma else None) for label, gamma, node in methods}
-            replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, _profile(learned), nodes,
+            replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, learned_profile(learned), nodes,
                              run_dir)
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
                                 concurrency=concurrency, best_gamma=best, replay=replay, seed=seed, fixed=fixed)

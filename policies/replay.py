@@ -78,16 +78,10 @@ def replay_costs(traces: TraceSet, profile: Profile, max_depth: int, rate: str =
     return out
 
 
-def cycle_starts(traces: TraceSet) -> np.ndarray:
-    """The first entry of every recorded cycle (entries of a cycle are contiguous, in trace order)."""
-    return np.fromiter((entries.start for entries in traces.cycle_slices), dtype=np.intp,
-                       count=len(traces.cycle_slices))
-
-
 def cycle_depths(traces: TraceSet, depths: np.ndarray) -> np.ndarray:
     """[N] the depth each entry's cycle ran to: the deepest of its rows (the batch drafts until that row stops and
     verifies that many positions plus one, padded), what every row of the cycle waits for."""
-    starts = cycle_starts(traces)
+    starts = traces.cycle_starts
     return np.repeat(np.maximum.reduceat(np.asarray(depths, dtype=int), starts), np.diff(np.append(starts,
                                                                                                    traces.count)))
 
@@ -98,7 +92,7 @@ def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50,
     with ρ the rate so far, each cycle takes argmax_k tokens_k − ρ·cost_k; ρ ← the new rate, until it stops
     rising. Exact for this ratio objective. Under greedy decoding and cheap verification it is the cycle's first
     mismatch; when verifying more positions costs more than it returns it stops earlier. With ``starts`` (the
-    first entry of each batch cycle, :func:`cycle_starts`) one depth per batch cycle, its rows' tokens and costs
+    first entry of each batch cycle, ``TraceSet.cycle_starts``) one depth per batch cycle, its rows' tokens and costs
     summed: the lockstep oracle."""
     if starts is not None:
         counts = np.diff(np.append(starts, len(tokens)))
@@ -128,7 +122,7 @@ def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
     fixed = tokens.sum(0) / costs.sum(0)
     best = int(np.argmax(fixed))
-    starts = cycle_starts(traces) if lockstep else None
+    starts = traces.cycle_starts if lockstep else None
     oracle = oracle_depths(tokens, costs, starts=starts)
     # The same oracle choosing on expected outcomes (Σ Π accept_prob: the target's verdict odds on the drafted
     # tokens, without the acceptance coin), scored on the realised ones: the headroom that is not luck. A policy
@@ -277,7 +271,7 @@ def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, pr
         rows.append(_row(f"best fixed depth (hindsight): {hindsight}", traces, np.full(traces.count, hindsight),
                          fixed[hindsight], fixed[reference], oracle))
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
-    best = oracle_depths(tokens, replay_costs(traces, profile, max_depth), starts=cycle_starts(traces))
+    best = oracle_depths(tokens, replay_costs(traces, profile, max_depth), starts=traces.cycle_starts)
     rows.append(_row("oracle (hindsight, per cycle)", traces, best, oracle, fixed[reference], oracle))
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     table.attrs.update(reference_depth=reference, hindsight_depth=hindsight, max_depth=max_depth,

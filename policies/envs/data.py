@@ -56,8 +56,8 @@ class TraceSet:
         self.leading = np.cumprod(self.accepted, axis=1).sum(1)
         self.expected = np.concatenate([np.zeros((n, 1)), np.cumsum(np.cumprod(self.accept_prob, 1), 1)], 1)
         # cycle -> entries of that cycle (the rows of one batch), for the verification-budget environment
-        starts = np.flatnonzero(np.r_[True, self.cycle[1:] != self.cycle[:-1]])
-        self.cycle_slices = [slice(a, b) for a, b in zip(starts, [*starts[1:], n], strict=True)]
+        self.cycle_starts = np.flatnonzero(np.r_[True, self.cycle[1:] != self.cycle[:-1]])  # first entry of each
+        self.cycle_slices = [slice(a, b) for a, b in zip(self.cycle_starts, [*self.cycle_starts[1:], n], strict=True)]
 
     @classmethod
     def load(cls, path: str | Path | None) -> TraceSet:
