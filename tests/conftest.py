@@ -120,6 +120,17 @@ def tokenizer():
 
 
 @pytest.fixture
+def templated(tokenizer):
+    """The tiny tokenizer with a small chat template (the tiny pair has none; instruct models do)."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" \
+                        "{% if add_generation_prompt %}assistant:{% endif %}"
+    return tok
+
+
+@pytest.fixture
 def compose_config():
     """Compose conf/config.yaml with overrides, as Hydra does for the CLI."""
     from hydra import compose, initialize_config_dir

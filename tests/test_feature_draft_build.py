@@ -124,6 +124,7 @@ def test_argmax_terms_score_the_drafts_argmax_against_the_teachers(feature_pair)
     (["--lr", "0"], "--lr=0.0 is invalid: must be a number > 0"),
     (["--argmax-weight", "-1"], "--argmax-weight=-1.0 is invalid: must be a number >= 0"),
     (["--greedy-share", "1.5"], "--greedy-share=1.5 is invalid: must be a number in [0, 1]"),
+    (["--greedy-windows", "fr:10"], "--greedy-windows='fr:10' is invalid: must be LANG:N with LANG one of"),
 ])
 def test_the_trainer_refuses_a_bad_fine_tune_in_one_line(cli, args, message):
     """Checked before the target loads or any teacher data is read: exit 2, the message names the value."""
@@ -139,3 +140,28 @@ def test_teacher_data_of_another_dtype_lives_in_its_own_work_folder():
     default, other = work_folder(Recipe()), work_folder(Recipe(teacher_dtype="float32"))
     assert default != other and default.parent == other.parent
     assert other.name == f"{default.name}-float32"
+
+
+def test_window_prompts_are_new_training_runs_that_never_touch_a_held_out_line(templated):
+    """Greedy data grows only with prompts: the overlapping runs are new, inside the band, seeded, and share no
+    line with the held-out prompts every evaluation reads (the first 128 of the default shuffle)."""
+    from workloads.build.teacher_data import bundled_workload, window_prompts
+    from workloads.loader import load_workload, read_jsonl, resolve_path
+
+    spec = bundled_workload("en")
+    spec.update(num_prompts=None, chat_template=True)
+    heldout = load_workload(spec, templated).prompts[:128]
+    held_lines = {line for p in heldout for line in p.text.split("\n")}
+    bundled = {text for _, text in read_jsonl(resolve_path(spec["path"]), spec["field"])}
+    every = window_prompts(templated, "en", 128, lo=16, hi=64)
+    assert len(every) > 2 * (len(bundled) - 128)  # many more than the training prompts they come from
+    texts = [templated.decode(ids).split("user: ", 1)[1].rsplit("\n", 1)[0] for ids in every]
+    assert len(set(texts)) == len(texts)
+    for text in texts:
+        assert text not in bundled
+        assert not held_lines.intersection(text.split("\n")), text
+        assert 16 <= len(templated(text)["input_ids"]) <= 64 + text.count("\n") * 2  # lines tokenised apart
+    some = window_prompts(templated, "en", 128, limit=50, seed=3)
+    assert len(some) == 50 and set(map(tuple, some)) <= set(map(tuple, every))
+    assert some == window_prompts(templated, "en", 128, limit=50, seed=3)
+    assert some != window_prompts(templated, "en", 128, limit=50, seed=4)

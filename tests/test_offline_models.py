@@ -103,14 +103,6 @@ def test_signals_over_a_reduced_drafts_support_equal_the_full_laws() -> None:
         torch.testing.assert_close(reduced[name], full[name], rtol=1e-6, atol=1e-6)
 
 
-@pytest.fixture
-def templated(tokenizer):
-    tok = copy.deepcopy(tokenizer)
-    tok.chat_template = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" \
-                        "{% if add_generation_prompt %}assistant:{% endif %}"
-    return tok
-
-
 def _spec(**kw) -> dict:
     from workloads.build.teacher_data import bundled_workload
 

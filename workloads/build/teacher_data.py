@@ -23,6 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from harness.engine.kv import cache_argument
+from workloads.loader import render
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
     (what every task evaluates on). Training: every other prompt of the file, in or out of the band (at most
     ``limit`` of them, a seeded choice).
     """
-    from workloads.loader import load_workload, read_jsonl, render, resolve_path
+    from workloads.loader import load_workload, read_jsonl, resolve_path
 
     spec = bundled_workload(language)
     spec.update(num_prompts=None, chat_template=True)
@@ -69,6 +70,49 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
     if limit is not None and len(train) > limit:
         train = [train[i] for i in sorted(random.Random(seed).sample(range(len(train)), limit))]
     return train, [p.input_ids for p in heldout]
+
+
+def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0, lo: int = 16,
+                   hi: int = 64) -> list[list[int]]:
+    """More training prompts of one language from the same dialogues: every run of consecutive lines of one
+    source file's training prompts that is ``lo``..``hi`` tokens long (at most ``limit``, a seeded choice),
+    rendered through the chat template.
+
+    The bundled prompts cut each dialogue file into non-overlapping runs, so a language has only as many
+    prompts as runs (631 English ones for training). A greedy continuation is one per prompt, so greedy
+    acceptance's training data grows only with new prompts, and overlapping runs give many. No run holds a
+    line whose text is in a held-out prompt (checked by text, not position: the dialogues repeat lines), and
+    none equals a bundled prompt.
+    """
+    from workloads.loader import load_workload, read_jsonl, resolve_path
+
+    spec = bundled_workload(language)
+    spec.update(num_prompts=None, chat_template=True)
+    heldout_ids = {p.id for p in load_workload(spec, tokenizer).prompts[:holdout]}
+    path = resolve_path(spec["path"])
+    records = read_jsonl(path, spec["field"])
+    banned = {line for pid, text in records if pid in heldout_ids for line in text.split("\n")}
+    bundled = {text for _, text in records}
+    files: dict[str, list[str]] = {}
+    for (pid, text), (_, source) in zip(records, read_jsonl(path, "source"), strict=True):
+        if pid not in heldout_ids:
+            files.setdefault(source, []).extend(text.split("\n"))
+    found: dict[str, None] = {}  # ordered and unique
+    for lines in files.values():
+        sizes = [len(tokenizer(line)["input_ids"]) for line in lines]
+        for i in range(len(lines)):
+            total = 0
+            for j in range(i, len(lines)):
+                total += sizes[j]
+                if total > hi or lines[j] in banned or len(lines[j]) < 3:  # < 3: the corpus's stray characters
+                    break
+                text = "\n".join(lines[i:j + 1])
+                if total >= lo and text not in bundled:
+                    found[text] = None
+    texts = list(found)
+    if limit is not None and len(texts) > limit:
+        texts = [texts[i] for i in sorted(random.Random(seed).sample(range(len(texts)), limit))]
+    return [render(tokenizer, text) for text in texts]
 
 
 @torch.no_grad()

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
 from harness.models.gguf import sha256
-from workloads.build.teacher_data import Sequence, sample_set, split_prompts
+from workloads.build.teacher_data import Sequence, sample_set, split_prompts, window_prompts
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,9 @@ class Recipe:
     feature_noise: float = 0.05  # std of Gaussian noise on the target's features in training (features are normed)
     argmax_weight: float = 0.0  # cross-entropy of q on the teacher's argmax, beside KL + TV (greedy acceptance)
     greedy_share: float | None = None  # share of each batch drawn from the greedy round (None: uniform over all)
+    # {language: N}: N more prompts of that language (overlapping dialogue runs) continued greedily, into the
+    # greedy pool: greedy data grows only with prompts (teacher_data.window_prompts)
+    greedy_windows: dict | None = None
     batch_size: int = 16
     steps: int = 2000
     lr: float = 5e-4
@@ -187,6 +190,8 @@ def main() -> None:
                         "cross-entropy on the teacher's argmax beside KL + TV (aims at greedy acceptance)")
     parser.add_argument("--greedy-share", type=float, default=None, help="share of each batch drawn from the greedy "
                         "round (default: every sequence equally likely)")
+    parser.add_argument("--greedy-windows", default=None, metavar="LANG:N", help="N more prompts of LANG (overlapping "
+                        "runs of its training dialogues) continued greedily into the greedy pool")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
@@ -215,6 +220,13 @@ def main() -> None:
         args.layers = args.layers or init_layers
         grown = args.layers > init_layers
     args.layers = args.layers or Recipe.layers
+    windows = None
+    if args.greedy_windows is not None:
+        lang, _, n = args.greedy_windows.partition(":")
+        if lang not in LANGS or not n.isdigit() or int(n) < 1:
+            parser.error(f"--greedy-windows={args.greedy_windows!r} is invalid: must be LANG:N with LANG one of "
+                         f"{', '.join(LANGS)} and N an integer >= 1")
+        windows = {lang: int(n)}
     sample_rounds = None
     if args.sample_rounds is not None:
         a, _, b = args.sample_rounds.partition(":")
@@ -224,7 +236,7 @@ def main() -> None:
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth,
                     vocab_from=args.vocab_from, lr=args.lr, first_round=args.first_round,
                     argmax_weight=args.argmax_weight, greedy_share=args.greedy_share,
-                    teacher_dtype=args.teacher_dtype,
+                    teacher_dtype=args.teacher_dtype, greedy_windows=windows,
                     init_from=str(args.init_from) if args.init_from else None, init_sha256=init_sha)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)
@@ -251,6 +263,11 @@ def main() -> None:
     if (recipe.greedy_round and sample_rounds is None) or args.sample_greedy:
         greedy = sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
                             progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True, **kw)
+        for lang, n in (recipe.greedy_windows or {}).items():
+            extra = [(lang, p) for p in window_prompts(tokenizer, lang, recipe.holdout, n, recipe.seed)]
+            greedy += sample_set(target, extra, work / f"train-greedy-windows-{lang}{n}", recipe.gen_batch,
+                                 seed=recipe.seed - 2, greedy=True, **kw,
+                                 progress=lambda x, lang=lang: tqdm(x, desc=f"teacher ({lang} windows, greedy)"))
     train = rounds + greedy
     if sample_rounds is not None or args.sample_greedy:
         log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences "
