@@ -61,7 +61,8 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
             params = {**settings.get("params", {}).get(policy, {}), **tuned.get(policy, {})}
             node = policy_node(policy, params, **learned_files(policy, learned, concurrency))
             depths = replay_depths(make_policy(node, max_depth), traces, max_depth, profile)
-        scores = {lock: replay_scores(traces, profile, max_depth, depths, rate="request", lockstep=lock)
+        scores = {lock: replay_scores(traces, profile, max_depth, depths, rate="request", lockstep=lock,
+                                       oracles=False)
                   for lock in (True, False)}
         rows.append({"policy": policy, "live": float(live["decode_tok_s"]),
                      "lockstep": scores[True]["policy_tok_s"], "own_depth": scores[False]["policy_tok_s"],

@@ -112,33 +112,36 @@ def oracle_depths(tokens: np.ndarray, costs: np.ndarray, iterations: int = 50,
 
 
 def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np.ndarray,
-                  rate: str = "system", lockstep: bool = True) -> dict[str, Any]:
+                  rate: str = "system", lockstep: bool = True, oracles: bool = True) -> dict[str, Any]:
     """Replay tokens/s, on realised outcomes, of the given per-entry depths, of every fixed depth, of the
     hindsight oracle (:func:`oracle_depths`) and of the informed oracle (the same choice on expected outcomes);
     ``rate`` says which tokens/s (:func:`replay_costs`): the oracles maximise that one. ``lockstep``: each row is
     charged its batch cycle at the cycle's deepest row's depth, and the oracles choose per batch cycle (see the
-    module); else each row at its own depth."""
+    module); else each row at its own depth. ``oracles=False`` leaves both oracles out (callers that score many
+    depth choices on the same traces need them once: they depend on the traces and costs only)."""
     costs = replay_costs(traces, profile, max_depth, rate)
     index = np.arange(traces.count)
     tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
     fixed = tokens.sum(0) / costs.sum(0)
     best = int(np.argmax(fixed))
+    charged = cycle_depths(traces, depths) if lockstep else np.asarray(depths)
+    rate = float(tokens[index, depths].sum() / costs[index, charged].sum())
+    scores = {"policy_tok_s": rate, "best_fixed_depth": best, "best_fixed_tok_s": float(fixed[best]),
+              "vs_best_fixed_pct": 100 * (rate / fixed[best] - 1), "mean_depth": float(np.mean(depths)),
+              "fixed_tok_s": fixed.tolist()}
+    if not oracles:
+        return scores
     starts = traces.cycle_starts if lockstep else None
     oracle = oracle_depths(tokens, costs, starts=starts)
     # The same oracle choosing on expected outcomes (Σ Π accept_prob: the target's verdict odds on the drafted
     # tokens, without the acceptance coin), scored on the realised ones: the headroom that is not luck. A policy
     # reading only the draft knows less than this, so it bounds what any of them can gain.
     informed = oracle_depths(traces.expected[:, : max_depth + 1] + 1.0, costs, starts=starts)
-    charged = cycle_depths(traces, depths) if lockstep else np.asarray(depths)
-    rate = float(tokens[index, depths].sum() / costs[index, charged].sum())
     oracle_rate = float(tokens[index, oracle].sum() / costs[index, oracle].sum())
     informed_rate = float(tokens[index, informed].sum() / costs[index, informed].sum())
-    return {"policy_tok_s": rate, "best_fixed_depth": best, "best_fixed_tok_s": float(fixed[best]),
-            "oracle_tok_s": oracle_rate, "vs_best_fixed_pct": 100 * (rate / fixed[best] - 1),
-            "oracle_vs_best_fixed_pct": 100 * (oracle_rate / fixed[best] - 1),
+    return {**scores, "oracle_tok_s": oracle_rate, "oracle_vs_best_fixed_pct": 100 * (oracle_rate / fixed[best] - 1),
             "informed_oracle_tok_s": informed_rate,
-            "informed_oracle_vs_best_fixed_pct": 100 * (informed_rate / fixed[best] - 1),
-            "mean_depth": float(np.mean(depths)), "fixed_tok_s": fixed.tolist()}
+            "informed_oracle_vs_best_fixed_pct": 100 * (informed_rate / fixed[best] - 1)}
 
 
 def check_depth(traces: TraceSet, max_depth: int, profile: Profile) -> int:
@@ -255,14 +258,19 @@ def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, pr
     max_depth = check_depth(traces, max_depth, profile)
     if fixed_depth is not None and not 0 <= fixed_depth <= max_depth:
         raise SpectuneError(f"fixed_depth={fixed_depth!r} is out of range: must be in 0..{max_depth}")
-    base = replay_scores(traces, profile, max_depth, np.zeros(traces.count, dtype=int))
-    fixed, oracle = np.asarray(base["fixed_tok_s"]), base["oracle_tok_s"]
+    base = replay_scores(traces, profile, max_depth, np.zeros(traces.count, dtype=int), oracles=False)
+    fixed = np.asarray(base["fixed_tok_s"])
+    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
+    costs = replay_costs(traces, profile, max_depth)
+    best = oracle_depths(tokens, costs, starts=traces.cycle_starts)
+    index = np.arange(traces.count)
+    oracle = float(tokens[index, best].sum() / costs[index, best].sum())
     hindsight = int(base["best_fixed_depth"])
     reference = hindsight if fixed_depth is None else int(fixed_depth)
     rows = []
     for name, policy in policies.items():
         depths = replay_depths(policy, traces, max_depth, profile)
-        scores = replay_scores(traces, profile, max_depth, depths)
+        scores = replay_scores(traces, profile, max_depth, depths, oracles=False)
         rows.append(_row(name, traces, depths, scores["policy_tok_s"], fixed[reference], oracle))
         log.info("replayed %s: %.1f tok/s, mean depth %.2f", name, scores["policy_tok_s"], depths.mean())
     label = "best fixed depth (hindsight)" if fixed_depth is None else "fixed depth chosen beforehand"
@@ -271,8 +279,6 @@ def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, pr
     if fixed_depth is not None:
         rows.append(_row(f"best fixed depth (hindsight): {hindsight}", traces, np.full(traces.count, hindsight),
                          fixed[hindsight], fixed[reference], oracle))
-    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
-    best = oracle_depths(tokens, replay_costs(traces, profile, max_depth), starts=traces.cycle_starts)
     rows.append(_row("oracle (hindsight, per cycle)", traces, best, oracle, fixed[reference], oracle))
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     table.attrs.update(reference_depth=reference, hindsight_depth=hindsight, max_depth=max_depth,

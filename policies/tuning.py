@@ -60,7 +60,8 @@ def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile
         for value in values:
             policy = make_policy({**node, parameter: value}, max_depth)
             depths = replay_depths(policy, traces, max_depth, profile)
-            tok_s = float(replay_scores(traces, profile, max_depth, depths, rate="request")["policy_tok_s"])
+            tok_s = float(replay_scores(traces, profile, max_depth, depths, rate="request",
+                                         oracles=False)["policy_tok_s"])
             scores.append(tok_s)
             rows.append({"policy": label, "parameter": parameter, "value": value, "replay_tok_s": tok_s,
                          "mean_depth": float(np.mean(depths)), "default": node.get(parameter) == value})

@@ -96,6 +96,18 @@ def test_rows_of_a_batch_are_charged_the_cycle_their_deepest_row_runs_to():
         scores = replay_scores(batch_one, _profile(0.1, 0.1), 3, np.array([3, 0, 1]), lockstep=lockstep)
         assert scores["policy_tok_s"] == pytest.approx(7 / 3.8) == scores["oracle_tok_s"]
 
+
+def test_scores_without_the_oracles_are_the_same_scores():
+    """Callers that score many depth choices on one set of traces (threshold tuning, the table, the comparison)
+    leave the oracles out: they depend on the traces and costs only. The policy's scores do not change."""
+    traces = _batch_traces([[3, 0], [1, 1]])
+    profile = Profile("test", [2], 4, {2: 0.1}, {2: [1.0 + 0.1 * n for n in range(4)]}, {2: 0.0})
+    full = replay_scores(traces, profile, 3, np.array([3, 0, 1, 1]), rate="request")
+    bare = replay_scores(traces, profile, 3, np.array([3, 0, 1, 1]), rate="request", oracles=False)
+    assert not any("oracle" in key for key in bare)
+    assert bare == {key: value for key, value in full.items() if "oracle" not in key}
+
+
 def test_the_oracle_stops_before_its_first_rejection_only_when_verification_pays():
     """With verification of each extra position as dear as 2 AR steps, drafting loses: the oracle drafts nothing."""
     traces = _traces([3, 0, 1])
