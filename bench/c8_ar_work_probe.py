@@ -32,12 +32,12 @@ from workloads.setup import open_setup  # noqa: E402
 setup = open_setup(cfg, "probe")
 _, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens), 24, 16)
 blocks = [heldout[:8], heldout[8:]]
-from policies.evaluate import policy_node  # noqa: E402
+from policies.evaluate import learned_files, policy_node  # noqa: E402
 
-nodes = {
-    "ppo": policy_node("ppo", depth_path=str(RUN / "depth.zip"), size_path=str(RUN / "size.zip")),
-    "ppo-nosize": policy_node("ppo", depth_path=str(RUN / "depth.zip")),
-    "ppo-cycle": policy_node("ppo-cycle", path=str(RUN / "cycle.zip")),
+nodes = {  # the files evaluate hands each policy at concurrency 8
+    "ppo": policy_node("ppo", **learned_files("ppo", RUN, 8)),
+    "ppo-nosize": policy_node("ppo", depth_path=learned_files("ppo", RUN, 8)["depth_path"]),
+    "ppo-cycle": policy_node("ppo-cycle", **learned_files("ppo-cycle", RUN, 8)),
 }
 
 
