@@ -51,6 +51,24 @@ def bundled_workload(language: str) -> dict:
     return OmegaConf.to_container(OmegaConf.merge(base, own), resolve=True)
 
 
+def _bundled(tokenizer, language: str, holdout: int) -> tuple[Path, list[tuple[str, str]], list]:
+    """The bundled prompt file of ``language`` (its path, its (id, text) records) and its held-out prompts: the
+    first ``holdout`` of the default workload's seeded shuffle within its length band, through the chat template."""
+    from workloads.loader import load_workload, read_jsonl, resolve_path
+
+    spec = bundled_workload(language)
+    spec.update(num_prompts=None, chat_template=True)
+    path = resolve_path(spec["path"])
+    return path, read_jsonl(path, spec["field"]), load_workload(spec, tokenizer).prompts[:holdout]
+
+
+def _seeded_subset(items: list, limit: int | None, seed: int) -> list:
+    """At most ``limit`` of ``items`` (a seeded choice, in their order)."""
+    if limit is None or len(items) <= limit:
+        return items
+    return [items[i] for i in sorted(random.Random(seed).sample(range(len(items)), limit))]
+
+
 def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0
                   ) -> tuple[list[list[int]], list[list[int]]]:
     """(training prompts, held-out prompts) of one language, rendered through the chat template.
@@ -59,17 +77,10 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
     (what every task evaluates on). Training: every other prompt of the file, in or out of the band (at most
     ``limit`` of them, a seeded choice).
     """
-    from workloads.loader import load_workload, read_jsonl, resolve_path
-
-    spec = bundled_workload(language)
-    spec.update(num_prompts=None, chat_template=True)
-    heldout = load_workload(spec, tokenizer).prompts[:holdout]
+    _, records, heldout = _bundled(tokenizer, language, holdout)
     heldout_ids = {p.id for p in heldout}
-    records = read_jsonl(resolve_path(spec["path"]), spec["field"])
     train = [render(tokenizer, text) for pid, text in records if pid not in heldout_ids]
-    if limit is not None and len(train) > limit:
-        train = [train[i] for i in sorted(random.Random(seed).sample(range(len(train)), limit))]
-    return train, [p.input_ids for p in heldout]
+    return _seeded_subset(train, limit, seed), [p.input_ids for p in heldout]
 
 
 def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0, lo: int = 16,
@@ -84,13 +95,10 @@ def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
     line whose text is in a held-out prompt (checked by text, not position: the dialogues repeat lines), and
     none equals a bundled prompt.
     """
-    from workloads.loader import load_workload, read_jsonl, resolve_path
+    from workloads.loader import read_jsonl
 
-    spec = bundled_workload(language)
-    spec.update(num_prompts=None, chat_template=True)
-    heldout_ids = {p.id for p in load_workload(spec, tokenizer).prompts[:holdout]}
-    path = resolve_path(spec["path"])
-    records = read_jsonl(path, spec["field"])
+    path, records, heldout = _bundled(tokenizer, language, holdout)
+    heldout_ids = {p.id for p in heldout}
     banned = {line for pid, text in records if pid in heldout_ids for line in text.split("\n")}
     bundled = {text for _, text in records}
     files: dict[str, list[str]] = {}
@@ -109,10 +117,7 @@ def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
                 text = "\n".join(lines[i:j + 1])
                 if total >= lo and text not in bundled:
                     found[text] = None
-    texts = list(found)
-    if limit is not None and len(texts) > limit:
-        texts = [texts[i] for i in sorted(random.Random(seed).sample(range(len(texts)), limit))]
-    return [render(tokenizer, text) for text in texts]
+    return [render(tokenizer, text) for text in _seeded_subset(list(found), limit, seed)]
 
 
 @torch.no_grad()
