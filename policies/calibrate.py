@@ -41,7 +41,7 @@ from scipy.optimize import nnls
 from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.envs.data import TraceSet
-from policies.replay import replay_costs
+from policies.replay import realised_tokens, replay_costs
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def calibrate_profile(profile: Profile, traces: TraceSet, grid: pd.DataFrame, pe
     base = replay_costs(traces, profile, depth, per)  # [N, depth + 1]
     fixed = base[:, 0]
     depth_part = base - fixed[:, None]
-    tokens = np.minimum(traces.leading[:, None], np.arange(depth + 1)[None, :]) + 1.0
+    tokens = realised_tokens(traces, depth)
     gammas = ok["gamma"].astype(int).to_numpy()
     live_s = tokens[:, gammas].sum(0) / ok[rate].to_numpy(float)  # seconds the live rate implies
     design = np.stack([np.full(len(gammas), fixed.sum()), depth_part[:, gammas].sum(0)], 1)

@@ -282,7 +282,7 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
     """Trace the held-out prompts and replay every policy and the oracle on them with ``profile``."""
     from harness.engine.traces import record
     from policies.envs.data import TraceSet
-    from policies.replay import replay_depths, replay_scores
+    from policies.replay import ORACLE_KEYS, replay_depths, replay_scores
 
     frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_depth)
     rundir.HELDOUT_TRACES.named(concurrency=concurrency).write(run_dir, frame)
@@ -295,7 +295,7 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
         scores = replay_scores(traces, profile, max_depth, depths, rate="request",  # as the live decode tok/s
                                oracles=oracles is None)
         if oracles is None:
-            oracles = {k: v for k, v in scores.items() if "oracle" in k}
+            oracles = {key: scores[key] for key in ORACLE_KEYS}
         out[label] = {**scores, **oracles}
     return out
 

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 SIGNAL_INDEX = {name: i for i, name in enumerate(DRAFT_SIGNALS)}  # the last axis of TraceSet.signals
 TABLE_COLUMNS = ("policy", "tok_s", "vs_best_fixed_pct", "mean_depth", "acceptance_length", "gap_to_oracle_pct")
+# what replay_scores adds with its oracles (they depend on the traces and costs only, not on the depths scored)
+ORACLE_KEYS = ("oracle_tok_s", "oracle_vs_best_fixed_pct", "informed_oracle_tok_s", "informed_oracle_vs_best_fixed_pct")
 
 
 RATES = ("system", "request")  # what Σ tokens / Σ charged seconds measures (replay_costs)
@@ -77,6 +79,12 @@ def replay_costs(traces: TraceSet, profile: Profile, max_depth: int, rate: str =
         share = b if rate == "system" else 1
         out[rows] = [costs.cycle_s(k) / share for k in range(max_depth + 1)]
     return out
+
+
+def realised_tokens(traces: TraceSet, max_depth: int) -> np.ndarray:
+    """[N, max_depth + 1] tokens each recorded cycle's row emits at depth 0..max_depth on its realised outcome: the
+    accepted prefix (at most the depth) plus the one token the target adds."""
+    return np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
 
 
 def cycle_depths(traces: TraceSet, depths: np.ndarray) -> np.ndarray:
@@ -121,7 +129,7 @@ def replay_scores(traces: TraceSet, profile: Profile, max_depth: int, depths: np
     depth choices on the same traces need them once: they depend on the traces and costs only)."""
     costs = replay_costs(traces, profile, max_depth, rate)
     index = np.arange(traces.count)
-    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0  # [N, K+1]
+    tokens = realised_tokens(traces, max_depth)
     fixed = tokens.sum(0) / costs.sum(0)
     best = int(np.argmax(fixed))
     charged = cycle_depths(traces, depths) if lockstep else np.asarray(depths)
@@ -260,7 +268,7 @@ def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, pr
         raise SpectuneError(f"fixed_depth={fixed_depth!r} is out of range: must be in 0..{max_depth}")
     base = replay_scores(traces, profile, max_depth, np.zeros(traces.count, dtype=int), oracles=False)
     fixed = np.asarray(base["fixed_tok_s"])
-    tokens = np.minimum(traces.leading[:, None], np.arange(max_depth + 1)[None, :]) + 1.0
+    tokens = realised_tokens(traces, max_depth)
     costs = replay_costs(traces, profile, max_depth)
     best = oracle_depths(tokens, costs, starts=traces.cycle_starts)
     index = np.arange(traces.count)

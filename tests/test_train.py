@@ -14,7 +14,7 @@ from harness.errors import SpectuneError
 from harness.profile import Profile
 from policies.envs.data import TraceSet
 from policies.registry import make_policy
-from policies.replay import oracle_depths, replay_scores
+from policies.replay import ORACLE_KEYS, oracle_depths, replay_scores
 from policies.training import WarmupLinear, split_requests
 
 
@@ -105,6 +105,7 @@ def test_scores_without_the_oracles_are_the_same_scores():
     full = replay_scores(traces, profile, 3, np.array([3, 0, 1, 1]), rate="request")
     bare = replay_scores(traces, profile, 3, np.array([3, 0, 1, 1]), rate="request", oracles=False)
     assert not any("oracle" in key for key in bare)
+    assert set(full) - set(bare) == set(ORACLE_KEYS)
     assert bare == {key: value for key, value in full.items() if "oracle" not in key}
 
 
