@@ -25,6 +25,7 @@ with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
     cfg = compose(config_name="config", overrides=["+workload=en", "models=smollm2-eagle", "hardware.threads=2",
                                                    "hardware.dtype=bfloat16", "workload.num_prompts=40"])
 from harness.measure import measure_point, requests_of  # noqa: E402
+from policies.evaluate import learned_files, policy_node  # noqa: E402
 from policies.registry import make_policy  # noqa: E402
 from policies.training import split_requests  # noqa: E402
 from workloads.setup import open_setup  # noqa: E402
@@ -32,7 +33,6 @@ from workloads.setup import open_setup  # noqa: E402
 setup = open_setup(cfg, "probe")
 _, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens), 24, 16)
 blocks = [heldout[:8], heldout[8:]]
-from policies.evaluate import learned_files, policy_node  # noqa: E402
 
 nodes = {  # the files evaluate hands each policy at concurrency 8
     "ppo": policy_node("ppo", **learned_files("ppo", RUN, 8)),
@@ -50,7 +50,6 @@ def build(name):
         return None, 0
     if name.startswith("ar"):
         return None, 0
-    from policies.registry import POLICIES  # noqa: F401
     return make_policy(nodes[name], 4), 4
 
 
