@@ -124,7 +124,10 @@ def test_argmax_terms_score_the_drafts_argmax_against_the_teachers(feature_pair)
     (["--lr", "0"], "--lr=0.0 is invalid: must be a number > 0"),
     (["--argmax-weight", "-1"], "--argmax-weight=-1.0 is invalid: must be a number >= 0"),
     (["--greedy-share", "1.5"], "--greedy-share=1.5 is invalid: must be a number in [0, 1]"),
-    (["--greedy-windows", "fr:10"], "--greedy-windows='fr:10' is invalid: must be LANG:N with LANG one of"),
+    (["--greedy-windows", "fr:10"], "--greedy-windows='fr:10' is invalid: must be LANG:N[,N2...] with LANG one of"),
+    (["--greedy-windows", "en:10,5"], "--greedy-windows='en:10,5' is invalid: must be LANG:N[,N2...] with LANG one"),
+    (["--sample-greedy", "--sample-part", "2/2"], "--sample-part='2/2' is invalid: must be I/N with integers"),
+    (["--sample-part", "0/2"], "--sample-part='0/2' is invalid: must be I/N with integers 0 <= I < N, beside"),
 ])
 def test_the_trainer_refuses_a_bad_fine_tune_in_one_line(cli, args, message):
     """Checked before the target loads or any teacher data is read: exit 2, the message names the value."""
@@ -165,3 +168,8 @@ def test_window_prompts_are_new_training_runs_that_never_touch_a_held_out_line(t
     assert len(some) == 50 and set(map(tuple, some)) <= set(map(tuple, every))
     assert some == window_prompts(templated, "en", 128, limit=50, seed=3)
     assert some != window_prompts(templated, "en", 128, limit=50, seed=4)
+    # a larger set grows by a disjoint tranche: the first tranche's shards stay valid
+    rest = window_prompts(templated, "en", 128, limit=70, seed=3, after=50)
+    assert len(rest) == 70 and not set(map(tuple, rest)) & set(map(tuple, some))
+    assert set(map(tuple, rest)) <= set(map(tuple, every))
+    assert len(window_prompts(templated, "en", 128, seed=3, after=50)) == len(every) - 50

@@ -84,10 +84,11 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
 
 
 def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0, lo: int = 16,
-                   hi: int = 64) -> list[list[int]]:
+                   hi: int = 64, after: int = 0) -> list[list[int]]:
     """More training prompts of one language from the same dialogues: every run of consecutive lines of one
     source file's training prompts that is ``lo``..``hi`` tokens long (at most ``limit``, a seeded choice),
-    rendered through the chat template.
+    rendered through the chat template. ``after``: choose among the runs that the seeded choice of ``after``
+    runs leaves out, so a larger set grows by a disjoint tranche and the runs already sampled stay valid.
 
     The bundled prompts cut each dialogue file into non-overlapping runs, so a language has only as many
     prompts as runs (631 English ones for training). A greedy continuation is one per prompt, so greedy
@@ -117,7 +118,11 @@ def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
                 text = "\n".join(lines[i:j + 1])
                 if total >= lo and text not in bundled:
                     found[text] = None
-    return [render(tokenizer, text) for text in _seeded_subset(list(found), limit, seed)]
+    runs = list(found)
+    if after:
+        taken = set(_seeded_subset(runs, after, seed))
+        runs = [text for text in runs if text not in taken]
+    return [render(tokenizer, text) for text in _seeded_subset(runs, limit, seed)]
 
 
 @torch.no_grad()
@@ -172,16 +177,20 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
 
 def sample_set(model, prompts: list[tuple[str, list[int]]], shard_dir: Path, batch_size: int, max_new: int,
                top_k: int, eos: int, pad: int, seed: int, progress, late=lambda: False, features: bool = False,
-               greedy: bool = False) -> list[Sequence]:
+               greedy: bool = False, part: tuple[int, int] = (0, 1)) -> list[Sequence]:
     """Sample every prompt once, ``batch_size`` at a time (similar lengths together), one shard per batch.
 
-    ``late()`` true stops before the next new batch: the shards done so far are the data (a time box)."""
+    ``late()`` true stops before the next new batch: the shards done so far are the data (a time box).
+    ``part=(i, n)``: only batches ``b`` with ``b % n == i`` (n processes on disjoint parts use n cores; the
+    batches and their seeds do not depend on the split)."""
     shard_dir.mkdir(parents=True, exist_ok=True)
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i][1]), i))
     chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     random.Random(seed).shuffle(chunks)  # any prefix of the work is a fair sample of languages and lengths
     out: list[Sequence] = []
     for b, chunk in enumerate(progress(chunks)):
+        if b % part[1] != part[0]:
+            continue
         shard = shard_dir / f"batch{b:04d}.pt"
         if shard.is_file():
             out += torch.load(shard, weights_only=False)

@@ -22,6 +22,7 @@ Recipe (every choice recorded in TRAINING.json):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -70,8 +71,9 @@ class Recipe:
     feature_noise: float = 0.05  # std of Gaussian noise on the target's features in training (features are normed)
     argmax_weight: float = 0.0  # cross-entropy of q on the teacher's argmax, beside KL + TV (greedy acceptance)
     greedy_share: float | None = None  # share of each batch drawn from the greedy round (None: uniform over all)
-    # {language: N}: N more prompts of that language (overlapping dialogue runs) continued greedily, into the
-    # greedy pool: greedy data grows only with prompts (teacher_data.window_prompts)
+    # {language: [N1, N2, ...]}: N_k more prompts of that language in all (overlapping dialogue runs, in disjoint
+    # tranches N_{k-1}..N_k) continued greedily, into the greedy pool: greedy data grows only with prompts
+    # (teacher_data.window_prompts)
     greedy_windows: dict | None = None
     batch_size: int = 16
     steps: int = 2000
@@ -190,8 +192,11 @@ def main() -> None:
                         "cross-entropy on the teacher's argmax beside KL + TV (aims at greedy acceptance)")
     parser.add_argument("--greedy-share", type=float, default=None, help="share of each batch drawn from the greedy "
                         "round (default: every sequence equally likely)")
-    parser.add_argument("--greedy-windows", default=None, metavar="LANG:N", help="N more prompts of LANG (overlapping "
-                        "runs of its training dialogues) continued greedily into the greedy pool")
+    parser.add_argument("--greedy-windows", default=None, metavar="LANG:N[,N2...]", help="N more prompts of LANG "
+                        "(overlapping runs of its training dialogues) continued greedily into the greedy pool; "
+                        "N,N2: N2 in all, sampled as two tranches (a larger set keeps the smaller one's shards)")
+    parser.add_argument("--sample-part", default=None, metavar="I/N", help="with --sample-rounds or --sample-greedy: "
+                        "only batches b with b %% N == I (N processes on disjoint parts use N cores)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
@@ -222,11 +227,20 @@ def main() -> None:
     args.layers = args.layers or Recipe.layers
     windows = None
     if args.greedy_windows is not None:
-        lang, _, n = args.greedy_windows.partition(":")
-        if lang not in LANGS or not n.isdigit() or int(n) < 1:
-            parser.error(f"--greedy-windows={args.greedy_windows!r} is invalid: must be LANG:N with LANG one of "
-                         f"{', '.join(LANGS)} and N an integer >= 1")
-        windows = {lang: int(n)}
+        lang, _, ns = args.greedy_windows.partition(":")
+        counts = [int(n) for n in ns.split(",") if n.isdigit()]
+        if (lang not in LANGS or len(counts) != len(ns.split(",")) or counts[0] < 1
+                or any(a >= b for a, b in itertools.pairwise(counts))):
+            parser.error(f"--greedy-windows={args.greedy_windows!r} is invalid: must be LANG:N[,N2...] with LANG one "
+                         f"of {', '.join(LANGS)} and increasing integers N >= 1")
+        windows = {lang: counts}
+    part = (0, 1)
+    if args.sample_part is not None:
+        i, _, n = args.sample_part.partition("/")
+        if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or not (args.sample_rounds or args.sample_greedy):
+            parser.error(f"--sample-part={args.sample_part!r} is invalid: must be I/N with integers 0 <= I < N, "
+                         "beside --sample-rounds or --sample-greedy")
+        part = (int(i), int(n))
     sample_rounds = None
     if args.sample_rounds is not None:
         a, _, b = args.sample_rounds.partition(":")
@@ -257,17 +271,21 @@ def main() -> None:
     rounds: list[Sequence] = []  # the T = 1 rounds
     for r in sample_rounds or ([] if args.sample_greedy else range(recipe.first_round, recipe.rounds)):
         rounds += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch,
-                             seed=recipe.seed + 7 * r,
+                             seed=recipe.seed + 7 * r, part=part,
                              progress=lambda x, r=r: tqdm(x, desc=f"teacher (training prompts, round {r})"), **kw)
     greedy: list[Sequence] = []
     if (recipe.greedy_round and sample_rounds is None) or args.sample_greedy:
         greedy = sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
-                            progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True, **kw)
-        for lang, n in (recipe.greedy_windows or {}).items():
-            extra = [(lang, p) for p in window_prompts(tokenizer, lang, recipe.holdout, n, recipe.seed)]
-            greedy += sample_set(target, extra, work / f"train-greedy-windows-{lang}{n}", recipe.gen_batch,
-                                 seed=recipe.seed - 2, greedy=True, **kw,
-                                 progress=lambda x, lang=lang: tqdm(x, desc=f"teacher ({lang} windows, greedy)"))
+                            progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True,
+                            part=part, **kw)
+        for lang, counts in (recipe.greedy_windows or {}).items():
+            for before, n in itertools.pairwise([0, *counts]):  # tranches: the first keeps its name, later ones a range
+                extra = [(lang, p) for p in window_prompts(tokenizer, lang, recipe.holdout, n - before, recipe.seed,
+                                                           after=before)]
+                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"
+                greedy += sample_set(target, extra, work / f"train-greedy-windows-{name}", recipe.gen_batch,
+                                     seed=recipe.seed - 2, greedy=True, part=part, **kw,
+                                     progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} windows, greedy)"))
     train = rounds + greedy
     if sample_rounds is not None or args.sample_greedy:
         log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences "
