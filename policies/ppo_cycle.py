@@ -30,7 +30,7 @@ import torch
 from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 from policies.envs.observation import CYCLE_FIELDS, scale_rows, scales
-from policies.ppo import actor_actions, check_flags, numpy_layers, resolve_profile
+from policies.ppo import NumpyActor, check_flags, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 
@@ -67,7 +67,7 @@ class PPOCycle(DraftLengthPolicy):
         self.max_gamma, self.deterministic, self.seed = gamma, deterministic, int(seed)
         self.file: PolicyFile = read_policy_file(path, KEY, trust_pickle)
         self.max_depth = self._check(path)
-        self._numpy_layers = numpy_layers(self.file.actor)
+        self.actor = NumpyActor(self.file.actor)
         self.mismatch, self.profile = resolve_profile(self.file, KEY, path, profile, allow_profile_mismatch)
         if self.profile is None:
             raise SpectuneError(f"{KEY}={path!r} reads the costs c and g: give policy.profile=PROFILE (the file "
@@ -122,8 +122,7 @@ class PPOCycle(DraftLengthPolicy):
 
     def choose(self, context: list[int], slots: list[int]) -> None:
         """Each slot's depth (≤ γ) from the actor, one call for all of them."""
-        actions = actor_actions(self._numpy_layers, self.observation(context, slots), self.deterministic,
-                                self.generator)
+        actions = self.actor.actions(self.observation(context, slots), self.deterministic, self.generator)
         for slot, action in zip(slots, actions.tolist(), strict=True):
             self._depths[slot] = min(int(action), self.max_gamma)
 

@@ -75,6 +75,11 @@ class RowTracker:
         self._lengths = self.context.tolist()  # plain ints: per-row tensor indexing costs µs each, between forwards
         self.new_rows = {row for row in self.busy_rows() if self.expected.get(row) != self._lengths[row]}
 
+    @property
+    def lengths(self) -> list[int]:
+        """This cycle's context length per slot as ints (empty before its first draft step is seen)."""
+        return self._lengths
+
     def busy_rows(self) -> list[int]:
         return [] if self.context is None else [row for row, length in enumerate(self._lengths) if length > 0]
 
