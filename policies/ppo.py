@@ -208,7 +208,8 @@ class PPODepth(DraftLengthPolicy):
         else:  # the same values without building tensors (the step's signals and context as plain lists)
             obs = self._assemble(constant, width,
                                  lambda name: context if name == "context_length" else [before[name]] * width)
-        return self.max_gamma if bool(self.act(obs)[known].any()) else 0
+        actions = self.actor.actions(obs, self.deterministic, self.generator).tolist()  # no torch op between forwards
+        return self.max_gamma if any(actions[row] == self.continue_action for row in known) else 0
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor:
         if step.step == 0:

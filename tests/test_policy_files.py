@@ -234,6 +234,18 @@ def test_ppo_policy_acts_on_its_features_batched(tmp_path):
     assert policy.continue_drafting(_step(0, token_prob=[0.2, 0.7, 0.49, 0.51])).tolist() == [False, True, False, True]
 
 
+@pytest.mark.parametrize(("bias_continue", "gamma"), [(-5.0, 0), (1.0, 6)])
+def test_ppo_policys_step_zero_decision_covers_the_rows_it_knows(tmp_path, bias_continue, gamma):
+    """The environment's step-0 choice, before anything is drafted: γ = 0 when every row whose context
+    before_cycle named says stop (token_prob is 0 there, so the bias decides), else the ceiling; the same on the
+    next cycle, when the step's constants come from the cache."""
+    policy = make_policy(_node(_linear_policy(tmp_path / "p.zip", bias_continue=bias_continue, weight=10.0)), 6)
+    policy.before_cycle([0, 1], [7, 8], [10, 12])
+    assert policy.begin_cycle(2) == gamma
+    policy.before_cycle([0, 1], [7, 8], [11, 13])
+    assert policy.begin_cycle(2) == gamma
+
+
 @pytest.mark.parametrize(("features", "actions", "match"), [
     (("token_prob", "position", "entropy"), 2, "observation shape"),
     (FEATURES, 3, r"Discrete\(3\)"),
