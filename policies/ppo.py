@@ -328,51 +328,21 @@ class NumpyActor:
     """An SB3 actor (its Linear layers and tanh/ReLU activations) in numpy, built for calls on cold caches.
 
     The engine calls it between forwards that have just evicted the caches, where every numpy call costs ~10 µs
-    (measured: a two-hidden-layer actor of 64 units, 14 µs warm, ~140 µs after a 16 MB matrix product). So it
-    makes few calls: no clip (every field is ≥ 0 and the bound is 1e4, and SB3's ``predict`` does not clip
-    either), products into place, and the biases of the second and later layers carried by a constant unit: an
-    extra hidden unit whose pre-activation K has activation(K) = 1 exactly, its outgoing row holding the next
-    layer's bias. The logits equal SB3's to float32 summation order (the tests hold the actions equal)."""
+    (``bench/actor_cold.py``: a 5→64→64→9 actor ~8 µs a call warm, ~80–100 µs after a 16 MB matrix product). So it
+    makes few calls: no clip (every field is ≥ 0 and the bound is 1e4, and SB3's ``predict`` does not clip either)
+    and no torch op (numpy actions): half the cold cost of the clip-and-torch form. Carrying the biases inside the
+    products through a constant unit (three calls fewer) was tried: no cheaper cold, so the products stay plain."""
 
     def __init__(self, actor: torch.nn.Sequential) -> None:
-        layers = numpy_layers(actor)
-        self.first_bias = layers[0][1]
-        constant = [_constant_unit(activation) for _, _, activation in layers[:-1]]
-        self.folded = all(k is not None for k in constant) and layers[-1][2] is None
-        if not self.folded:  # an activation no constant unit survives: plain products and bias adds
-            self.layers = layers
-            return
-        matrices, activations = [], []
-        for i, (weight, _, activation) in enumerate(layers):
-            rows, cols = weight.shape
-            last = i == len(layers) - 1
-            extra_in = 0 if i == 0 else 1  # the previous layer's constant unit
-            matrix = np.zeros((rows + extra_in, cols + (0 if last else 1)), dtype=np.float32)
-            matrix[:rows, :cols] = weight
-            if extra_in:
-                matrix[rows, :cols] = layers[i][1]  # this layer's bias, times the constant 1
-                if not last:
-                    matrix[rows, cols] = constant[i]  # 1 · K keeps the unit constant
-            matrices.append(matrix)
-            activations.append(activation)
-        if constant:  # the first layer's output carries the constant unit too
-            self.first_bias = np.append(layers[0][1], constant[0]).astype(np.float32)
-        self.matrices, self.activations = matrices, activations[:-1]
+        self.layers = numpy_layers(actor)
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """[B, A] float32 logits of observations [B, F]."""
-        if not self.folded:
-            h = obs
-            for weight, bias, activation in self.layers:
-                h = h @ weight + bias
-                if activation is not None:
-                    h = activation(h)
-            return h
-        h = np.dot(obs, self.matrices[0])
-        h += self.first_bias
-        for matrix, activation in zip(self.matrices[1:], self.activations, strict=True):
-            activation(h, out=h)
-            h = np.dot(h, matrix)
+        h = obs
+        for weight, bias, activation in self.layers:
+            h = h @ weight + bias
+            if activation is not None:
+                h = activation(h)
         return h
 
     def actions(self, obs: np.ndarray, deterministic: bool, generator: torch.Generator) -> np.ndarray:
@@ -383,21 +353,13 @@ class NumpyActor:
         return torch.multinomial(torch.softmax(torch.from_numpy(logits), -1), 1, generator=generator).squeeze(1).numpy()
 
 
-def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return np.maximum(x, 0, out=out)
-
-
-def _constant_unit(activation: Callable | None) -> np.float32 | None:
-    """A pre-activation K with activation(K) == 1 exactly in float32 (None if there is none)."""
-    for k in (np.float32(20.0), np.float32(1.0)):  # tanh(20) rounds to 1; ReLU(1) = 1
-        if activation is not None and activation(np.array([k], dtype=np.float32))[0] == 1.0:
-            return k
-    return None
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
 
 
 def numpy_layers(actor: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
     """An SB3 actor's linear layers as (weightᵀ, bias, activation) float32 numpy arrays, activations as numpy
-    functions taking ``out=``: x @ Wᵀ + b per layer, what :class:`NumpyActor` runs without torch dispatch."""
+    functions: x @ Wᵀ + b per layer, what :class:`NumpyActor` runs without torch dispatch."""
     functions = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: _relu, torch.nn.Identity: None}
     layers: list = []
     for module in actor:
