@@ -148,7 +148,7 @@ def test_teacher_data_of_another_dtype_lives_in_its_own_work_folder():
 def test_window_prompts_are_new_training_runs_that_never_touch_a_held_out_line(templated):
     """Greedy data grows only with prompts: the overlapping runs are new, inside the band, seeded, and share no
     line with the held-out prompts every evaluation reads (the first 128 of the default shuffle)."""
-    from workloads.build.teacher_data import bundled_workload, window_prompts
+    from workloads.build.teacher_data import bundled_workload, window_prompts, window_tranches
     from workloads.loader import load_workload, read_jsonl, resolve_path
 
     spec = bundled_workload("en")
@@ -168,8 +168,10 @@ def test_window_prompts_are_new_training_runs_that_never_touch_a_held_out_line(t
     assert len(some) == 50 and set(map(tuple, some)) <= set(map(tuple, every))
     assert some == window_prompts(templated, "en", 128, limit=50, seed=3)
     assert some != window_prompts(templated, "en", 128, limit=50, seed=4)
-    # a larger set grows by a disjoint tranche: the first tranche's shards stay valid
-    rest = window_prompts(templated, "en", 128, limit=70, seed=3, after=50)
+    # a larger set grows by disjoint tranches, the first being the smaller set: its shards stay valid
+    first, rest, third = window_tranches(templated, "en", 128, [50, 120, 200], seed=3)
+    assert first == some
     assert len(rest) == 70 and not set(map(tuple, rest)) & set(map(tuple, some))
     assert set(map(tuple, rest)) <= set(map(tuple, every))
-    assert len(window_prompts(templated, "en", 128, seed=3, after=50)) == len(every) - 50
+    assert len(third) == 80 and not set(map(tuple, third)) & (set(map(tuple, some)) | set(map(tuple, rest)))
+    assert len(window_tranches(templated, "en", 128, [50, len(every)], seed=3)[1]) == len(every) - 50

@@ -14,6 +14,7 @@ ever trained on. Work is written as one shard per batch, so an interrupted run r
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from dataclasses import dataclass
@@ -84,11 +85,10 @@ def split_prompts(tokenizer, language: str, holdout: int, limit: int | None = No
 
 
 def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0, lo: int = 16,
-                   hi: int = 64, after: int = 0) -> list[list[int]]:
+                   hi: int = 64) -> list[list[int]]:
     """More training prompts of one language from the same dialogues: every run of consecutive lines of one
     source file's training prompts that is ``lo``..``hi`` tokens long (at most ``limit``, a seeded choice),
-    rendered through the chat template. ``after``: choose among the runs that the seeded choice of ``after``
-    runs leaves out, so a larger set grows by a disjoint tranche and the runs already sampled stay valid.
+    rendered through the chat template.
 
     The bundled prompts cut each dialogue file into non-overlapping runs, so a language has only as many
     prompts as runs (631 English ones for training). A greedy continuation is one per prompt, so greedy
@@ -96,6 +96,27 @@ def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
     line whose text is in a held-out prompt (checked by text, not position: the dialogues repeat lines), and
     none equals a bundled prompt.
     """
+    runs = _window_runs(tokenizer, language, holdout, lo, hi)
+    return [render(tokenizer, text) for text in _seeded_subset(runs, limit, seed)]
+
+
+def window_tranches(tokenizer, language: str, holdout: int, counts: list[int], seed: int = 0, lo: int = 16,
+                    hi: int = 64) -> list[list[list[int]]]:
+    """:func:`window_prompts` grown in disjoint tranches: ``counts`` are increasing totals N1 < N2 < ...; tranche
+    k holds N_k − N_(k−1) runs, a seeded choice among those no earlier tranche took. The first tranche is
+    ``window_prompts(..., N1, seed)``, so a larger set keeps the shards a smaller one sampled."""
+    remaining = _window_runs(tokenizer, language, holdout, lo, hi)
+    out = []
+    for before, total in itertools.pairwise([0, *counts]):
+        chosen = _seeded_subset(remaining, total - before, seed)
+        taken = set(chosen)
+        remaining = [text for text in remaining if text not in taken]
+        out.append([render(tokenizer, text) for text in chosen])
+    return out
+
+
+def _window_runs(tokenizer, language: str, holdout: int, lo: int, hi: int) -> list[str]:
+    """Every window run's text (see :func:`window_prompts`), in file order."""
     from workloads.loader import read_jsonl
 
     path, records, heldout = _bundled(tokenizer, language, holdout)
@@ -118,11 +139,7 @@ def window_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
                 text = "\n".join(lines[i:j + 1])
                 if total >= lo and text not in bundled:
                     found[text] = None
-    runs = list(found)
-    if after:
-        taken = set(_seeded_subset(runs, after, seed))
-        runs = [text for text in runs if text not in taken]
-    return [render(tokenizer, text) for text in _seeded_subset(runs, limit, seed)]
+    return list(found)
 
 
 @torch.no_grad()

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
 from harness.models.gguf import sha256
-from workloads.build.teacher_data import Sequence, sample_set, split_prompts, window_prompts
+from workloads.build.teacher_data import Sequence, sample_set, split_prompts, window_tranches
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class Recipe:
     greedy_share: float | None = None  # share of each batch drawn from the greedy round (None: uniform over all)
     # {language: [N1, N2, ...]}: N_k more prompts of that language in all (overlapping dialogue runs, in disjoint
     # tranches N_{k-1}..N_k) continued greedily, into the greedy pool: greedy data grows only with prompts
-    # (teacher_data.window_prompts)
+    # (teacher_data.window_tranches)
     greedy_windows: dict | None = None
     batch_size: int = 16
     steps: int = 2000
@@ -279,10 +279,10 @@ def main() -> None:
                             progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True,
                             part=part, **kw)
         for lang, counts in (recipe.greedy_windows or {}).items():
-            for before, n in itertools.pairwise([0, *counts]):  # tranches: the first keeps its name, later ones a range
-                extra = [(lang, p) for p in window_prompts(tokenizer, lang, recipe.holdout, n - before, recipe.seed,
-                                                           after=before)]
-                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"
+            tranches = window_tranches(tokenizer, lang, recipe.holdout, counts, recipe.seed)
+            for (before, n), prompts in zip(itertools.pairwise([0, *counts]), tranches, strict=True):
+                extra = [(lang, p) for p in prompts]
+                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"  # the first keeps its name
                 greedy += sample_set(target, extra, work / f"train-greedy-windows-{name}", recipe.gen_batch,
                                      seed=recipe.seed - 2, greedy=True, part=part, **kw,
                                      progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} windows, greedy)"))
