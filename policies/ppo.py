@@ -353,14 +353,10 @@ class NumpyActor:
         return torch.multinomial(torch.softmax(torch.from_numpy(logits), -1), 1, generator=generator).squeeze(1).numpy()
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0)
-
-
 def numpy_layers(actor: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
     """An SB3 actor's linear layers as (weightᵀ, bias, activation) float32 numpy arrays, activations as numpy
     functions: x @ Wᵀ + b per layer, what :class:`NumpyActor` runs without torch dispatch."""
-    functions = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: _relu, torch.nn.Identity: None}
+    functions = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: lambda x: np.maximum(x, 0), torch.nn.Identity: None}
     layers: list = []
     for module in actor:
         if isinstance(module, torch.nn.Linear):
