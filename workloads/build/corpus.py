@@ -35,7 +35,7 @@ from tqdm import tqdm
 from harness.errors import SpectuneError
 from harness.io import write_json
 
-CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "corpus"  # workloads/corpus/, where train_tiny reads it
 LANGS = ("it", "en", "zh", "es")
 PACKAGES: dict[str, tuple[str, str]] = {  # lang -> (fortune package, debian-reference package)
     "it": ("fortunes-it", "debian-reference-it"),
