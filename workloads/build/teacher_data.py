@@ -115,6 +115,31 @@ def window_tranches(tokenizer, language: str, holdout: int, counts: list[int], s
     return out
 
 
+def corpus_prompts(tokenizer, language: str, holdout: int, limit: int | None = None, seed: int = 0, lo: int = 16,
+                   hi: int = 64, corpus_dir: Path | None = None) -> list[list[int]]:
+    """Training prompts from text outside the bundled dialogues: every document of the language's build corpus
+    (``workloads/corpus/<language>.train.txt``, from ``python -m workloads.build.corpus``: fortunes and a manual's
+    paragraphs) that is ``lo``..``hi`` tokens long, at most ``limit`` of them (a seeded choice), rendered through
+    the chat template.
+
+    The dialogues' windows run out (every English run of 16–64 tokens is already a prompt); greedy data grows
+    only with new prompts. No document contains a line of a held-out prompt (checked by text).
+    """
+    from harness.errors import SpectuneError
+
+    path = (corpus_dir or ROOT / "workloads" / "corpus") / f"{language}.train.txt"
+    if not path.is_file():
+        raise SpectuneError(f"{path} is missing: run `python -m workloads.build.corpus` first")
+    _, records, heldout = _bundled(tokenizer, language, holdout)
+    heldout_ids = {p.id for p in heldout}
+    banned = [line for pid, text in records if pid in heldout_ids for line in text.split("\n") if len(line) >= 12]
+    docs = []
+    for doc in path.read_text(encoding="utf-8").split("\n"):
+        if doc and lo <= len(tokenizer(doc)["input_ids"]) <= hi and not any(line in doc for line in banned):
+            docs.append(doc)
+    return [render(tokenizer, text) for text in _seeded_subset(list(dict.fromkeys(docs)), limit, seed)]
+
+
 def _window_runs(tokenizer, language: str, holdout: int, lo: int, hi: int) -> list[str]:
     """Every window run's text (see :func:`window_prompts`), in file order."""
     from workloads.loader import read_jsonl

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
 from harness.models.gguf import sha256
-from workloads.build.teacher_data import Sequence, sample_set, split_prompts, window_tranches
+from workloads.build.teacher_data import Sequence, corpus_prompts, sample_set, split_prompts, window_tranches
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,9 @@ class Recipe:
     # tranches N_{k-1}..N_k) continued greedily, into the greedy pool: greedy data grows only with prompts
     # (teacher_data.window_tranches)
     greedy_windows: dict | None = None
+    # {language: N}: N documents of the build corpus (text outside the dialogues, teacher_data.corpus_prompts)
+    # continued greedily, into the greedy pool
+    greedy_text: dict | None = None
     batch_size: int = 16
     steps: int = 2000
     lr: float = 5e-4
@@ -195,6 +198,9 @@ def main() -> None:
     parser.add_argument("--greedy-windows", default=None, metavar="LANG:N[,N2...]", help="N more prompts of LANG "
                         "(overlapping runs of its training dialogues) continued greedily into the greedy pool; "
                         "N,N2: N2 in all, sampled as two tranches (a larger set keeps the smaller one's shards)")
+    parser.add_argument("--greedy-text", default=None, metavar="LANG:N", help="N documents of LANG's build corpus "
+                        "(`python -m workloads.build.corpus`; 16-64 tokens, text outside the dialogues) continued "
+                        "greedily into the greedy pool")
     parser.add_argument("--sample-part", default=None, metavar="I/N", help="with --sample-rounds or --sample-greedy: "
                         "only batches b with b %% N == I (N processes on disjoint parts use N cores)")
     args = parser.parse_args()
@@ -234,6 +240,16 @@ def main() -> None:
             parser.error(f"--greedy-windows={args.greedy_windows!r} is invalid: must be LANG:N[,N2...] with LANG one "
                          f"of {', '.join(LANGS)} and increasing integers N >= 1")
         windows = {lang: counts}
+    text = None
+    if args.greedy_text is not None:
+        lang, _, n = args.greedy_text.partition(":")
+        if lang not in LANGS or not n.isdigit() or int(n) < 1:
+            parser.error(f"--greedy-text={args.greedy_text!r} is invalid: must be LANG:N with LANG one of "
+                         f"{', '.join(LANGS)} and an integer N >= 1")
+        if not (Path(__file__).resolve().parents[1] / "corpus" / f"{lang}.train.txt").is_file():
+            parser.error(f"--greedy-text={args.greedy_text!r} needs the build corpus: run `python -m "
+                         "workloads.build.corpus` first (workloads/corpus/ is missing it)")
+        text = {lang: int(n)}
     part = (0, 1)
     if args.sample_part is not None:
         i, _, n = args.sample_part.partition("/")
@@ -250,7 +266,7 @@ def main() -> None:
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth,
                     vocab_from=args.vocab_from, lr=args.lr, first_round=args.first_round,
                     argmax_weight=args.argmax_weight, greedy_share=args.greedy_share,
-                    teacher_dtype=args.teacher_dtype, greedy_windows=windows,
+                    teacher_dtype=args.teacher_dtype, greedy_windows=windows, greedy_text=text,
                     init_from=str(args.init_from) if args.init_from else None, init_sha256=init_sha)
     torch.set_num_threads(recipe.threads)
     torch.set_flush_denormal(True)
@@ -286,6 +302,14 @@ def main() -> None:
                 greedy += sample_set(target, extra, work / f"train-greedy-windows-{name}", recipe.gen_batch,
                                      seed=recipe.seed - 2, greedy=True, part=part, **kw,
                                      progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} windows, greedy)"))
+        for lang, n in (recipe.greedy_text or {}).items():
+            extra = [(lang, p) for p in corpus_prompts(tokenizer, lang, recipe.holdout, n, recipe.seed)]
+            if len(extra) < n:
+                raise SystemExit(f"error: --greedy-text={lang}:{n} is invalid: the {lang} corpus has {len(extra)} "
+                                 "documents of 16-64 tokens")
+            greedy += sample_set(target, extra, work / f"train-greedy-text-{lang}{n}", recipe.gen_batch,
+                                 seed=recipe.seed - 3, greedy=True, part=part, **kw,
+                                 progress=lambda x, n=n, lang=lang: tqdm(x, desc=f"teacher ({lang}{n} text, greedy)"))
     train = rounds + greedy
     if sample_rounds is not None or args.sample_greedy:
         log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences "
@@ -401,12 +425,18 @@ def main() -> None:
                       "stop_at": args.stop_at,
                       "teacher": {"model": TARGET, **source, "sequences": len(train), "positions": positions,
                                   "generation_minutes": round(gen_minutes, 1)},
+                      **({"corpus": corpus_sources()} if recipe.greedy_text else {}),
                       "draft_vocab": {"ids": rows}, "parameters": sum(p.numel() for p in trainable),
                       "curve": curve, **({"init": init_record} if init_record else {})}
             export(draft, tokenizer, args.out, record)
             if late:
                 break
     log.info(f"done: {args.out}")
+
+
+def corpus_sources() -> dict:
+    """The build corpus's record (its Debian packages and their .deb files): the text --greedy-text read."""
+    return json.loads((Path(__file__).resolve().parents[1] / "corpus" / "SOURCES.json").read_text(encoding="utf-8"))
 
 
 def export(draft, tokenizer, out: Path, record: dict) -> None:
