@@ -6,7 +6,7 @@ default MLP: tanh, two hidden layers of 64) four ways, interleaved, right after 
 ``--evict-mb`` of weights and again warm: layer by layer with a clip and torch actions (what the engine ran
 before); the same without clip and torch; the biases carried inside the products by a constant unit (a hidden
 unit whose activation is exactly 1: three numpy calls fewer, in-place activations); and
-:class:`policies.ppo.NumpyActor` as the engine calls it. Prints the median µs per call of each.
+:class:`policies.numpy_actor.NumpyActor` as the engine calls it. Prints the median µs per call of each.
 
     python bench/actor_cold.py --rows 1 --features 5 --actions 9 --calls 400
 """
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from policies.envs.observation import OBS_HIGH
-from policies.ppo import NumpyActor, numpy_layers
+from policies.numpy_actor import NumpyActor, numpy_layers
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ from harness.engine.policy import (
 from harness.errors import SpectuneError
 from harness.profile import Profile, load_profile, profile_mismatch
 from policies.envs.observation import OBS_FIELDS, OBS_HIGH, scale_rows, scales, size_cut, size_observation
+from policies.numpy_actor import NumpyActor, SplitActor
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 
@@ -111,6 +112,9 @@ class PPODepth(DraftLengthPolicy):
         self.profile_arg = profile
         self.signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
         self._scales = scales(self.features).tolist()
+        # deterministic steps decide through the split first layer (sampled ones need every logit)
+        self.split = SplitActor(self.actor.layers, self.features, scales(self.features), self.signals, PER_STEP,
+                                self.continue_action) if deterministic else None
         self.size = PPOSize(size_path, trust_pickle, self.profile, deterministic) if size_path else None
         if self.size is not None:
             self.signals = self.signals | {"cum_prob"}
@@ -122,6 +126,8 @@ class PPODepth(DraftLengthPolicy):
         self.history = AcceptanceHistory()  # per slot, over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
         self._constant: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._step_share: dict[tuple[int, int, int], np.ndarray] = {}  # SplitActor.step_share per step shape
+        self._row_share: np.ndarray | None = None  # SplitActor.row_share of this cycle, from its step 0
         self._recent: list[float] | None = None
         self._in_flight = 0
         self._new_request = False  # a slot of the coming cycle took a new request (before_cycle)
@@ -220,8 +226,35 @@ class PPODepth(DraftLengthPolicy):
                     self._recent = None
         if self.size is not None:
             self._cum.append((step.cum_prob.detach().to("cpu", torch.float64), step.active.detach().cpu()))
-        keep = self.act(self.observation(step))
+        keep = self.act(self.observation(step)) if self.split is None else self.decide(step)
         return keep if step.active.is_cpu else keep.to(step.active.device)
+
+    def decide(self, step: DraftStep) -> torch.Tensor:
+        """:meth:`act` on :meth:`observation` through the split first layer (deterministic only): the signals in
+        one host read, the step's constants' share cached per step shape, the rows' share once per cycle. The same
+        actions wherever the top two logits are not within float32 rounding (the signals' scales are folded into
+        the weights)."""
+        split = self.split
+        slots = step.active.shape[0]
+        if step.step == 0 or self._row_share is None or self._row_share.shape[0] != slots:
+            lengths = self.rows.lengths
+            if "recent_acceptance" in split.row_fields and (self._recent is None or len(self._recent) != slots):
+                self._recent = self.recent_acceptance(slots).tolist()
+            columns = {name: self._recent if name == "recent_acceptance" else
+                       lengths if name == "context_length" and lengths else FEATURES[name](self, step).tolist()
+                       for name in split.row_fields}
+            self._row_share = split.row_share(columns, slots)
+        key = (self._in_flight or _busy(step), step.step, slots)
+        share = self._step_share.get(key)
+        if share is None:
+            share = self._step_share[key] = split.step_share(
+                {name: float(FEATURES[name](self, step)[0]) for name in split.step_fields})
+        if split.signals:
+            signals = torch.stack([getattr(step, name) for name in split.signals], 1)
+            signals = (signals if signals.is_cpu else signals.cpu()).numpy()
+        else:
+            signals = np.zeros((slots, 0), dtype=np.float32)
+        return torch.from_numpy(split.decide(signals, self._row_share + share))
 
     def end_drafting(self, step: DraftStep) -> list[int] | None:
         """With a size policy: the verification budget's per-slot kept lengths (see :class:`PPOSize`)."""
@@ -240,7 +273,7 @@ class PPODepth(DraftLengthPolicy):
         return out
 
     def observe(self, feedback: CycleFeedback) -> None:
-        self._recent = None
+        self._recent = self._row_share = None
         rows = self.rows.observe(feedback)
         if rows is None:
             return
@@ -322,51 +355,6 @@ class PPOSize:
 
     def describe(self) -> dict:
         return {"file": self.file.describe(), "levels": self.levels, "obs_tokens": self.obs_tokens}
-
-
-class NumpyActor:
-    """An SB3 actor (its Linear layers and tanh/ReLU activations) in numpy, built for calls on cold caches.
-
-    The engine calls it between forwards that have just evicted the caches, where every numpy call costs ~10 µs
-    (``bench/actor_cold.py``: a 5→64→64→9 actor ~8 µs a call warm, ~80–100 µs after a 16 MB matrix product). So it
-    makes few calls: no clip (every field is ≥ 0 and the bound is 1e4, and SB3's ``predict`` does not clip either)
-    and no torch op (numpy actions): half the cold cost of the clip-and-torch form. Carrying the biases inside the
-    products through a constant unit (three calls fewer) was tried: no cheaper cold, so the products stay plain."""
-
-    def __init__(self, actor: torch.nn.Sequential) -> None:
-        self.layers = numpy_layers(actor)
-
-    def logits(self, obs: np.ndarray) -> np.ndarray:
-        """[B, A] float32 logits of observations [B, F]."""
-        h = obs
-        for weight, bias, activation in self.layers:
-            h = h @ weight + bias
-            if activation is not None:
-                h = activation(h)
-        return h
-
-    def actions(self, obs: np.ndarray, deterministic: bool, generator: torch.Generator) -> np.ndarray:
-        """[B] int64 actions: the argmax of the logits, or a draw from their softmax with ``generator``."""
-        logits = self.logits(obs)
-        if deterministic:
-            return logits.argmax(-1)
-        return torch.multinomial(torch.softmax(torch.from_numpy(logits), -1), 1, generator=generator).squeeze(1).numpy()
-
-
-def numpy_layers(actor: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
-    """An SB3 actor's linear layers as (weightᵀ, bias, activation) float32 numpy arrays, activations as numpy
-    functions: x @ Wᵀ + b per layer, what :class:`NumpyActor` runs without torch dispatch."""
-    functions = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: lambda x: np.maximum(x, 0), torch.nn.Identity: None}
-    layers: list = []
-    for module in actor:
-        if isinstance(module, torch.nn.Linear):
-            layers.append([module.weight.detach().numpy().T.astype(np.float32),
-                           module.bias.detach().numpy().astype(np.float32), None])
-        elif type(module) in functions:
-            layers[-1][2] = functions[type(module)]
-        else:
-            raise SpectuneError(f"the policy network's activation {module!r} is not supported: tanh or ReLU")
-    return [tuple(layer) for layer in layers]
 
 
 def _signal(name: str, policy: PPODepth, step: DraftStep) -> torch.Tensor:

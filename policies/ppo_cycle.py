@@ -30,7 +30,8 @@ import torch
 from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
 from policies.envs.observation import CYCLE_FIELDS, scale_rows, scales
-from policies.ppo import NumpyActor, check_flags, resolve_profile
+from policies.numpy_actor import NumpyActor
+from policies.ppo import check_flags, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 

@@ -19,7 +19,7 @@ import torch
 from stable_baselines3 import PPO
 
 from harness.engine import Engine, Request
-from harness.engine.policy import DraftStep
+from harness.engine.policy import CycleFeedback, DraftStep
 from harness.errors import SpectuneError
 from harness.io import write_json
 from harness.sampling import SamplingParams
@@ -125,7 +125,8 @@ def test_actor_read_without_unpickling_matches_sb3(trained, monkeypatch):
 def test_the_engine_side_actor_decides_as_sb3_predict(trained, tmp_path):
     """PPODepth's numpy actor (ReLU, two hidden layers here) gives SB3's deterministic action on 256 random
     observations, and logits equal to float32 precision."""
-    from policies.ppo import PPODepth, numpy_layers
+    from policies.numpy_actor import numpy_layers
+    from policies.ppo import PPODepth
 
     source, model = trained
     path = tmp_path / "depth.zip"
@@ -147,7 +148,7 @@ def test_the_engine_side_actor_decides_as_sb3_predict(trained, tmp_path):
 def test_the_numpy_actor_gives_the_networks_logits_and_actions(activation, hidden):
     """The engine's numpy actor (no clip, numpy actions) against the torch network: 512 seeded observations,
     logits to 1e-5, the same argmax wherever the top two logits are 1e-4 apart."""
-    from policies.ppo import NumpyActor
+    from policies.numpy_actor import NumpyActor
 
     torch.manual_seed(hidden)
     sizes = [10, *[64] * hidden, 9]
@@ -288,6 +289,51 @@ def test_a_file_without_feature_names_must_match_the_default_observation(tmp_pat
     assert keep.shape == (2,) and keep.dtype == torch.bool
     with pytest.raises(SpectuneError, match=r"policy\.profile"):
         make_policy(_node(str(path)), 4)  # c and g are features, and the file names no profile
+
+
+@pytest.mark.parametrize("net_arch", [(), (16,), (16, 8)], ids=["linear", "one-hidden", "two-hidden"])
+@pytest.mark.parametrize("continue_action", [0, 1], ids=["continue-first", "continue-second"])
+def test_the_split_decision_is_the_actors_argmax(tmp_path, net_arch, continue_action):
+    """The deterministic per-step decision through the split first layer (signals read at once, the step's and the
+    rows' shares cached) against the actor's argmax on the full observation: a real SB3 file over every feature,
+    its weights redrawn at scale 1 (seeded), 3 cycles × 6 steps × 8 rows of seeded signals and contexts, with
+    recent acceptance moving between cycles. Equal wherever the two logits are 1e-4 apart (float32 rounding)."""
+    path = tmp_path / "p.zip"
+    model = _ppo(path, DEFAULT_OBSERVATION, net_arch=net_arch)
+    gen = torch.Generator().manual_seed(len(net_arch) + 10 * continue_action)
+    with torch.no_grad():
+        for param in model.policy.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen))
+    model.save(path)
+    annotate_policy_file(path, {"observation": list(DEFAULT_OBSERVATION),
+                                "actions": ["stop", "continue"] if continue_action else ["continue", "stop"]})
+    policy = make_policy(_node(str(path), profile=str(write_json(tmp_path / "cpu.json", _profile("cpu")))), 6)
+    assert policy.split is not None
+    rng = np.random.default_rng(continue_action)
+    compared = agreed = 0
+    rows = 8
+    for _ in range(3):
+        lengths = rng.integers(1, 400, rows)
+        policy.before_cycle(list(range(rows)), list(range(rows)), lengths.tolist())
+        policy.begin_cycle(rows)
+        for step in range(6):
+            probs = rng.uniform(0, 1, (rows, 3))
+            draft = DraftStep(step=step, active=torch.ones(rows, dtype=torch.bool),
+                              context_length=torch.tensor(lengths), batch_size=rows,
+                              token_prob=torch.tensor(probs[:, 0], dtype=torch.float32),
+                              entropy=torch.tensor(rng.uniform(0, 5, rows), dtype=torch.float32),
+                              margin=torch.tensor(probs[:, 1], dtype=torch.float32),
+                              cum_prob=torch.tensor(probs[:, 0] * probs[:, 2], dtype=torch.float64))
+            keep = policy.continue_drafting(draft).numpy()  # the engine's call (step 0 reads the rows)
+            assert (policy.decide(draft).numpy() == keep).all()  # ... which took the split path
+            logits = policy.actor.logits(policy.observation(draft))
+            clear = np.abs(logits[:, 0] - logits[:, 1]) > 1e-4
+            compared += int(clear.sum())
+            agreed += int((keep[clear] == (logits.argmax(-1) == policy.continue_action)[clear]).sum())
+        policy.observe(CycleFeedback(num_drafts=[6] * rows, num_accepted=rng.integers(0, 7, rows).tolist(),
+                                     draft_s=0.0, verify_s=0.0, cycle_s=0.0, rows=list(range(rows)),
+                                     request_ids=list(range(rows))))
+    assert compared >= 0.9 * 3 * 6 * 8 and agreed == compared
 
 
 @pytest.fixture(scope="module")
