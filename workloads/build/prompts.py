@@ -23,7 +23,8 @@ from transformers import AutoTokenizer
 
 from harness.io import write_json
 
-HERE = Path(__file__).resolve().parent
+WORKLOADS = Path(__file__).resolve().parents[1]  # workloads/: the corpus and the prompt sets live here
+ROOT = WORKLOADS.parent
 FOLDERS = {"it": "italian", "en": "english", "zh": "chinese", "es": "spanish"}
 MIN_TOKENS, MAX_TOKENS = 24, 48
 
@@ -59,7 +60,7 @@ def chunks(lines: list[str], n_tokens, lo: int, hi: int) -> list[str]:
 
 
 def corpus_lines(lang: str) -> set[str]:
-    path = HERE / "corpus" / f"{lang}.train.txt"
+    path = WORKLOADS / "corpus" / f"{lang}.train.txt"
     return set(path.read_text(encoding="utf-8").splitlines()) if path.exists() else set()
 
 
@@ -67,7 +68,7 @@ def build(wheel: Path, tokenizer_path: Path, out_dir: Path) -> dict:
     tok = AutoTokenizer.from_pretrained(str(tokenizer_path))
     n_tokens = lambda text: len(tok(text)["input_ids"])  # noqa: E731 - includes BOS, as the harness sees it
     shown = tokenizer_path.resolve()
-    shown = shown.relative_to(HERE.parent) if shown.is_relative_to(HERE.parent) else shown
+    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
     stats: dict = {"tokenizer": str(shown), "band": [MIN_TOKENS, MAX_TOKENS], "languages": {}}
     out_dir.mkdir(parents=True, exist_ok=True)
     for lang, folder in FOLDERS.items():
@@ -97,8 +98,8 @@ def build(wheel: Path, tokenizer_path: Path, out_dir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", type=Path, required=True)
-    parser.add_argument("--tokenizer", type=Path, default=HERE.parent / "harness/models/tiny/target")
-    parser.add_argument("--out", type=Path, default=HERE / "prompts")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / "harness/models/tiny/target")
+    parser.add_argument("--out", type=Path, default=WORKLOADS / "prompts")
     args = parser.parse_args()
     build(args.wheel, args.tokenizer, args.out)
 
