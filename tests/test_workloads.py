@@ -95,3 +95,20 @@ def test_bundled_prompts_do_not_overlap_each_other():
     for lang in LANGS:
         rows = [json.loads(x) for x in (REPO_ROOT / f"workloads/prompts/{lang}.jsonl").read_text().splitlines()]
         assert len(rows) >= 100 and len({r["prompt"] for r in rows}) == len(rows)
+
+
+def test_the_build_scripts_read_and_write_where_the_repo_keeps_things():
+    """The corpus builder writes where the tiny-pair trainer and the feature-draft trainer read (an ignored folder:
+    GPL text is never committed); the prompt-set builder's defaults are the tiny tokenizer and the committed sets."""
+    import subprocess
+
+    from harness.models import train_tiny
+    from workloads.build import corpus, prompts
+
+    assert corpus.CORPUS_DIR == train_tiny.CORPUS == REPO_ROOT / "workloads" / "corpus"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "workloads/corpus/en.train.txt"], cwd=REPO_ROOT)
+    assert ignored.returncode == 0
+    assert prompts.WORKLOADS / "corpus" == corpus.CORPUS_DIR
+    assert (prompts.ROOT / "harness" / "models" / "tiny" / "target" / "config.json").is_file()
+    assert {p.name for p in (prompts.WORKLOADS / "prompts").glob("*.jsonl")} >= {"en.jsonl", "it.jsonl", "zh.jsonl",
+                                                                                  "es.jsonl"}
