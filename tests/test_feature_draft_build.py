@@ -126,6 +126,8 @@ def test_argmax_terms_score_the_drafts_argmax_against_the_teachers(feature_pair)
     (["--greedy-share", "1.5"], "--greedy-share=1.5 is invalid: must be a number in [0, 1]"),
     (["--greedy-windows", "fr:10"], "--greedy-windows='fr:10' is invalid: must be LANG:N[,N2...] with LANG one of"),
     (["--greedy-windows", "en:10,5"], "--greedy-windows='en:10,5' is invalid: must be LANG:N[,N2...] with LANG one"),
+    (["--greedy-text", "en:x"], "--greedy-text='en:x' is invalid: must be LANG:N with LANG one of"),
+    (["--greedy-text", "fr:5"], "--greedy-text='fr:5' is invalid: must be LANG:N with LANG one of"),
     (["--sample-greedy", "--sample-part", "2/2"], "--sample-part='2/2' is invalid: must be I/N with integers"),
     (["--sample-part", "0/2"], "--sample-part='0/2' is invalid: must be I/N with integers 0 <= I < N, beside"),
 ])
@@ -175,3 +177,29 @@ def test_window_prompts_are_new_training_runs_that_never_touch_a_held_out_line(t
     assert set(map(tuple, rest)) <= set(map(tuple, every))
     assert len(third) == 80 and not set(map(tuple, third)) & (set(map(tuple, some)) | set(map(tuple, rest)))
     assert len(window_tranches(templated, "en", 128, [50, len(every)], seed=3)[1]) == len(every) - 50
+
+
+def test_corpus_prompts_are_documents_in_the_band_that_never_hold_a_held_out_line(templated, tmp_path):
+    """Text outside the dialogues: a document of the build corpus is a prompt when it is lo..hi tokens long and
+    holds no held-out prompt's line (12+ characters); duplicates once; a seeded choice; a missing corpus says how to
+    build it."""
+    from harness.errors import SpectuneError
+    from workloads.build.teacher_data import bundled_workload, corpus_prompts
+    from workloads.loader import load_workload
+
+    spec = bundled_workload("en")
+    spec.update(num_prompts=None, chat_template=True)
+    held_line = next(line for p in load_workload(spec, templated).prompts[:128] for line in p.text.split("\n")
+                     if len(line) >= 12)
+    fits = [f"document {i}: a fortune of a few words, long enough for the band" for i in range(6)]
+    docs = [*fits, fits[0], "short", "a long one " * 40, f"it holds {held_line} inside"]
+    assert 16 <= len(templated(docs[-1])["input_ids"]) <= 64  # refused for its line, not its length
+    (tmp_path / "en.train.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    every = corpus_prompts(templated, "en", 128, corpus_dir=tmp_path)
+    texts = [templated.decode(ids).split("user: ", 1)[1].rsplit("\n", 1)[0] for ids in every]
+    assert texts == fits
+    some = corpus_prompts(templated, "en", 128, limit=3, seed=1, corpus_dir=tmp_path)
+    assert len(some) == 3 and some == corpus_prompts(templated, "en", 128, limit=3, seed=1, corpus_dir=tmp_path)
+    assert set(map(tuple, some)) <= set(map(tuple, every))
+    with pytest.raises(SpectuneError, match=r"run `python -m workloads\.build\.corpus` first"):
+        corpus_prompts(templated, "it", 128, corpus_dir=tmp_path)

@@ -123,7 +123,8 @@ def corpus_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
     the chat template.
 
     The dialogues' windows run out (every English run of 16–64 tokens is already a prompt); greedy data grows
-    only with new prompts. No document contains a line of a held-out prompt (checked by text).
+    only with new prompts. No document contains a line of a held-out prompt (lines of 12+ characters, checked by
+    text, as the prompt-set builder checks the corpus); duplicates count once.
     """
     from harness.errors import SpectuneError
 
