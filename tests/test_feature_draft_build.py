@@ -126,8 +126,9 @@ def test_argmax_terms_score_the_drafts_argmax_against_the_teachers(feature_pair)
     (["--greedy-share", "1.5"], "--greedy-share=1.5 is invalid: must be a number in [0, 1]"),
     (["--greedy-windows", "fr:10"], "--greedy-windows='fr:10' is invalid: must be LANG:N[,N2...] with LANG one of"),
     (["--greedy-windows", "en:10,5"], "--greedy-windows='en:10,5' is invalid: must be LANG:N[,N2...] with LANG one"),
-    (["--greedy-text", "en:x"], "--greedy-text='en:x' is invalid: must be LANG:N with LANG one of"),
-    (["--greedy-text", "fr:5"], "--greedy-text='fr:5' is invalid: must be LANG:N with LANG one of"),
+    (["--greedy-text", "en:x"], "--greedy-text='en:x' is invalid: must be LANG:N[,N2...] with LANG one of"),
+    (["--greedy-text", "fr:5"], "--greedy-text='fr:5' is invalid: must be LANG:N[,N2...] with LANG one of"),
+    (["--greedy-text", "en:10,5"], "--greedy-text='en:10,5' is invalid: must be LANG:N[,N2...] with LANG one of"),
     (["--sample-greedy", "--sample-part", "2/2"], "--sample-part='2/2' is invalid: must be I/N with integers"),
     (["--sample-part", "0/2"], "--sample-part='0/2' is invalid: must be I/N with integers 0 <= I < N, beside"),
 ])
@@ -184,7 +185,7 @@ def test_corpus_prompts_are_documents_in_the_band_that_never_hold_a_held_out_lin
     holds no held-out prompt's line (12+ characters); duplicates once; a seeded choice; a missing corpus says how to
     build it."""
     from harness.errors import SpectuneError
-    from workloads.build.teacher_data import bundled_workload, corpus_prompts
+    from workloads.build.teacher_data import bundled_workload, corpus_prompts, corpus_tranches
     from workloads.loader import load_workload
 
     spec = bundled_workload("en")
@@ -201,5 +202,7 @@ def test_corpus_prompts_are_documents_in_the_band_that_never_hold_a_held_out_lin
     some = corpus_prompts(templated, "en", 128, limit=3, seed=1, corpus_dir=tmp_path)
     assert len(some) == 3 and some == corpus_prompts(templated, "en", 128, limit=3, seed=1, corpus_dir=tmp_path)
     assert set(map(tuple, some)) <= set(map(tuple, every))
+    first, rest = corpus_tranches(templated, "en", 128, [3, 5], seed=1, corpus_dir=tmp_path)
+    assert first == some and len(rest) == 2 and not set(map(tuple, rest)) & set(map(tuple, some))
     with pytest.raises(SpectuneError, match=r"run `python -m workloads\.build\.corpus` first"):
         corpus_prompts(templated, "it", 128, corpus_dir=tmp_path)

@@ -105,13 +105,19 @@ def window_tranches(tokenizer, language: str, holdout: int, counts: list[int], s
     """:func:`window_prompts` grown in disjoint tranches: ``counts`` are increasing totals N1 < N2 < ...; tranche
     k holds N_k − N_(k−1) runs, a seeded choice among those no earlier tranche took. The first tranche is
     ``window_prompts(..., N1, seed)``, so a larger set keeps the shards a smaller one sampled."""
-    remaining = _window_runs(tokenizer, language, holdout, lo, hi)
-    out = []
+    return [[render(tokenizer, text) for text in tranche]
+            for tranche in _tranches(_window_runs(tokenizer, language, holdout, lo, hi), counts, seed)]
+
+
+def _tranches(items: list[str], counts: list[int], seed: int) -> list[list[str]]:
+    """Disjoint seeded choices of ``items``: tranche k holds N_k − N_(k−1) of those no earlier tranche took (the
+    first is ``_seeded_subset(items, N1, seed)``)."""
+    out, remaining = [], items
     for before, total in itertools.pairwise([0, *counts]):
         chosen = _seeded_subset(remaining, total - before, seed)
         taken = set(chosen)
         remaining = [text for text in remaining if text not in taken]
-        out.append([render(tokenizer, text) for text in chosen])
+        out.append(chosen)
     return out
 
 
@@ -126,6 +132,20 @@ def corpus_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
     only with new prompts. No document contains a line of a held-out prompt (lines of 12+ characters, checked by
     text, as the prompt-set builder checks the corpus); duplicates count once.
     """
+    return [render(tokenizer, text) for text in _seeded_subset(_corpus_docs(tokenizer, language, holdout, lo, hi,
+                                                                              corpus_dir), limit, seed)]
+
+
+def corpus_tranches(tokenizer, language: str, holdout: int, counts: list[int], seed: int = 0, lo: int = 16,
+                    hi: int = 64, corpus_dir: Path | None = None) -> list[list[list[int]]]:
+    """:func:`corpus_prompts` grown in disjoint tranches, as :func:`window_tranches` grows the windows: the first
+    tranche is ``corpus_prompts(..., N1, seed)``, so a larger set keeps the shards a smaller one sampled."""
+    docs = _corpus_docs(tokenizer, language, holdout, lo, hi, corpus_dir)
+    return [[render(tokenizer, text) for text in tranche] for tranche in _tranches(docs, counts, seed)]
+
+
+def _corpus_docs(tokenizer, language: str, holdout: int, lo: int, hi: int, corpus_dir: Path | None) -> list[str]:
+    """Every qualifying document's text (see :func:`corpus_prompts`), in file order, each once."""
     from harness.errors import SpectuneError
 
     path = (corpus_dir or ROOT / "workloads" / "corpus") / f"{language}.train.txt"
@@ -134,11 +154,9 @@ def corpus_prompts(tokenizer, language: str, holdout: int, limit: int | None = N
     _, records, heldout = _bundled(tokenizer, language, holdout)
     heldout_ids = {p.id for p in heldout}
     banned = [line for pid, text in records if pid in heldout_ids for line in text.split("\n") if len(line) >= 12]
-    docs = []
-    for doc in path.read_text(encoding="utf-8").split("\n"):
-        if doc and lo <= len(tokenizer(doc)["input_ids"]) <= hi and not any(line in doc for line in banned):
-            docs.append(doc)
-    return [render(tokenizer, text) for text in _seeded_subset(list(dict.fromkeys(docs)), limit, seed)]
+    docs = [doc for doc in path.read_text(encoding="utf-8").split("\n")
+            if doc and lo <= len(tokenizer(doc)["input_ids"]) <= hi and not any(line in doc for line in banned)]
+    return list(dict.fromkeys(docs))
 
 
 def _window_runs(tokenizer, language: str, holdout: int, lo: int, hi: int) -> list[str]:

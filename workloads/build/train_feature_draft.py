@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
 from harness.models.gguf import sha256
-from workloads.build.teacher_data import Sequence, corpus_prompts, sample_set, split_prompts, window_tranches
+from workloads.build.teacher_data import Sequence, corpus_tranches, sample_set, split_prompts, window_tranches
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,8 @@ class Recipe:
     # tranches N_{k-1}..N_k) continued greedily, into the greedy pool: greedy data grows only with prompts
     # (teacher_data.window_tranches)
     greedy_windows: dict | None = None
-    # {language: N}: N documents of the build corpus (text outside the dialogues, teacher_data.corpus_prompts)
-    # continued greedily, into the greedy pool
+    # {language: [N1, N2, ...]}: N_k documents of the build corpus in all (text outside the dialogues, in disjoint
+    # tranches as the windows; teacher_data.corpus_tranches) continued greedily, into the greedy pool
     greedy_text: dict | None = None
     batch_size: int = 16
     steps: int = 2000
@@ -198,9 +198,9 @@ def main() -> None:
     parser.add_argument("--greedy-windows", default=None, metavar="LANG:N[,N2...]", help="N more prompts of LANG "
                         "(overlapping runs of its training dialogues) continued greedily into the greedy pool; "
                         "N,N2: N2 in all, sampled as two tranches (a larger set keeps the smaller one's shards)")
-    parser.add_argument("--greedy-text", default=None, metavar="LANG:N", help="N documents of LANG's build corpus "
-                        "(`python -m workloads.build.corpus`; 16-64 tokens, text outside the dialogues) continued "
-                        "greedily into the greedy pool")
+    parser.add_argument("--greedy-text", default=None, metavar="LANG:N[,N2...]", help="N documents of LANG's build "
+                        "corpus (`python -m workloads.build.corpus`; 16-64 tokens, text outside the dialogues) "
+                        "continued greedily into the greedy pool; N,N2: N2 in all, in two tranches as --greedy-windows")
     parser.add_argument("--sample-part", default=None, metavar="I/N", help="with --sample-rounds or --sample-greedy: "
                         "only batches b with b %% N == I (N processes on disjoint parts use N cores)")
     args = parser.parse_args()
@@ -242,14 +242,16 @@ def main() -> None:
         windows = {lang: counts}
     text = None
     if args.greedy_text is not None:
-        lang, _, n = args.greedy_text.partition(":")
-        if lang not in LANGS or not n.isdigit() or int(n) < 1:
-            parser.error(f"--greedy-text={args.greedy_text!r} is invalid: must be LANG:N with LANG one of "
-                         f"{', '.join(LANGS)} and an integer N >= 1")
+        lang, _, ns = args.greedy_text.partition(":")
+        text_counts = [int(n) for n in ns.split(",") if n.isdigit()]
+        if (lang not in LANGS or len(text_counts) != len(ns.split(",")) or text_counts[0] < 1
+                or any(a >= b for a, b in itertools.pairwise(text_counts))):
+            parser.error(f"--greedy-text={args.greedy_text!r} is invalid: must be LANG:N[,N2...] with LANG one of "
+                         f"{', '.join(LANGS)} and increasing integers N >= 1")
         if not (Path(__file__).resolve().parents[1] / "corpus" / f"{lang}.train.txt").is_file():
             parser.error(f"--greedy-text={args.greedy_text!r} needs the build corpus: run `python -m "
                          "workloads.build.corpus` first (workloads/corpus/ is missing it)")
-        text = {lang: int(n)}
+        text = {lang: text_counts}
     part = (0, 1)
     if args.sample_part is not None:
         i, _, n = args.sample_part.partition("/")
@@ -302,14 +304,17 @@ def main() -> None:
                 greedy += sample_set(target, extra, work / f"train-greedy-windows-{name}", recipe.gen_batch,
                                      seed=recipe.seed - 2, greedy=True, part=part, **kw,
                                      progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} windows, greedy)"))
-        for lang, n in (recipe.greedy_text or {}).items():
-            extra = [(lang, p) for p in corpus_prompts(tokenizer, lang, recipe.holdout, n, recipe.seed)]
-            if len(extra) < n:
-                raise SystemExit(f"error: --greedy-text={lang}:{n} is invalid: the {lang} corpus has {len(extra)} "
-                                 "documents of 16-64 tokens")
-            greedy += sample_set(target, extra, work / f"train-greedy-text-{lang}{n}", recipe.gen_batch,
-                                 seed=recipe.seed - 3, greedy=True, part=part, **kw,
-                                 progress=lambda x, n=n, lang=lang: tqdm(x, desc=f"teacher ({lang}{n} text, greedy)"))
+        for lang, counts in (recipe.greedy_text or {}).items():
+            tranches = corpus_tranches(tokenizer, lang, recipe.holdout, counts, recipe.seed)
+            if sum(map(len, tranches)) < counts[-1]:
+                raise SystemExit(f"error: --greedy-text={args.greedy_text} is invalid: the {lang} corpus has "
+                                 f"{sum(map(len, tranches))} documents of 16-64 tokens")
+            for (before, n), prompts in zip(itertools.pairwise([0, *counts]), tranches, strict=True):
+                extra = [(lang, p) for p in prompts]
+                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"  # the first keeps its name
+                greedy += sample_set(target, extra, work / f"train-greedy-text-{name}", recipe.gen_batch,
+                                     seed=recipe.seed - 3, greedy=True, part=part, **kw,
+                                     progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} text, greedy)"))
     train = rounds + greedy
     if sample_rounds is not None or args.sample_greedy:
         log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences "
