@@ -64,6 +64,13 @@ class Watched(PPODepth):
         self.seen.append((self.cycle, step.step, obs.copy()))
         return obs
 
+    def decide(self, step):
+        """The deterministic steps decide through the split first layer, which builds no observation (its
+        decisions are the actor's on this observation: test_policy_files.py::test_the_split_decision_is_the_actors_
+        argmax); the observation is built here only to be compared with the environment's."""
+        self.observation(step)
+        return super().decide(step)
+
 
 def test_the_environment_observes_what_policy_ppo_builds_in_the_engine_bit_for_bit(recorded, tmp_path):
     engine, requests, traces, outputs = recorded
