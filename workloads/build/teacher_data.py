@@ -147,8 +147,9 @@ def corpus_tranches(tokenizer, language: str, holdout: int, counts: list[int], s
 def _corpus_docs(tokenizer, language: str, holdout: int, lo: int, hi: int, corpus_dir: Path | None) -> list[str]:
     """Every qualifying document's text (see :func:`corpus_prompts`), in file order, each once."""
     from harness.errors import SpectuneError
+    from workloads.build.corpus import CORPUS_DIR
 
-    path = (corpus_dir or ROOT / "workloads" / "corpus") / f"{language}.train.txt"
+    path = (corpus_dir or CORPUS_DIR) / f"{language}.train.txt"
     if not path.is_file():
         raise SpectuneError(f"{path} is missing: run `python -m workloads.build.corpus` first")
     _, records, heldout = _bundled(tokenizer, language, holdout)

@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from harness.models import draft_vocab, feature_draft
 from harness.models.gguf import sha256
+from workloads.build.corpus import CORPUS_DIR
 from workloads.build.teacher_data import Sequence, corpus_tranches, sample_set, split_prompts, window_tranches
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
@@ -248,7 +249,7 @@ def main() -> None:
                 or any(a >= b for a, b in itertools.pairwise(text_counts))):
             parser.error(f"--greedy-text={args.greedy_text!r} is invalid: must be LANG:N[,N2...] with LANG one of "
                          f"{', '.join(LANGS)} and increasing integers N >= 1")
-        if not (Path(__file__).resolve().parents[1] / "corpus" / f"{lang}.train.txt").is_file():
+        if not (CORPUS_DIR / f"{lang}.train.txt").is_file():
             parser.error(f"--greedy-text={args.greedy_text!r} needs the build corpus: run `python -m "
                          "workloads.build.corpus` first (workloads/corpus/ is missing it)")
         text = {lang: text_counts}
@@ -441,7 +442,7 @@ def main() -> None:
 
 def corpus_sources() -> dict:
     """The build corpus's record (its Debian packages and their .deb files): the text --greedy-text read."""
-    return json.loads((Path(__file__).resolve().parents[1] / "corpus" / "SOURCES.json").read_text(encoding="utf-8"))
+    return json.loads((CORPUS_DIR / "SOURCES.json").read_text(encoding="utf-8"))
 
 
 def export(draft, tokenizer, out: Path, record: dict) -> None:
