@@ -232,27 +232,11 @@ def main() -> None:
         args.layers = args.layers or init_layers
         grown = args.layers > init_layers
     args.layers = args.layers or Recipe.layers
-    windows = None
-    if args.greedy_windows is not None:
-        lang, _, ns = args.greedy_windows.partition(":")
-        counts = [int(n) for n in ns.split(",") if n.isdigit()]
-        if (lang not in LANGS or len(counts) != len(ns.split(",")) or counts[0] < 1
-                or any(a >= b for a, b in itertools.pairwise(counts))):
-            parser.error(f"--greedy-windows={args.greedy_windows!r} is invalid: must be LANG:N[,N2...] with LANG one "
-                         f"of {', '.join(LANGS)} and increasing integers N >= 1")
-        windows = {lang: counts}
-    text = None
-    if args.greedy_text is not None:
-        lang, _, ns = args.greedy_text.partition(":")
-        text_counts = [int(n) for n in ns.split(",") if n.isdigit()]
-        if (lang not in LANGS or len(text_counts) != len(ns.split(",")) or text_counts[0] < 1
-                or any(a >= b for a, b in itertools.pairwise(text_counts))):
-            parser.error(f"--greedy-text={args.greedy_text!r} is invalid: must be LANG:N[,N2...] with LANG one of "
-                         f"{', '.join(LANGS)} and increasing integers N >= 1")
-        if not (CORPUS_DIR / f"{lang}.train.txt").is_file():
-            parser.error(f"--greedy-text={args.greedy_text!r} needs the build corpus: run `python -m "
-                         "workloads.build.corpus` first (workloads/corpus/ is missing it)")
-        text = {lang: text_counts}
+    windows = _lang_counts(parser, "--greedy-windows", args.greedy_windows)
+    text = _lang_counts(parser, "--greedy-text", args.greedy_text)
+    if text and not (CORPUS_DIR / f"{next(iter(text))}.train.txt").is_file():
+        parser.error(f"--greedy-text={args.greedy_text!r} needs the build corpus: run `python -m "
+                     "workloads.build.corpus` first (workloads/corpus/ is missing it)")
     part = (0, 1)
     if args.sample_part is not None:
         i, _, n = args.sample_part.partition("/")
@@ -297,25 +281,25 @@ def main() -> None:
         greedy = sample_set(target, train_prompts, work / "train-greedy", recipe.gen_batch, seed=recipe.seed - 1,
                             progress=lambda x: tqdm(x, desc="teacher (training prompts, greedy)"), greedy=True,
                             part=part, **kw)
+        def continue_tranches(kind: str, lang: str, counts: list[int], tranches: list, seed: int) -> list[Sequence]:
+            """Each tranche continued greedily into its own shards (the first keeps its name: `{kind}-{lang}N1`)."""
+            out = []
+            for (before, n), prompts in zip(itertools.pairwise([0, *counts]), tranches, strict=True):
+                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"
+                out += sample_set(target, [(lang, p) for p in prompts], work / f"train-greedy-{kind}-{name}",
+                                  recipe.gen_batch, seed=seed, greedy=True, part=part, **kw,
+                                  progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} {kind}, greedy)"))
+            return out
+
         for lang, counts in (recipe.greedy_windows or {}).items():
             tranches = window_tranches(tokenizer, lang, recipe.holdout, counts, recipe.seed)
-            for (before, n), prompts in zip(itertools.pairwise([0, *counts]), tranches, strict=True):
-                extra = [(lang, p) for p in prompts]
-                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"  # the first keeps its name
-                greedy += sample_set(target, extra, work / f"train-greedy-windows-{name}", recipe.gen_batch,
-                                     seed=recipe.seed - 2, greedy=True, part=part, **kw,
-                                     progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} windows, greedy)"))
+            greedy += continue_tranches("windows", lang, counts, tranches, recipe.seed - 2)
         for lang, counts in (recipe.greedy_text or {}).items():
             tranches = corpus_tranches(tokenizer, lang, recipe.holdout, counts, recipe.seed)
             if sum(map(len, tranches)) < counts[-1]:
                 raise SystemExit(f"error: --greedy-text={args.greedy_text} is invalid: the {lang} corpus has "
                                  f"{sum(map(len, tranches))} documents of 16-64 tokens")
-            for (before, n), prompts in zip(itertools.pairwise([0, *counts]), tranches, strict=True):
-                extra = [(lang, p) for p in prompts]
-                name = f"{lang}{n}" if before == 0 else f"{lang}{before}-{n}"  # the first keeps its name
-                greedy += sample_set(target, extra, work / f"train-greedy-text-{name}", recipe.gen_batch,
-                                     seed=recipe.seed - 3, greedy=True, part=part, **kw,
-                                     progress=lambda x, name=name: tqdm(x, desc=f"teacher ({name} text, greedy)"))
+            greedy += continue_tranches("text", lang, counts, tranches, recipe.seed - 3)
     train = rounds + greedy
     if sample_rounds is not None or args.sample_greedy:
         log.info(f"sampled {args.sample_rounds or 'the greedy round'}: {len(train)} sequences "
@@ -438,6 +422,19 @@ def main() -> None:
             if late:
                 break
     log.info(f"done: {args.out}")
+
+
+def _lang_counts(parser: argparse.ArgumentParser, flag: str, value: str | None) -> dict[str, list[int]] | None:
+    """``LANG:N[,N2...]`` (increasing totals of disjoint tranches) as {LANG: [N, N2, ...]}; None when not given."""
+    if value is None:
+        return None
+    lang, _, ns = value.partition(":")
+    counts = [int(n) for n in ns.split(",") if n.isdigit()]
+    if (lang not in LANGS or len(counts) != len(ns.split(",")) or counts[0] < 1
+            or any(a >= b for a, b in itertools.pairwise(counts))):
+        parser.error(f"{flag}={value!r} is invalid: must be LANG:N[,N2...] with LANG one of {', '.join(LANGS)} and "
+                     "increasing integers N >= 1")
+    return {lang: counts}
 
 
 def corpus_sources() -> dict:
