@@ -55,7 +55,7 @@ from policies.tuning import tunable
 log = logging.getLogger("policies.evaluate")
 CONF = Path(__file__).resolve().parent.parent / "conf"
 AR, FIXED = "ar", "fixed"
-LEARNED = ("ppo", "ppo-cycle", "acceptance-classifier")  # their files come from the training stage
+LEARNED = ("ppo", "ppo-distilled", "ppo-cycle", "acceptance-classifier")  # their files come from the training stage
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,8 @@ def learned_files(name: str, learned: Path | None, concurrency: int) -> dict[str
         if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):  # LTD's size policy, batches only
             files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
         return files
+    if name == "ppo-distilled":  # the thresholds travel inside depth.zip
+        return {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
     if name == "ppo-cycle":
         if not rundir.CYCLE_POLICY.exists(learned):
             raise SpectuneError(f"evaluate.policies contains 'ppo-cycle' but {learned} holds no cycle.zip: "

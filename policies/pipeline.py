@@ -22,9 +22,10 @@ Steps, all into the given run directory:
    alternate depth and size training (co-adaptive, as LTD). Simplification: the depth environment does not model
    the size policy's cut, so a later depth round goes on training the depth policy (at its decayed learning rate)
    on the same environment; the size policy is then re-trained on the new depth decisions.
-6. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile) for ``policy=ppo
-   policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``, ``curves.csv`` (a ``policy``
-   and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
+6. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile, and its stops distilled
+   into q(x) thresholds on the training traces, ``policies/ppo_distilled.py``) for ``policy=ppo`` or
+   ``policy=ppo-distilled`` with ``policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``,
+   ``curves.csv`` (a ``policy`` and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
 7. ``train.cycle_timesteps`` > 0: the cycle policy, PPO on ``spectune/CycleDepth-v0`` (the depth chosen once per
    cycle, before drafting: the per-step policy's comparison piece) on the same training cycles, profile and PPO
@@ -58,6 +59,8 @@ from harness.options import flag, integer
 from harness.profile import Profile, load_profile
 from policies.envs.data import TraceSet
 from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
+from policies.ppo_distilled import distill
+from policies.sb3_files import annotate_policy_file
 from policies.training import CycleTraining, DepthTraining, save_policy, split_requests
 
 log = logging.getLogger(__name__)
@@ -247,10 +250,15 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
         final = depth.evaluate(depth.model.num_timesteps, "live")
     synthetic = depth.env.synthetic
     path = rundir.DEPTH_POLICY.path(run_dir)
-    save_policy(depth.model, settings.ppo, path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
-                                                  "profile": profile.to_json(), "max_depth": settings.max_depth,
-                                                  "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
-                                                  "validation": final})
+    extra = {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"], "profile": profile.to_json(),
+             "max_depth": settings.max_depth, "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
+             "validation": final}
+    save_policy(depth.model, settings.ppo, path, extra)
+    distilled = distill(path, TraceSet(frame, trace_meta, "training traces"), profile, settings.max_depth)
+    annotate_policy_file(path, {**extra, "distilled": distilled.to_json()})  # policy=ppo-distilled reads it
+    log.info("distilled the depth policy's stops into q(x) thresholds %s (agreement %s; replay %.1f tok/s, "
+             "the network's %.1f)", [round(t, 4) for t in distilled.thresholds], distilled.overall,
+             distilled.distilled_tok_s, distilled.network_tok_s)
     cycle_final = _cycle_policy(settings, seed, run_dir, profile, depth, trace_meta, curves) \
         if settings.cycle_timesteps else None
     curve_frame = pd.DataFrame(curves)

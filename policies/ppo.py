@@ -110,10 +110,11 @@ class PPODepth(DraftLengthPolicy):
             raise SpectuneError(f"policy.depth_path={depth_path!r} reads the cost features {sorted(needs_costs)}: "
                                 "give policy.profile=PROFILE (the file names no profile of its own)")
         self.profile_arg = profile
-        self.signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
+        self.network_signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
+        self.signals = self.network_signals  # what the engine computes for continue_drafting
         self._scales = scales(self.features).tolist()
         # deterministic steps decide through the split first layer (sampled ones need every logit)
-        self.split = SplitActor(self.actor.layers, self.features, scales(self.features), self.signals, PER_STEP,
+        self.split = SplitActor(self.actor.layers, self.features, scales(self.features), self.network_signals, PER_STEP,
                                 self.continue_action) if deterministic else None
         self.size = PPOSize(size_path, trust_pickle, self.profile, deterministic) if size_path else None
         if self.size is not None:
@@ -202,7 +203,7 @@ class PPODepth(DraftLengthPolicy):
         context = [0] * width
         for row in known:
             context[row] = lengths[row]
-        before = {name: 1.0 if name == "cum_prob" else 0.0 for name in self.signals}  # the environment's step-0 values
+        before = {name: 1.0 if name == "cum_prob" else 0.0 for name in self.network_signals}  # the env's step-0 values
         constant = self._constant.get((batch_size, -1, width))
         if constant is None:  # first time at this shape: through a DraftStep, which computes and caches the constants
             active = torch.zeros(width, dtype=torch.bool)
@@ -217,13 +218,17 @@ class PPODepth(DraftLengthPolicy):
         actions = self.actor.actions(obs, self.deterministic, self.generator).tolist()  # no torch op between forwards
         return self.max_gamma if any(actions[row] == self.continue_action for row in known) else 0
 
+    def see_first_step(self, step: DraftStep) -> None:
+        """Step 0's bookkeeping: the cycle's rows (and, without before_cycle's context, its new requests)."""
+        self.rows.on_step(step)
+        if not self.rows.announced:  # without before_cycle's context, new requests are found here
+            for row in self.rows.new_rows:
+                self.history.forget(row)
+                self._recent = None
+
     def continue_drafting(self, step: DraftStep) -> torch.Tensor:
         if step.step == 0:
-            self.rows.on_step(step)
-            if not self.rows.announced:  # without before_cycle's context, new requests are found here
-                for row in self.rows.new_rows:
-                    self.history.forget(row)
-                    self._recent = None
+            self.see_first_step(step)
         if self.size is not None:
             self._cum.append((step.cum_prob.detach().to("cpu", torch.float64), step.active.detach().cpu()))
         keep = self.act(self.observation(step)) if self.split is None else self.decide(step)

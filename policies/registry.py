@@ -21,11 +21,12 @@ from policies.heuristic import HFHeuristic, HFHeuristicTransient
 from policies.model_based import ModelBased
 from policies.ppo import PPODepth
 from policies.ppo_cycle import PPOCycle
+from policies.ppo_distilled import PPODistilled
 from policies.svip import SVIP
 
 POLICIES: dict[str, type[DraftLengthPolicy]] = {cls.name: cls for cls in (
     FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, SVIP, AdaEDL,
-    AcceptanceClassifier, UCBBandit, ModelBased, PPODepth, PPOCycle,
+    AcceptanceClassifier, UCBBandit, ModelBased, PPODepth, PPODistilled, PPOCycle,
 )}
 
 

@@ -81,12 +81,12 @@ def test_held_out_prompts_are_never_trained_on(smoke):
 
 
 def test_trained_policies_are_reused_from_a_directory(smoke, cli, tmp_path):
-    done = cli(*SMOKE, "evaluate.concurrency=[1]", "evaluate.policies=[ppo]", f"evaluate.policies_from={smoke}/train",
-               module="policies.evaluate", run_dir=tmp_path / "again")
+    done = cli(*SMOKE, "evaluate.concurrency=[1]", "evaluate.policies=[ppo,ppo-distilled]",
+               f"evaluate.policies_from={smoke}/train", module="policies.evaluate", run_dir=tmp_path / "again")
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (tmp_path / "again" / "train").exists()  # nothing retrained
     table = pd.read_parquet(tmp_path / "again" / "comparison.parquet")
-    assert "ppo" in set(table["policy"])
+    assert {"ppo", "ppo-distilled"} <= set(table["policy"])  # the distilled thresholds came inside depth.zip
 
 
 @pytest.mark.parametrize(("override", "message"), [

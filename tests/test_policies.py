@@ -58,8 +58,9 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
 
 
 def test_every_registered_policy_is_tested(tmp_path):
-    # fixed: tests/test_engine.py; ppo: tests/test_policy_files.py, ppo-cycle: tests/test_ppo_cycle.py (SB3 files)
-    tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed", "ppo", "ppo-cycle"}
+    # fixed: tests/test_engine.py; ppo: tests/test_policy_files.py, ppo-cycle: tests/test_ppo_cycle.py,
+    # ppo-distilled: tests/test_ppo_distilled.py (SB3 files)
+    tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed", "ppo", "ppo-cycle", "ppo-distilled"}
     assert tested == set(POLICIES)
 
 
@@ -82,7 +83,7 @@ def test_policies_keep_greedy_output_and_respect_their_ceiling(pair, tmp_path, c
 def test_policy_files_compose_and_build(compose_config, tmp_path):
     """Every conf/policy file composes through Hydra and builds (the classifier given a model file)."""
     weights = _constant_classifier(tmp_path / "c.json", 0.7)
-    for name in set(POLICIES) - {"ppo", "ppo-cycle"}:  # SB3 files: tests/test_policy_files.py, test_ppo_cycle.py
+    for name in set(POLICIES) - {"ppo", "ppo-cycle", "ppo-distilled"}:  # SB3 files: their own test files
         extra = [f"policy.weights_path={weights}"] if name == "acceptance-classifier" else []
         cfg = compose_config(f"policy={name}", *extra)
         policy = make_policy(OmegaConf.to_container(cfg.policy, resolve=True), 3)

@@ -77,6 +77,8 @@ def _every_policy(frame, traces: TraceSet, tmp_path: Path) -> dict:
     weights = save_classifier(fit_classifier(frame, epochs=20), tmp_path / "classifier.json")
     extra = {"acceptance-classifier": {"weights_path": str(weights)},
              "ppo": {"depth_path": _ppo_file(tmp_path / "depth.zip", traces), "profile": PROFILE},
+             "ppo-distilled": {"depth_path": str(tmp_path / "depth.zip"), "profile": PROFILE,
+                               "thresholds": [0.001, 0.01, 0.1]},
              "ppo-cycle": {"path": _cycle_file(tmp_path / "cycle.zip", traces), "profile": PROFILE},
              "hf-heuristic": {"max_gamma": DEPTH}, "hf-heuristic-transient": {"max_gamma": DEPTH}}
     out = {}

@@ -155,6 +155,12 @@ def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
     policy = make_policy({"name": "ppo", "depth_path": str(tmp_path / "depth.zip"), "trust_pickle": False,
                           "profile": None, "allow_profile_mismatch": False, "deterministic": True, "seed": 0}, 4)
     assert policy.describe()["profile"] == extra["profile"]["label"]
+    distilled = extra["distilled"]  # the stops distilled on the training traces, for policy=ppo-distilled
+    assert len(distilled["thresholds"]) == 3 and sum(distilled["decisions"]) > 0
+    assert 0 < distilled["overall_agreement"] <= 1
+    node = {"name": "ppo-distilled", "depth_path": str(tmp_path / "depth.zip"), "trust_pickle": False,
+            "profile": None, "allow_profile_mismatch": False, "thresholds": None}
+    assert list(make_policy(node, 4).thresholds) == distilled["thresholds"]
     curves = pd.read_csv(tmp_path / "curves.csv")
     assert curves["timesteps"].tolist()[0] == 0 and curves["timesteps"].max() >= 256
     assert (curves["oracle_tok_s"] >= curves[["policy_tok_s", "best_fixed_tok_s"]].max(axis=1) - 1e-9).all()

@@ -1,0 +1,182 @@
+"""The per-step PPO depth policy distilled into one q(x) threshold per draft step: its stops at a comparison's cost.
+
+Why: inside the engine the per-step network decides between forwards that have just evicted the caches, where
+its numpy calls cost ~75 µs a decision, and it reads four draft signals (entropy and margin over the whole
+vocabulary). Measured: 2.9% of a tiny-pair cycle; on smollm2 as much as its choices gained in replay. A rule that
+compares the drafted token's q(x) with a number costs one tensor comparison and reads q(x) only.
+
+So the network is replayed on the training traces it learned from (:func:`distill`: its own decisions, taken
+exactly as in the engine, through :func:`policies.replay.replay_depths`) and, at each draft step, the threshold
+whose rule "continue iff q(x) ≥ τ" agrees with the most of the network's decisions there is kept (exact, over
+every distinct q(x); :func:`best_threshold`). The step-0 decision (speculate this cycle at all) stays the
+network's, once per cycle (:meth:`PPODepth.begin_cycle`). What a threshold cannot keep (the network's use of
+context, recent acceptance, entropy, margin) shows as the agreement per step, recorded with the thresholds.
+
+``policies.train`` writes the distillation into ``depth.zip``'s ``spectune.json`` (key ``distilled``), so
+``policy=ppo-distilled policy.depth_path=RUN/depth.zip`` needs nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.engine.policy import DraftLengthPolicy, DraftStep
+from harness.errors import SpectuneError
+from harness.profile import Profile
+from policies.envs.data import TraceSet
+from policies.ppo import PPODepth
+from policies.replay import replay_depths, replay_scores
+
+NEVER = 2.0  # a threshold above every probability: stop (the network stopped every row it decided at that step)
+
+
+def best_threshold(probs: np.ndarray, keeps: np.ndarray) -> tuple[float, int]:
+    """(τ, decisions matched) for the rule "continue iff prob ≥ τ" against decisions ``keeps`` (True: continue).
+
+    Every split of the sorted probabilities is tried (none continue, all continue, and between each pair of
+    distinct values); τ is the midpoint between the two values a split separates (0 when all continue,
+    :data:`NEVER` when none do). Ties in matches go to the lowest τ (the deeper draft)."""
+    if probs.size == 0:
+        raise SpectuneError("best_threshold needs at least one decision")
+    order = np.argsort(probs, kind="stable")
+    p, keep = probs[order], keeps[order].astype(np.int64)
+    n = p.size
+    # split j: rows [j, n) continue. Only splits at the first index of a distinct value (and n) separate values.
+    starts = np.r_[0, np.nonzero(np.diff(p))[0] + 1, n]
+    stops_below = np.r_[0, np.cumsum(1 - keep)][starts]
+    keeps_above = int(keep.sum()) - np.r_[0, np.cumsum(keep)][starts]
+    matched = stops_below + keeps_above
+    best = int(np.argmax(matched))  # first maximum: the lowest τ
+    j = int(starts[best])
+    tau = 0.0 if j == 0 else NEVER if j == n else float((p[j - 1] + p[j]) / 2)
+    return tau, int(matched[best])
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """Thresholds per draft step (``thresholds[k]`` decides after draft step k, 0-based, as ``DraftStep.step``),
+    the network's decisions seen at each step, the share the threshold matches, and both rules' replay decode
+    tokens/s on the traces distilled from (the network's, then the thresholds')."""
+
+    thresholds: tuple[float, ...]
+    decisions: tuple[int, ...]
+    agreement: tuple[float | None, ...]
+    network_tok_s: float
+    distilled_tok_s: float
+
+    @property
+    def overall(self) -> float | None:
+        """Matched decisions over every step (None when the network never decided after a draft)."""
+        total = sum(self.decisions)
+        if not total:
+            return None
+        return sum(a * d for a, d in zip(self.agreement, self.decisions, strict=True) if a is not None) / total
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "thresholds": list(self.thresholds), "decisions": list(self.decisions),
+                "agreement": list(self.agreement), "overall_agreement": self.overall}
+
+
+class _Recording(DraftLengthPolicy):
+    """A policy that passes every call to ``inner`` and keeps, per draft step, the busy rows' q(x) and decisions."""
+
+    def __init__(self, inner: PPODepth, steps: int) -> None:
+        self.inner, self.name, self.reads_context = inner, inner.name, inner.reads_context
+        self.signals = inner.signals | {"token_prob"}
+        self.seen: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(steps)]
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
+        self.inner.before_cycle(rows, request_ids, context_lengths)
+
+    def begin_cycle(self, batch_size: int) -> int:
+        return self.inner.begin_cycle(batch_size)
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        keep = self.inner.continue_drafting(step)
+        active = step.active & (step.context_length > 0)
+        probs, keeps = self.seen[step.step]
+        probs.append(step.token_prob[active].double().numpy())
+        keeps.append(keep[active].numpy())
+        return keep
+
+    def observe(self, feedback) -> None:
+        self.inner.observe(feedback)
+
+
+def distill(depth_path: str | Path, traces: TraceSet, profile: Profile, max_depth: int,
+            trust_pickle: bool = False) -> Distillation:
+    """Replay the deterministic per-step policy of ``depth_path`` on ``traces`` (its decisions exactly as the
+    engine takes them, ``profile``'s costs fed back) and fit one threshold per draft step 0..max_depth − 2 (the
+    step after the ceiling's draft is not decided). A step the network never reached takes the threshold of the
+    step before it (:data:`NEVER` at the first)."""
+    node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True)
+    steps = max(max_depth - 1, 1)
+    recording = _Recording(PPODepth(max_depth, **node, deterministic=True, seed=0), steps)
+    network = replay_depths(recording, traces, max_depth, profile)
+    thresholds, decisions, agreement = [], [], []
+    for probs, keeps in recording.seen:
+        p = np.concatenate(probs) if probs else np.zeros(0)
+        k = np.concatenate(keeps).astype(bool) if keeps else np.zeros(0, dtype=bool)
+        if p.size:
+            tau, matched = best_threshold(p, k)
+            agreement.append(matched / p.size)
+        else:
+            tau = thresholds[-1] if thresholds else NEVER
+            agreement.append(None)
+        thresholds.append(tau)
+        decisions.append(int(p.size))
+    distilled = replay_depths(PPODistilled(max_depth, thresholds=thresholds, **node), traces, max_depth, profile)
+
+    def tok_s(depths: np.ndarray) -> float:
+        return float(replay_scores(traces, profile, max_depth, depths, rate="request", oracles=False)["policy_tok_s"])
+
+    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(network), tok_s(distilled))
+
+
+def check_thresholds(thresholds: Any, key: str) -> tuple[float, ...]:
+    """A non-empty list of numbers ≥ 0 (``NEVER`` or more: always stop), or one line naming the bad value."""
+    if isinstance(thresholds, str | bytes) or not isinstance(thresholds, Sequence) or not thresholds or any(
+            isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0 for t in thresholds):
+        raise SpectuneError(f"{key}={thresholds!r} is invalid: a non-empty list of numbers >= 0, one per draft step")
+    return tuple(float(t) for t in thresholds)
+
+
+class PPODistilled(PPODepth):
+    """The PPO depth policy of ``depth_path`` with its per-step stops replaced by :func:`distill`'s thresholds:
+    the step-0 decision is the network's argmax (once a cycle), after draft step k a row continues iff q(x) ≥
+    ``thresholds[k]`` (the last threshold beyond the list). ``thresholds`` null: the file's own (``distilled``
+    in its ``spectune.json``, written by ``policies.train``).
+
+    Reads only q(x) during drafting: the engine computes no other signal for it."""
+
+    name = "ppo-distilled"
+
+    def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
+                 allow_profile_mismatch: bool, thresholds: Sequence[float] | None = None) -> None:
+        super().__init__(gamma, depth_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0)
+        if thresholds is None:
+            stored = self.file.extra.get("distilled")
+            if not isinstance(stored, dict) or "thresholds" not in stored:
+                raise SpectuneError(f"policy.depth_path={depth_path!r} holds no distilled thresholds (files written "
+                                    "by python -m policies.train do): give policy.thresholds=[...] or retrain")
+            thresholds = stored["thresholds"]
+        self.thresholds = check_thresholds(thresholds, "policy.thresholds")
+        self.signals = frozenset({"token_prob"})
+        self.split = None
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        if step.step == 0:
+            self.see_first_step(step)
+        return step.token_prob >= self.thresholds[min(step.step, len(self.thresholds) - 1)]
+
+    def describe(self) -> dict:
+        return {**super().describe(), "name": self.name, "thresholds": list(self.thresholds)}
