@@ -13,19 +13,25 @@ network's, once per cycle (:meth:`PPODepth.begin_cycle`). What a threshold canno
 context, recent acceptance, entropy, margin) shows as the agreement per step, recorded with the thresholds.
 
 ``policies.train`` writes the distillation into ``depth.zip``'s ``spectune.json`` (key ``distilled``), so
-``policy=ppo-distilled policy.depth_path=RUN/depth.zip`` needs nothing else.
+``policy=ppo-distilled policy.depth_path=RUN/depth.zip`` needs nothing else; a file trained before (or new traces):
+
+    python -m policies.ppo_distilled DEPTH.zip TRACES.parquet [--profile PROFILE] [--max-depth N]
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
+from harness import cli
 from harness.engine.policy import DraftLengthPolicy, DraftStep
 from harness.errors import SpectuneError
 from harness.profile import Profile
@@ -33,6 +39,7 @@ from policies.envs.data import TraceSet
 from policies.ppo import PPODepth
 from policies.replay import replay_depths, replay_scores
 
+log = logging.getLogger(__name__)
 NEVER = 2.0  # a threshold above every probability: stop (the network stopped every row it decided at that step)
 
 
@@ -112,16 +119,25 @@ class _Recording(DraftLengthPolicy):
         self.inner.observe(feedback)
 
 
-def distill(depth_path: str | Path, traces: TraceSet, profile: Profile, max_depth: int,
+def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, max_depth: int | None,
             trust_pickle: bool = False) -> Distillation:
     """Replay the deterministic per-step policy of ``depth_path`` on ``traces`` (its decisions exactly as the
-    engine takes them, ``profile``'s costs fed back) and fit one threshold per draft step 0..max_depth − 2 (the
-    step after the ceiling's draft is not decided). A step the network never reached takes the threshold of the
-    step before it (:data:`NEVER` at the first)."""
+    engine takes them, ``profile``'s costs fed back; None: the profile and ``max_depth`` the file was trained
+    with) and fit one threshold per draft step 0..max_depth − 2 (the step after the ceiling's draft is not
+    decided). A step the network never reached takes the threshold of the step before it (:data:`NEVER` at the
+    first)."""
     node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True)
-    steps = max(max_depth - 1, 1)
-    recording = _Recording(PPODepth(max_depth, **node, deterministic=True, seed=0), steps)
-    network = replay_depths(recording, traces, max_depth, profile)
+    network = PPODepth(max_depth or 1, **node, deterministic=True, seed=0)
+    if max_depth is None:
+        max_depth = network.file.extra.get("max_depth")
+        if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < 1:
+            raise SpectuneError(f"depth={str(depth_path)!r} names no max_depth in its spectune.json: give --max-depth")
+        network.max_gamma = max_depth
+    profile = profile or network.profile
+    if profile is None:
+        raise SpectuneError(f"depth={str(depth_path)!r} names no profile of its own: give --profile PROFILE")
+    recording = _Recording(network, max(max_depth - 1, 1))
+    depths = replay_depths(recording, traces, max_depth, profile)
     thresholds, decisions, agreement = [], [], []
     for probs, keeps in recording.seen:
         p = np.concatenate(probs) if probs else np.zeros(0)
@@ -136,10 +152,10 @@ def distill(depth_path: str | Path, traces: TraceSet, profile: Profile, max_dept
         decisions.append(int(p.size))
     distilled = replay_depths(PPODistilled(max_depth, thresholds=thresholds, **node), traces, max_depth, profile)
 
-    def tok_s(depths: np.ndarray) -> float:
-        return float(replay_scores(traces, profile, max_depth, depths, rate="request", oracles=False)["policy_tok_s"])
+    def tok_s(chosen: np.ndarray) -> float:
+        return float(replay_scores(traces, profile, max_depth, chosen, rate="request", oracles=False)["policy_tok_s"])
 
-    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(network), tok_s(distilled))
+    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(depths), tok_s(distilled))
 
 
 def check_thresholds(thresholds: Any, key: str) -> tuple[float, ...]:
@@ -180,3 +196,44 @@ class PPODistilled(PPODepth):
 
     def describe(self) -> dict:
         return {**super().describe(), "name": self.name, "thresholds": list(self.thresholds)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m policies.ppo_distilled DEPTH.zip TRACES.parquet``: distil a depth policy file on traces (a file
+    written before ``policies.train`` did it, or other traces) and store the thresholds in the file."""
+    parser = cli.ArgumentParser(prog="python -m policies.ppo_distilled", description=main.__doc__.splitlines()[0])
+    parser.add_argument("depth", help="a depth.zip of python -m policies.train")
+    parser.add_argument("traces", help="traces.parquet of python -m harness task=trace (the training prompts')")
+    parser.add_argument("--profile", default=None, help="cost profile (default: the one the file was trained for)")
+    parser.add_argument("--max-depth", type=int, default=None, help="ceiling (default: the file's max_depth)")
+    return cli.run_command(parser, _distill_file, argv)
+
+
+def _distill_file(args: argparse.Namespace) -> None:
+    from harness import rundir
+    from harness.profile import load_profile
+    from policies.sb3_files import annotate_policy_file, read_policy_file
+
+    traces = Path(args.traces)
+    if not traces.is_file():
+        raise SpectuneError(f"traces={str(traces)!r} is invalid: no such file (record one with "
+                            "python -m harness task=trace)")
+    try:
+        frame = pd.read_parquet(traces)
+    except (OSError, ValueError) as err:
+        raise SpectuneError(f"traces={str(traces)!r} is invalid: not a readable parquet file ({err})") from None
+    if args.max_depth is not None and args.max_depth < 1:
+        raise SpectuneError(f"--max-depth={args.max_depth} is invalid: an integer >= 1")
+    extra = read_policy_file(args.depth, "depth").extra
+    metadata = rundir.TRACES_METADATA.read_if_present(traces.parent, {})
+    result = distill(args.depth, TraceSet(frame, metadata, "traces"),
+                     load_profile(args.profile) if args.profile else None, args.max_depth)
+    annotate_policy_file(args.depth, {**extra, "distilled": result.to_json()})
+    log.info("thresholds per draft step %s, agreement %s (overall %s); replay %.1f tok/s against the network's "
+             "%.1f; written into %s", [round(t, 4) for t in result.thresholds],
+             [None if a is None else round(a, 3) for a in result.agreement], result.overall,
+             result.distilled_tok_s, result.network_tok_s, args.depth)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -55,6 +55,10 @@ def test_the_threshold_matches_as_many_decisions_as_any_threshold_can():
 
 def _traces(cycles: int = 120, seed: int = 1) -> TraceSet:
     """Batches of two rows (concurrency 2), DEPTH drafts a cycle, q(x) uniform in [0, 1] (seeded)."""
+    return TraceSet(_frame(cycles, seed), {"concurrency": 2}, "memory")
+
+
+def _frame(cycles: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for cycle in range(cycles):
@@ -66,7 +70,7 @@ def _traces(cycles: int = 120, seed: int = 1) -> TraceSet:
                              "token_prob": probs[position - 1], "entropy": 1.0, "margin": 0.1,
                              "cum_prob": float(np.prod(probs[:position])), "accept_prob": 0.5,
                              "accepted": bool(rng.random() < probs[position - 1])})
-    return TraceSet(pd.DataFrame(rows), {"concurrency": 2}, "memory")
+    return pd.DataFrame(rows)
 
 
 def _profile() -> Profile:
@@ -163,3 +167,26 @@ def test_bad_thresholds_fail_in_one_line(tmp_path, thresholds, match):
     with pytest.raises(SpectuneError, match=match) as err:
         make_policy(_node(path, thresholds=thresholds), DEPTH)
     assert "\n" not in str(err.value)
+
+
+def test_the_command_distils_a_file_trained_before_and_fails_in_one_line(tmp_path, capsys):
+    """``python -m policies.ppo_distilled DEPTH TRACES`` on a file without thresholds: afterwards
+    ``policy=ppo-distilled`` reads them from it (the profile and ceiling are the file's). Bad input: exit 2, one
+    line."""
+    from policies.ppo_distilled import main
+
+    frame, profile = _frame(120, 1), _profile()
+    traces_path = tmp_path / "traces.parquet"
+    frame.to_parquet(traces_path)
+    path = _linear_file(tmp_path / "depth.zip", _traces(), profile, {"token_prob": 10.0, "position": -5.0}, 2.0)
+    with pytest.raises(SpectuneError, match="holds no distilled thresholds"):
+        make_policy(_node(path), DEPTH)
+    assert main([path, str(traces_path)]) == 0
+    expected = distill(path, _traces(), profile, DEPTH).thresholds
+    assert make_policy(_node(path), DEPTH).thresholds == expected
+    for argv, bad in (([path, str(tmp_path / "none.parquet")], "none.parquet"),
+                      ([path, str(traces_path), "--max-depth", "0"], "--max-depth=0"),
+                      ([str(tmp_path / "none.zip"), str(traces_path)], "none.zip")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert bad in err and "\n" not in err
