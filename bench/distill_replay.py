@@ -1,0 +1,84 @@
+"""What the distilled per-step policy keeps of its network's choices, in replay on recorded runs' held-out traces.
+
+For each ``policies.evaluate`` run directory given (its ``train/c1/depth.zip``, training traces and calibrated
+profile, and ``heldout_traces_c1.parquet``): the network is distilled on its training traces
+(:func:`policies.ppo_distilled.distill`, nothing written into the file), then the network, its distilled
+thresholds and the run's tuned confidence rule (``tuning.csv``) are replayed on the held-out traces with the run's
+profile, beside every fixed depth and the two oracles. Replay charges no decision time (the live cost of a
+decision is ``decide%`` in ``policies.evaluate``), so this reads what the thresholds keep of the network's
+*choices*, on the real pair, offline and independent of the machine's load.
+
+    python bench/distill_replay.py bench/results/smollm2-eagle-policies-interleaved-cpu-20261202/{en,zh}
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from harness import rundir
+from policies.envs.data import TraceSet
+from policies.evaluate import learned_profile
+from policies.ppo_distilled import distill
+from policies.registry import make_policy
+from policies.replay import replay_depths, replay_scores
+
+
+def traces_of(path: Path, label: str) -> TraceSet:
+    return TraceSet(pd.read_parquet(path), rundir.TRACES_METADATA.read_if_present(path.parent, {}), label)
+
+
+def study(run: Path) -> list[dict]:
+    train = run / "train" / "c1"
+    depth = rundir.DEPTH_POLICY.path(train)
+    profile = learned_profile(train)
+    max_depth = int(rundir.TRAIN.read(train)["settings"]["max_depth"])
+    result = distill(depth, traces_of(rundir.TRACES.path(train), "training traces"), profile, max_depth)
+    heldout = traces_of(run / "heldout_traces_c1.parquet", "held-out traces")
+    node = {"depth_path": str(depth), "trust_pickle": False, "profile": None, "allow_profile_mismatch": True}
+    policies = {"ppo (network)": make_policy({"name": "ppo", **node, "deterministic": True, "seed": 0}, max_depth),
+                "ppo-distilled": make_policy({"name": "ppo-distilled", **node,
+                                              "thresholds": list(result.thresholds)}, max_depth)}
+    tuning = run / "tuning.csv"
+    if tuning.is_file():
+        table = pd.read_csv(tuning)
+        chosen = table[(table["policy"] == "confidence") & table["chosen"]]
+        if len(chosen):
+            value = float(chosen.iloc[0]["value"])
+            policies[f"confidence (tuned: {value:g})"] = make_policy({"name": "confidence", "threshold": value},
+                                                                     max_depth)
+    rows = []
+    oracles = None
+    for label, policy in policies.items():
+        depths = replay_depths(policy, heldout, max_depth, profile)
+        scores = replay_scores(heldout, profile, max_depth, depths, rate="request", oracles=oracles is None)
+        oracles = oracles or scores
+        rows.append({"run": run.name, "policy": label, "tok_s": scores["policy_tok_s"],
+                     "vs_best_fixed_pct": scores["vs_best_fixed_pct"], "mean_depth": scores["mean_depth"]})
+    best = oracles["best_fixed_depth"]
+    rows.append({"run": run.name, "policy": f"best fixed depth ({best}, hindsight)",
+                 "tok_s": oracles["best_fixed_tok_s"], "vs_best_fixed_pct": 0.0, "mean_depth": float(best)})
+    for key, label in (("oracle", "oracle (hindsight)"), ("informed_oracle", "informed oracle")):
+        rows.append({"run": run.name, "policy": label, "tok_s": oracles[f"{key}_tok_s"],
+                     "vs_best_fixed_pct": oracles[f"{key}_vs_best_fixed_pct"], "mean_depth": float("nan")})
+    agreement = ", ".join("–" if a is None else f"{a:.3f}" for a in result.agreement)
+    print(f"{run}: thresholds {[round(t, 4) for t in result.thresholds]}, agreement per step [{agreement}] "
+          f"(overall {result.overall:.3f} over {sum(result.decisions)} decisions); on the training traces "
+          f"{result.distilled_tok_s:.2f} tok/s against the network's {result.network_tok_s:.2f}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="policies.evaluate run directories")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    rows = [row for run in args.runs for row in study(run)]
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+
+
+if __name__ == "__main__":
+    main()
