@@ -42,7 +42,7 @@ def study(run: Path) -> list[dict]:
     policies = {"ppo (network)": make_policy({"name": "ppo", **node, "deterministic": True, "seed": 0}, max_depth),
                 "ppo-distilled": make_policy({"name": "ppo-distilled", **node,
                                               "thresholds": list(result.thresholds)}, max_depth)}
-    tuning = run / "tuning.csv"
+    tuning = rundir.TUNING.path(run)
     if tuning.is_file():
         table = pd.read_csv(tuning)
         chosen = table[(table["policy"] == "confidence") & table["chosen"]]
