@@ -27,17 +27,13 @@ from policies.registry import make_policy
 from policies.replay import replay_depths, replay_scores
 
 
-def traces_of(path: Path, label: str) -> TraceSet:
-    return TraceSet(pd.read_parquet(path), rundir.TRACES_METADATA.read_if_present(path.parent, {}), label)
-
-
 def study(run: Path) -> list[dict]:
     train = run / "train" / "c1"
     depth = rundir.DEPTH_POLICY.path(train)
     profile = learned_profile(train)
     max_depth = int(rundir.TRAIN.read(train)["settings"]["max_depth"])
-    result = distill(depth, traces_of(rundir.TRACES.path(train), "training traces"), profile, max_depth)
-    heldout = traces_of(run / "heldout_traces_c1.parquet", "held-out traces")
+    result = distill(depth, TraceSet.load(rundir.TRACES.path(train)), profile, max_depth)
+    heldout = TraceSet.load(rundir.HELDOUT_TRACES.named(concurrency=1).path(run))
     node = {"depth_path": str(depth), "trust_pickle": False, "profile": None, "allow_profile_mismatch": True}
     policies = {"ppo (network)": make_policy({"name": "ppo", **node, "deterministic": True, "seed": 0}, max_depth),
                 "ppo-distilled": make_policy({"name": "ppo-distilled", **node,

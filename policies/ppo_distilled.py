@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from harness import cli
@@ -210,24 +209,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _distill_file(args: argparse.Namespace) -> None:
-    from harness import rundir
     from harness.profile import load_profile
     from policies.sb3_files import annotate_policy_file, read_policy_file
 
-    traces = Path(args.traces)
-    if not traces.is_file():
-        raise SpectuneError(f"traces={str(traces)!r} is invalid: no such file (record one with "
-                            "python -m harness task=trace)")
-    try:
-        frame = pd.read_parquet(traces)
-    except (OSError, ValueError) as err:
-        raise SpectuneError(f"traces={str(traces)!r} is invalid: not a readable parquet file ({err})") from None
     if args.max_depth is not None and args.max_depth < 1:
         raise SpectuneError(f"--max-depth={args.max_depth} is invalid: an integer >= 1")
+    traces = TraceSet.load(args.traces)
     extra = read_policy_file(args.depth, "depth").extra
-    metadata = rundir.TRACES_METADATA.read_if_present(traces.parent, {})
-    result = distill(args.depth, TraceSet(frame, metadata, "traces"),
-                     load_profile(args.profile) if args.profile else None, args.max_depth)
+    result = distill(args.depth, traces, load_profile(args.profile) if args.profile else None, args.max_depth)
     annotate_policy_file(args.depth, {**extra, "distilled": result.to_json()})
     log.info("thresholds per draft step %s, agreement %s (overall %s); replay %.1f tok/s against the network's "
              "%.1f; written into %s", [round(t, 4) for t in result.thresholds],
