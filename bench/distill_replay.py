@@ -3,10 +3,10 @@
 For each ``policies.evaluate`` run directory given (its ``train/c1/depth.zip``, training traces and calibrated
 profile, and ``heldout_traces_c1.parquet``): the network is distilled on its training traces
 (:func:`policies.ppo_distilled.distill`, nothing written into the file), then the network, its distilled
-thresholds and the run's tuned confidence rule (``tuning.csv``) are replayed on the held-out traces with the run's
-profile, beside every fixed depth and the two oracles. Replay charges no decision time (the live cost of a
-decision is ``decide%`` in ``policies.evaluate``), so this reads what the thresholds keep of the network's
-*choices*, on the real pair, offline and independent of the machine's load.
+thresholds (step 0's on recent acceptance included) and the run's tuned confidence rule (``tuning.csv``) are
+replayed on the held-out traces with the run's profile, beside the best fixed depth and the two oracles. Replay
+charges no decision time (the live cost of a decision is ``decide%`` in ``policies.evaluate``), so this reads what
+the thresholds keep of the network's *choices*, on the real pair, offline and independent of the machine's load.
 
     python bench/distill_replay.py bench/results/smollm2-eagle-policies-interleaved-cpu-20261202/{en,zh}
 """
@@ -37,7 +37,8 @@ def study(run: Path) -> list[dict]:
     node = {"depth_path": str(depth), "trust_pickle": False, "profile": None, "allow_profile_mismatch": True}
     policies = {"ppo (network)": make_policy({"name": "ppo", **node, "deterministic": True, "seed": 0}, max_depth),
                 "ppo-distilled": make_policy({"name": "ppo-distilled", **node,
-                                              "thresholds": list(result.thresholds)}, max_depth)}
+                                              "thresholds": list(result.thresholds),
+                                              "start_threshold": result.start_threshold}, max_depth)}
     tuning = rundir.TUNING.path(run)
     if tuning.is_file():
         table = pd.read_csv(tuning)
@@ -61,8 +62,10 @@ def study(run: Path) -> list[dict]:
         rows.append({"run": run.name, "policy": label, "tok_s": oracles[f"{key}_tok_s"],
                      "vs_best_fixed_pct": oracles[f"{key}_vs_best_fixed_pct"], "mean_depth": float("nan")})
     agreement = ", ".join("–" if a is None else f"{a:.3f}" for a in result.agreement)
+    start = "–" if result.start_agreement is None else f"{result.start_agreement:.3f}"
     print(f"{run}: thresholds {[round(t, 4) for t in result.thresholds]}, agreement per step [{agreement}] "
-          f"(overall {result.overall:.3f} over {sum(result.decisions)} decisions); on the training traces "
+          f"(overall {result.overall:.3f} over {sum(result.decisions)} decisions); step 0: recent acceptance >= "
+          f"{result.start_threshold}, agreement {start} over {result.start_decisions} rows; on the training traces "
           f"{result.distilled_tok_s:.2f} tok/s against the network's {result.network_tok_s:.2f}")
     return rows
 

@@ -22,8 +22,8 @@ Steps, all into the given run directory:
    alternate depth and size training (co-adaptive, as LTD). Simplification: the depth environment does not model
    the size policy's cut, so a later depth round goes on training the depth policy (at its decayed learning rate)
    on the same environment; the size policy is then re-trained on the new depth decisions.
-6. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile, and its stops distilled
-   into q(x) thresholds on the training traces, ``policies/ppo_distilled.py``) for ``policy=ppo`` or
+6. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile, and its decisions
+   distilled into thresholds on the training traces, ``policies/ppo_distilled.py``) for ``policy=ppo`` or
    ``policy=ppo-distilled`` with ``policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``,
    ``curves.csv`` (a ``policy`` and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
@@ -256,9 +256,10 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
     save_policy(depth.model, settings.ppo, path, extra)
     distilled = distill(path, TraceSet(frame, trace_meta, "training traces"), profile, settings.max_depth)
     annotate_policy_file(path, {**extra, "distilled": distilled.to_json()})  # policy=ppo-distilled reads it
-    log.info("distilled the depth policy's stops into q(x) thresholds %s (agreement %s; replay %.1f tok/s, "
-             "the network's %.1f)", [round(t, 4) for t in distilled.thresholds], distilled.overall,
-             distilled.distilled_tok_s, distilled.network_tok_s)
+    log.info("distilled the depth policy into q(x) thresholds %s (agreement %s) and step 0's recent acceptance >= "
+             "%s (agreement %s); replay %.1f tok/s, the network's %.1f", [round(t, 4) for t in distilled.thresholds],
+             distilled.overall, distilled.start_threshold, distilled.start_agreement, distilled.distilled_tok_s,
+             distilled.network_tok_s)
     cycle_final = _cycle_policy(settings, seed, run_dir, profile, depth, trace_meta, curves) \
         if settings.cycle_timesteps else None
     curve_frame = pd.DataFrame(curves)

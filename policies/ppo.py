@@ -133,6 +133,7 @@ class PPODepth(DraftLengthPolicy):
         self._in_flight = 0
         self._new_request = False  # a slot of the coming cycle took a new request (before_cycle)
         self._cum: list[tuple[torch.Tensor, torch.Tensor]] = []  # this cycle's (cum_prob, drafting) per step
+        self.start: dict[int, bool] | None = None  # this cycle's step-0 decision per known row (None: undecided)
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
 
@@ -191,6 +192,17 @@ class PPODepth(DraftLengthPolicy):
         """The step-0 decision, before anything is drafted: γ = 0 when every row says stop. Each row's context comes
         from ``before_cycle``; without it (a caller that does not pass it) only rows known from the last cycle can
         be decided, and a cycle with a new request speculates (its rows stop after one draft if told)."""
+        start = self.start_rows(batch_size)
+        if start is None:
+            self.start = None
+            return self.max_gamma
+        known, context = start
+        self.start = self.start_decisions(known, context, batch_size)
+        return self.max_gamma if any(self.start.values()) else 0
+
+    def start_rows(self, batch_size: int) -> tuple[list[int], list[int]] | None:
+        """The cycle's bookkeeping, then the rows the step-0 decision can be taken for and every slot's context
+        (0 where no row is known), or None when a row is not known (the cycle speculates)."""
         self.rows.begin_cycle()
         self._cum = []
         self._in_flight = batch_size  # rows in flight this cycle: the environment's batch_size
@@ -198,11 +210,15 @@ class PPODepth(DraftLengthPolicy):
         lengths = announced if len(announced) == batch_size else self.rows.expected
         known = sorted(lengths)
         if not known or len(known) != batch_size or (self._new_request and lengths is self.rows.expected):
-            return self.max_gamma
-        width = max(known) + 1
-        context = [0] * width
+            return None
+        context = [0] * (max(known) + 1)
         for row in known:
             context[row] = lengths[row]
+        return known, context
+
+    def start_decisions(self, known: list[int], context: list[int], batch_size: int) -> dict[int, bool]:
+        """The network's step-0 action per known row (True: speculate), one actor call for the cycle."""
+        width = len(context)
         before = {name: 1.0 if name == "cum_prob" else 0.0 for name in self.network_signals}  # the env's step-0 values
         constant = self._constant.get((batch_size, -1, width))
         if constant is None:  # first time at this shape: through a DraftStep, which computes and caches the constants
@@ -216,7 +232,7 @@ class PPODepth(DraftLengthPolicy):
             obs = self._assemble(constant, width,
                                  lambda name: context if name == "context_length" else [before[name]] * width)
         actions = self.actor.actions(obs, self.deterministic, self.generator).tolist()  # no torch op between forwards
-        return self.max_gamma if any(actions[row] == self.continue_action for row in known) else 0
+        return {row: actions[row] == self.continue_action for row in known}
 
     def see_first_step(self, step: DraftStep) -> None:
         """Step 0's bookkeeping: the cycle's rows (and, without before_cycle's context, its new requests)."""

@@ -8,8 +8,9 @@ compares the drafted token's q(x) with a number costs one tensor comparison and 
 So the network is replayed on the training traces it learned from (:func:`distill`: its own decisions, taken
 exactly as in the engine, through :func:`policies.replay.replay_depths`) and, at each draft step, the threshold
 whose rule "continue iff q(x) ≥ τ" agrees with the most of the network's decisions there is kept (exact, over
-every distinct q(x); :func:`best_threshold`). The step-0 decision (speculate this cycle at all) stays the
-network's, once per cycle (:meth:`PPODepth.begin_cycle`). What a threshold cannot keep (the network's use of
+every distinct q(x); :func:`best_threshold`). The step-0 decision (speculate this cycle at all, taken before
+anything is drafted) is distilled the same way into a threshold on each row's recent acceptance: a cycle speculates
+iff some row's is ≥ τ_start, so no network runs at all. What a threshold cannot keep (the network's use of
 context, recent acceptance, entropy, margin) shows as the agreement per step, recorded with the thresholds.
 
 ``policies.train`` writes the distillation into ``depth.zip``'s ``spectune.json`` (key ``distilled``), so
@@ -37,6 +38,7 @@ from harness.profile import Profile
 from policies.envs.data import TraceSet
 from policies.ppo import PPODepth
 from policies.replay import replay_depths, replay_scores
+from policies.sb3_files import read_policy_file
 
 log = logging.getLogger(__name__)
 NEVER = 2.0  # a threshold above every probability: stop (the network stopped every row it decided at that step)
@@ -68,13 +70,18 @@ def best_threshold(probs: np.ndarray, keeps: np.ndarray) -> tuple[float, int]:
 class Distillation:
     """Thresholds per draft step (``thresholds[k]`` decides after draft step k, 0-based, as ``DraftStep.step``),
     the network's decisions seen at each step, the share the threshold matches, and both rules' replay decode
-    tokens/s on the traces distilled from (the network's, then the thresholds')."""
+    tokens/s on the traces distilled from (the network's, then the thresholds'). ``start_threshold`` is the
+    step-0 rule's (speculate iff a row's recent acceptance ≥ it; None: the network never decided a step 0, so
+    the distilled policy keeps asking it), with its decisions (rows) and agreement."""
 
     thresholds: tuple[float, ...]
     decisions: tuple[int, ...]
     agreement: tuple[float | None, ...]
     network_tok_s: float
     distilled_tok_s: float
+    start_threshold: float | None = None
+    start_decisions: int = 0
+    start_agreement: float | None = None
 
     @property
     def overall(self) -> float | None:
@@ -96,6 +103,7 @@ class _Recording(DraftLengthPolicy):
         self.inner, self.name, self.reads_context = inner, inner.name, inner.reads_context
         self.signals = inner.signals | {"token_prob"}
         self.seen: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(steps)]
+        self.start: list[tuple[float, bool]] = []  # (recent acceptance, speculate) per row of each decided step 0
 
     def reset(self) -> None:
         self.inner.reset()
@@ -104,7 +112,10 @@ class _Recording(DraftLengthPolicy):
         self.inner.before_cycle(rows, request_ids, context_lengths)
 
     def begin_cycle(self, batch_size: int) -> int:
-        return self.inner.begin_cycle(batch_size)
+        gamma = self.inner.begin_cycle(batch_size)
+        for row, speculate in (self.inner.start or {}).items():
+            self.start.append((self.inner.history.rate(row), speculate))
+        return gamma
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor:
         keep = self.inner.continue_drafting(step)
@@ -123,15 +134,14 @@ def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, m
     """Replay the deterministic per-step policy of ``depth_path`` on ``traces`` (its decisions exactly as the
     engine takes them, ``profile``'s costs fed back; None: the profile and ``max_depth`` the file was trained
     with) and fit one threshold per draft step 0..max_depth − 2 (the step after the ceiling's draft is not
-    decided). A step the network never reached takes the threshold of the step before it (:data:`NEVER` at the
-    first)."""
-    node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True)
-    network = PPODepth(max_depth or 1, **node, deterministic=True, seed=0)
+    decided) and one for step 0 on recent acceptance. A step the network never reached takes the threshold of
+    the step before it (:data:`NEVER` at the first)."""
     if max_depth is None:
-        max_depth = network.file.extra.get("max_depth")
+        max_depth = read_policy_file(depth_path, "depth", trust_pickle).extra.get("max_depth")
         if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < 1:
             raise SpectuneError(f"depth={str(depth_path)!r} names no max_depth in its spectune.json: give --max-depth")
-        network.max_gamma = max_depth
+    node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True)
+    network = PPODepth(max_depth, **node, deterministic=True, seed=0)
     profile = profile or network.profile
     if profile is None:
         raise SpectuneError(f"depth={str(depth_path)!r} names no profile of its own: give --profile PROFILE")
@@ -149,12 +159,19 @@ def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, m
             agreement.append(None)
         thresholds.append(tau)
         decisions.append(int(p.size))
-    distilled = replay_depths(PPODistilled(max_depth, thresholds=thresholds, **node), traces, max_depth, profile)
+    start, start_agreement = None, None
+    if recording.start:
+        rates, speculate = (np.asarray(column) for column in zip(*recording.start, strict=True))
+        start, matched = best_threshold(rates.astype(np.float64), speculate.astype(bool))
+        start_agreement = matched / rates.size
+    rule = PPODistilled(max_depth, thresholds=thresholds, start_threshold=start, **node)
+    distilled = replay_depths(rule, traces, max_depth, profile)
 
     def tok_s(chosen: np.ndarray) -> float:
         return float(replay_scores(traces, profile, max_depth, chosen, rate="request", oracles=False)["policy_tok_s"])
 
-    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(depths), tok_s(distilled))
+    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(depths), tok_s(distilled),
+                        start, len(recording.start), start_agreement)
 
 
 def check_thresholds(thresholds: Any, key: str) -> tuple[float, ...]:
@@ -166,27 +183,48 @@ def check_thresholds(thresholds: Any, key: str) -> tuple[float, ...]:
 
 
 class PPODistilled(PPODepth):
-    """The PPO depth policy of ``depth_path`` with its per-step stops replaced by :func:`distill`'s thresholds:
-    the step-0 decision is the network's argmax (once a cycle), after draft step k a row continues iff q(x) ≥
-    ``thresholds[k]`` (the last threshold beyond the list). ``thresholds`` null: the file's own (``distilled``
-    in its ``spectune.json``, written by ``policies.train``).
+    """The PPO depth policy of ``depth_path`` with its decisions replaced by :func:`distill`'s thresholds: a cycle
+    speculates iff some row's recent acceptance is ≥ ``start_threshold`` (a new request's, before any cycle, is
+    the prior 0.5), and after draft step k a row continues iff q(x) ≥ ``thresholds[k]`` (the last threshold
+    beyond the list). Null thresholds: the file's own (``distilled`` in its ``spectune.json``, written by
+    ``policies.train``). A file distilled without a step-0 threshold keeps the network's step-0 decision.
 
-    Reads only q(x) during drafting: the engine computes no other signal for it."""
+    No network runs: the engine computes q(x) alone for it, and step 0 reads the acceptance it already counts."""
 
     name = "ppo-distilled"
 
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
-                 allow_profile_mismatch: bool, thresholds: Sequence[float] | None = None) -> None:
+                 allow_profile_mismatch: bool, thresholds: Sequence[float] | None = None,
+                 start_threshold: float | None = None) -> None:
         super().__init__(gamma, depth_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0)
+        stored = self.file.extra.get("distilled")
         if thresholds is None:
-            stored = self.file.extra.get("distilled")
             if not isinstance(stored, dict) or "thresholds" not in stored:
                 raise SpectuneError(f"policy.depth_path={depth_path!r} holds no distilled thresholds (files written "
                                     "by python -m policies.train do): give policy.thresholds=[...] or retrain")
             thresholds = stored["thresholds"]
+            if start_threshold is None:
+                start_threshold = stored.get("start_threshold")
         self.thresholds = check_thresholds(thresholds, "policy.thresholds")
+        if start_threshold is not None and (isinstance(start_threshold, bool) or not isinstance(
+                start_threshold, int | float) or not start_threshold >= 0):
+            raise SpectuneError(f"policy.start_threshold={start_threshold!r} is invalid: null or a number >= 0 (0: "
+                                "always speculate; above 1: never)")
+        self.start_threshold = None if start_threshold is None else float(start_threshold)
+        if self.start_threshold is None:
+            log.info("policy.depth_path=%s has no step-0 threshold: the network decides whether a cycle speculates "
+                     "(python -m policies.ppo_distilled distils one)", depth_path)
         self.signals = frozenset({"token_prob"})
         self.split = None
+
+    def begin_cycle(self, batch_size: int) -> int:
+        if self.start_threshold is None:
+            return super().begin_cycle(batch_size)
+        start = self.start_rows(batch_size)
+        if start is None:
+            return self.max_gamma
+        rate, tau = self.history.rate, self.start_threshold
+        return self.max_gamma if any(rate(row) >= tau for row in start[0]) else 0
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor:
         if step.step == 0:
@@ -194,7 +232,9 @@ class PPODistilled(PPODepth):
         return step.token_prob >= self.thresholds[min(step.step, len(self.thresholds) - 1)]
 
     def describe(self) -> dict:
-        return {**super().describe(), "name": self.name, "thresholds": list(self.thresholds)}
+        return {**super().describe(), "name": self.name, "thresholds": list(self.thresholds),
+                "start_threshold": self.start_threshold,
+                "start": "network" if self.start_threshold is None else "recent acceptance threshold"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,9 +258,10 @@ def _distill_file(args: argparse.Namespace) -> None:
     extra = read_policy_file(args.depth, "depth").extra
     result = distill(args.depth, traces, load_profile(args.profile) if args.profile else None, args.max_depth)
     annotate_policy_file(args.depth, {**extra, "distilled": result.to_json()})
-    log.info("thresholds per draft step %s, agreement %s (overall %s); replay %.1f tok/s against the network's "
-             "%.1f; written into %s", [round(t, 4) for t in result.thresholds],
-             [None if a is None else round(a, 3) for a in result.agreement], result.overall,
+    log.info("thresholds per draft step %s, agreement %s (overall %s); step 0: recent acceptance >= %s, agreement "
+             "%s over %d rows; replay %.1f tok/s against the network's %.1f; written into %s",
+             [round(t, 4) for t in result.thresholds], [None if a is None else round(a, 3) for a in result.agreement],
+             result.overall, result.start_threshold, result.start_agreement, result.start_decisions,
              result.distilled_tok_s, result.network_tok_s, args.depth)
 
 

@@ -53,19 +53,21 @@ def test_the_threshold_matches_as_many_decisions_as_any_threshold_can():
         assert matched == brute == int(((probs >= tau) == keeps).sum())
 
 
-def _traces(cycles: int = 120, seed: int = 1) -> TraceSet:
-    """Batches of two rows (concurrency 2), DEPTH drafts a cycle, q(x) uniform in [0, 1] (seeded)."""
-    return TraceSet(_frame(cycles, seed), {"concurrency": 2}, "memory")
+def _traces(cycles: int = 120, seed: int = 1, request_cycles: int | None = None) -> TraceSet:
+    """Batches of two rows (concurrency 2), DEPTH drafts a cycle, q(x) uniform in [0, 1] (seeded); each slot takes
+    a new request every ``request_cycles`` cycles (None: one request a slot)."""
+    return TraceSet(_frame(cycles, seed, request_cycles), {"concurrency": 2}, "memory")
 
 
-def _frame(cycles: int, seed: int) -> pd.DataFrame:
+def _frame(cycles: int, seed: int, request_cycles: int | None = None) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for cycle in range(cycles):
         for row in range(2):
             probs = rng.uniform(0, 1, DEPTH)
+            request = row + 2 * (cycle // request_cycles if request_cycles else 0)
             for position in range(1, DEPTH + 1):
-                rows.append({"cycle": cycle, "row": row, "request_id": row, "position": position, "batch_size": 2,
+                rows.append({"cycle": cycle, "row": row, "request_id": request, "position": position, "batch_size": 2,
                              "context_length": 10 + 3 * cycle, "recent_acceptance": 0.5,
                              "token_prob": probs[position - 1], "entropy": 1.0, "margin": 0.1,
                              "cum_prob": float(np.prod(probs[:position])), "accept_prob": 0.5,
@@ -137,9 +139,33 @@ def test_what_a_threshold_cannot_keep_shows_as_agreement_below_one(tmp_path):
     assert 0.6 < result.overall < 0.99
 
 
+def test_the_step_0_decision_distils_to_a_recent_acceptance_threshold(tmp_path):
+    """Continue iff 10·q(x) − 20·position + 4·recent acceptance − 1.8 > 0: at step 0 (position 0, q read as 0)
+    speculate iff recent acceptance > 0.45; after any draft always stop. Requests change every 8 cycles (recent
+    acceptance restarts at the prior 0.5, then moves with the realised acceptance). The step-0 rule is found
+    within 0.1 of 0.45 matching every one of the network's step-0 decisions, the draft steps' thresholds are
+    NEVER, and the distilled policy, which runs no network, replays to exactly the network's depths (0 and 1)."""
+    traces, profile = _traces(cycles=160, request_cycles=8), _profile()
+    path = _linear_file(tmp_path / "depth.zip", traces, profile,
+                        {"token_prob": 10.0, "position": -20.0, "recent_acceptance": 4.0}, -1.8)
+    result = distill(path, traces, profile, DEPTH)
+    assert result.start_decisions == 320 and result.start_agreement == 1.0
+    assert result.start_threshold == pytest.approx(0.45, abs=0.1)
+    assert all(t == NEVER for t in result.thresholds)
+    network = make_policy({"name": "ppo", "depth_path": path, "trust_pickle": False, "profile": None,
+                           "allow_profile_mismatch": False, "deterministic": True, "seed": 0}, DEPTH)
+    depths = replay_depths(network, traces, DEPTH, profile)
+    assert set(depths.tolist()) == {0, 1}
+    distilled = make_policy(_node(path, thresholds=list(result.thresholds),
+                                  start_threshold=result.start_threshold), DEPTH)
+    distilled.start_decisions = None  # the network is not asked: calling it would fail
+    assert (replay_depths(distilled, traces, DEPTH, profile) == depths).all()
+    assert distilled.describe()["start"] == "recent acceptance threshold"
+
+
 def test_the_distilled_policy_reads_q_only_and_keeps_greedy_output(pair, tmp_path):
-    """In the engine at concurrency 1 and 2, greedy: the output is the autoregressive output token for token, the
-    step-0 decision is the network's and the engine computes q(x) alone for it."""
+    """In the engine at concurrency 1 and 2, greedy: the output is the autoregressive output token for token and
+    the engine computes q(x) alone for it; with the step-0 threshold above every acceptance no cycle drafts."""
     traces, profile = _traces(), _profile()
     path = _linear_file(tmp_path / "depth.zip", traces, profile, {"token_prob": 10.0, "position": -5.0}, 2.0)
     target, draft = pair
@@ -154,18 +180,24 @@ def test_the_distilled_policy_reads_q_only_and_keeps_greedy_output(pair, tmp_pat
         assert {r.request_id: r.output_ids for r in result.requests} == reference
         assert all(1 <= c.num_drafts <= 3 for c in result.cycles)  # never past the third draft: NEVER at step 2
         assert any(c.num_drafts == 3 for c in result.cycles)
+        never = make_policy(_node(path, thresholds=[0.0], start_threshold=NEVER), DEPTH)
+        never.start_decisions = None  # the network is not asked
+        result = engine.run(requests, never, concurrency)
+        assert {r.request_id: r.output_ids for r in result.requests} == reference
+        assert all(c.num_drafts == 0 for c in result.cycles)
 
 
 @pytest.mark.parametrize(("thresholds", "match"), [
     ("0.3", r"policy\.thresholds='0\.3' is invalid"), ([], r"policy\.thresholds=\[\] is invalid"),
     ([0.2, -1], r"policy\.thresholds=\[0\.2, -1\] is invalid"), ([True], r"policy\.thresholds=\[True\] is invalid"),
-    (None, "holds no distilled thresholds"),
+    (None, "holds no distilled thresholds"), ([0.2], r"policy\.start_threshold=-0\.5 is invalid"),
 ])
 def test_bad_thresholds_fail_in_one_line(tmp_path, thresholds, match):
     traces, profile = _traces(cycles=4), _profile()
     path = _linear_file(tmp_path / "depth.zip", traces, profile, {"token_prob": 1.0}, 0.0)
+    start = -0.5 if "start_threshold" in match else None
     with pytest.raises(SpectuneError, match=match) as err:
-        make_policy(_node(path, thresholds=thresholds), DEPTH)
+        make_policy(_node(path, thresholds=thresholds, start_threshold=start), DEPTH)
     assert "\n" not in str(err.value)
 
 
@@ -182,8 +214,9 @@ def test_the_command_distils_a_file_trained_before_and_fails_in_one_line(tmp_pat
     with pytest.raises(SpectuneError, match="holds no distilled thresholds"):
         make_policy(_node(path), DEPTH)
     assert main([path, str(traces_path)]) == 0
-    expected = distill(path, _traces(), profile, DEPTH).thresholds
-    assert make_policy(_node(path), DEPTH).thresholds == expected
+    expected = distill(path, _traces(), profile, DEPTH)
+    policy = make_policy(_node(path), DEPTH)
+    assert policy.thresholds == expected.thresholds and policy.start_threshold == expected.start_threshold == 0.0
     for argv, bad in (([path, str(tmp_path / "none.parquet")], "none.parquet"),
                       ([path, str(traces_path), "--max-depth", "0"], "--max-depth=0"),
                       ([str(tmp_path / "none.zip"), str(traces_path)], "none.zip")):

@@ -158,9 +158,12 @@ def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
     distilled = extra["distilled"]  # the stops distilled on the training traces, for policy=ppo-distilled
     assert len(distilled["thresholds"]) == 3 and sum(distilled["decisions"]) > 0
     assert 0 < distilled["overall_agreement"] <= 1
+    assert distilled["start_decisions"] > 0 and 0 < distilled["start_agreement"] <= 1  # step 0's rule, beside them
     node = {"name": "ppo-distilled", "depth_path": str(tmp_path / "depth.zip"), "trust_pickle": False,
-            "profile": None, "allow_profile_mismatch": False, "thresholds": None}
-    assert list(make_policy(node, 4).thresholds) == distilled["thresholds"]
+            "profile": None, "allow_profile_mismatch": False, "thresholds": None, "start_threshold": None}
+    loaded = make_policy(node, 4)
+    assert list(loaded.thresholds) == distilled["thresholds"]
+    assert loaded.start_threshold == distilled["start_threshold"] is not None
     curves = pd.read_csv(tmp_path / "curves.csv")
     assert curves["timesteps"].tolist()[0] == 0 and curves["timesteps"].max() >= 256
     assert (curves["oracle_tok_s"] >= curves[["policy_tok_s", "best_fixed_tok_s"]].max(axis=1) - 1e-9).all()
