@@ -165,7 +165,7 @@ def _train_ids(directory: Path) -> set[str]:
 
 def _training_traces(directory: Path) -> Any:
     """The training traces the learned policies of ``directory`` were trained on (recorded there, or given)."""
-    from policies.envs.data import TraceSet
+    from policies.envs.data import TraceSet, read_traces
 
     path = rundir.TRACES.path(directory)
     if not path.is_file():
@@ -173,9 +173,7 @@ def _training_traces(directory: Path) -> Any:
     if not path.is_file():
         raise SpectuneError(f"evaluate.tune=true needs the training traces of {str(directory)!r}: none found "
                             "(set evaluate.tune=false or train here)")
-    meta_path = path.with_name(rundir.TRACES_METADATA.name)
-    metadata = rundir.TRACES_METADATA.read(meta_path.parent) if meta_path.is_file() else {}
-    return TraceSet(pd.read_parquet(path), metadata, "training traces")
+    return TraceSet(*read_traces(path), "training traces")
 
 
 def _tuned(methods: list[tuple[str, int, dict]], settings: EvaluateSettings, learned: Path, concurrency: int

@@ -12,28 +12,18 @@ import argparse
 import logging
 from pathlib import Path
 
-import pandas as pd
-
-from harness import cli, rundir
-from harness.errors import SpectuneError
+from harness import cli
 from policies.classifier import fit_classifier, save_classifier
+from policies.envs.data import read_traces
 
 log = logging.getLogger(__name__)
 
 
 def fit_file(traces: str | Path, out: str | Path, hidden: list[int], target: str, epochs: int, seed: int) -> Path:
     """Read the traces, fit, write the model file (atomic) with the traces' provenance."""
-    traces = Path(traces)
-    if not traces.is_file():
-        raise SpectuneError(f"traces={str(traces)!r} is invalid: no such file (record one with "
-                            "python -m harness task=trace)")
-    try:
-        frame = pd.read_parquet(traces)
-    except (OSError, ValueError) as err:
-        raise SpectuneError(f"traces={str(traces)!r} is invalid: not a readable parquet file ({err})") from None
-    recorded = rundir.TRACES_METADATA.read_if_present(traces.parent, {})
+    frame, recorded = read_traces(traces)
     model = fit_classifier(frame, hidden, target, epochs, seed)
-    return save_classifier(model, out, {"traces": str(traces.resolve()), "rows": len(frame), "target": target,
+    return save_classifier(model, out, {"traces": str(Path(traces).resolve()), "rows": len(frame), "target": target,
                                         "hidden": hidden, "epochs": epochs, "seed": seed, "traces_metadata": recorded})
 
 

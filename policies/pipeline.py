@@ -57,7 +57,7 @@ from harness.io import write_figure
 from harness.metadata import base_metadata
 from harness.options import flag, integer
 from harness.profile import Profile, load_profile
-from policies.envs.data import TraceSet
+from policies.envs.data import TraceSet, read_traces
 from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
 from policies.ppo_distilled import distill
 from policies.sb3_files import annotate_policy_file
@@ -153,8 +153,9 @@ def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[An
 def training_traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> tuple[pd.DataFrame, dict]:
     """1. The training traces: given, or recorded here on the training split at ``train.max_depth``."""
     if settings.traces:
-        loaded = TraceSet.load(settings.traces)  # validates the file
-        return pd.read_parquet(settings.traces), loaded.metadata
+        frame, metadata = read_traces(settings.traces)
+        TraceSet(frame, metadata, str(settings.traces))  # validates the file
+        return frame, metadata
     from harness.engine.traces import record
     from harness.measure import check_depth
 

@@ -47,7 +47,7 @@ def _cli_paths(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "analysis.costmodel": (["--profile", f"{missing}.json", "--traces", f"{missing}.parquet", missing],
                                f"error: profile='{missing}.json' is not found"),
         "policies.fit_classifier": ([f"{missing}.parquet", str(tmp_path / "out.json")],
-                                    f"error: traces='{missing}.parquet' is invalid: no such file"),
+                                    f"error: traces='{missing}.parquet' is not found"),
     }
 
 

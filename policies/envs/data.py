@@ -61,20 +61,26 @@ class TraceSet:
 
     @classmethod
     def load(cls, path: str | Path | None) -> TraceSet:
-        if path is None or not Path(path).is_file():
-            raise SpectuneError(f"traces={path!r} is not found: give the traces.parquet that task=trace wrote")
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as err:  # pyarrow raises several types for a damaged file
-            raise SpectuneError(f"traces={path} is invalid: cannot read it as Parquet ({type(err).__name__})") from None
-        metadata = rundir.TRACES_METADATA.read_if_present(Path(path).parent, {})
-        return cls(frame, metadata, str(path))
+        return cls(*read_traces(path), str(path))
 
     def accepted_at(self, entry: int, depth: int, expected: bool = False) -> float:
         """Accepted drafts of entry ``entry`` had it stopped at ``depth`` (realised, or the expectation)."""
         if expected:
             return float(self.expected[entry, depth])
         return float(min(depth, self.leading[entry]))
+
+
+def read_traces(path: str | Path | None) -> tuple[pd.DataFrame, dict]:
+    """A ``traces.parquet`` of ``task=trace`` and the metadata recorded beside it ({} if none), or one line naming
+    the bad path."""
+    if path is None or not Path(path).is_file():
+        raise SpectuneError(f"traces={None if path is None else str(path)!r} is not found: give the traces.parquet "
+                            "that task=trace wrote")
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise SpectuneError(f"traces={path} is invalid: cannot read it as Parquet ({type(err).__name__})") from None
+    return frame, rundir.TRACES_METADATA.read_if_present(Path(path).parent, {})
 
 
 class ProfileSet:
