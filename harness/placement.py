@@ -54,6 +54,31 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # CPU flags with bfloat16 dot products; without them torch emulates bf16
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (Linux; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_bf16(flags: frozenset[str] | None = None) -> str:
+    """"native" when the CPU multiplies bfloat16 in hardware, "emulated" when its flags are known and lack that
+    (bfloat16 then runs slower than float32 and changes which γ pays), "unknown" without flags."""
+    flags = cpu_flags() if flags is None else flags
+    if not flags:
+        return "unknown"
+    return "native" if any(flag in flags for flag in NATIVE_BF16) else "emulated"
+
+
 def placement() -> dict[str, Any]:
     """The job, restart, node and CPU model of the measurement running now (job fields None outside SLURM)."""
     return {"job_id": slurm_job_id(), "restart_count": restart_count(),

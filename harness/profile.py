@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import SpectuneError
+from harness.placement import cpu_model
 
 KIND, VERSION = "spectune-profile", 1
 # Fields that must agree between a profile and the run it is applied to (dotted paths in models/hardware).
@@ -248,13 +248,7 @@ def device_name(device: Any) -> str:
         import torch
 
         return torch.cuda.get_device_name(device)
-    try:  # Linux names the CPU model here; platform.processor() is often empty
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_model()
 
 
 def _lookup(tree: dict[str, Any], dotted: str) -> Any:

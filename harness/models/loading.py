@@ -16,6 +16,7 @@ converted once into a checked local cache: :mod:`harness.models.gguf`) and draft
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
@@ -30,8 +31,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from harness.errors import SpectuneError
 from harness.hardware import DTYPES
 from harness.models import draft_vocab, feature_draft, gguf
+from harness.placement import NATIVE_BF16, cpu_bf16, cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -166,6 +170,10 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
     if hardware_cfg.get("threads"):
         torch.set_num_threads(int(hardware_cfg["threads"]))
     device = torch.device(str(hardware_cfg["device"]))
+    if device.type == "cpu" and dtype_name == "bfloat16" and cpu_bf16() == "emulated":
+        log.warning("hardware.dtype=bfloat16 on a CPU without %s (%s): bfloat16 is emulated, slower than float32, "
+                    "and its step costs are not what native bfloat16 gives; compare float32 before trusting a γ",
+                    " or ".join(NATIVE_BF16), cpu_model())
     kwargs = dict(dtype=DTYPES[dtype_name], attn_implementation=hardware_cfg.get("attn_implementation"))
     loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]] = {}
     for role in ("target", "draft"):
