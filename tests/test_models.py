@@ -132,6 +132,6 @@ def test_bfloat16_on_a_cpu_that_emulates_it_is_named_at_load(monkeypatch, caplog
         load_pair(TINY, {**CPU, "dtype": "bfloat16"})
     (record,) = caplog.records
     assert "hardware.dtype=bfloat16" in record.getMessage() and "\n" not in record.getMessage()
-    info = describe(OmegaConf.create({**CPU, "kv_cache": "dynamic", "max_cache_len": None,
+    info = describe(OmegaConf.create({**CPU, "compile": None, "kv_cache": "dynamic", "max_cache_len": None,
                                       "compile_backend": "inductor"}), torch.device("cpu"))
     assert info["cpu_bf16"] == cpu_bf16() and info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
