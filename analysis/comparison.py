@@ -2,6 +2,7 @@
 and the summary the question needs — does a policy beat the best fixed γ, where, by how much, and at what cost.
 
     python -m analysis.comparison RUN_OR_MULTIRUN_DIR [--metric decode|e2e] [--out comparison-summary.md]
+    python -m analysis.comparison RUN_OR_MULTIRUN_DIR --pair METHOD_A METHOD_B   # any two methods, paired
 
 ``load_comparisons`` finds every ``comparison.parquet`` at or below the paths (a multirun over languages is one
 directory) with its run's context (``analysis.load``), refusing runs of different models or hardware unless
@@ -10,7 +11,9 @@ fixed γ, in how many languages the paired CI lies wholly above 0 and the estima
 the CI lies wholly below ``floor_pct``, the mean decision time and the mean gap to the oracle. ``load_map`` gives,
 per (language, concurrency), which γ to run at that load and what adaptation adds there: the grid's best fixed γ
 (0: speculation off) with its speed-up over AR, and the best policy with its paired CI against that γ; per
-language, the grid's choices in vLLM's ``num_speculative_tokens_per_batch_size`` form.
+language, the grid's choices in vLLM's ``num_speculative_tokens_per_batch_size`` form. ``paired_decode`` compares
+any two methods of one run (two policies doing the same work, say) on decode tok/s, paired over the (repeat, prompt)
+clusters both completed, as the comparison's own columns are.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import Paths, load_table
+from analysis.load import Paths, find_dirs, load_table
 from analysis.report import markdown_table
 from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_text
+from harness.stats.compare import decode_clusters
+from harness.stats.intervals import paired_ratio_interval
 from harness.tasks.tune import vllm_schedule
 from policies.comparison import AA_POLICY, BEST_FIXED
 
@@ -137,6 +142,34 @@ PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "hindsi
                 "oracle_gap_pct"]
 
 
+def paired_decode(paths: Paths, a: str, b: str, seed: int = 0) -> pd.DataFrame:
+    """Per run (``requests.parquet`` at or below ``paths``) and concurrency: method ``a``'s pooled decode tok/s over
+    ``b``'s on the (repeat, prompt) clusters both completed, with its paired 95% CI (BCa, ``seed``), in %."""
+    rows = []
+    runs = find_dirs(paths, rundir.REQUESTS.name)
+    if not runs:
+        raise SpectuneError(f"no {rundir.REQUESTS.name} at or below {paths}: give policies.evaluate or bench runs")
+    for run in runs:
+        requests = rundir.REQUESTS.read(run)
+        if "concurrency" not in requests:  # a bench run: one concurrency, in its config
+            config = rundir.METADATA.read_if_present(run, {}).get("config", {})
+            requests = requests.assign(concurrency=config.get("concurrency"))
+        groups = requests.groupby("concurrency", dropna=False)
+        for concurrency, group in groups:
+            methods = sorted(group["method"].unique())
+            missing = [m for m in (a, b) if m not in methods]
+            if missing:
+                raise SpectuneError(f"--pair method {missing[0]!r} is not in {run} at concurrency {concurrency}: "
+                                    f"its methods are {', '.join(methods)}")
+            table = decode_clusters(group[group["method"].isin([a, b])])
+            iv = paired_ratio_interval(table.num[a], table.den[a], table.num[b], table.den[b], seed=seed)
+            level = None if pd.isna(concurrency) else int(concurrency)
+            rows.append({"run": str(run), "concurrency": level, "a": a, "b": b, "clusters": iv.n,
+                         "a_vs_b_pct": 100 * (iv.estimate - 1), "ci95_lo": 100 * (iv.lo - 1),
+                         "ci95_hi": 100 * (iv.hi - 1), "interval": iv.method})
+    return pd.DataFrame(rows)
+
+
 def report(frame: pd.DataFrame, metric: str = "decode") -> str:
     """The summary over languages (ranked by ``metric``), then every language's rows."""
     per_language = frame[[c for c in PER_LANGUAGE if c in frame]].sort_values(["concurrency", "language", "policy"],
@@ -156,11 +189,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="decode", choices=sorted(METRICS),
                         help="rank by decode tok/s (after the first token; default) or end-to-end tok/s")
     parser.add_argument("--allow-mixed", action="store_true", help="pool runs of different models or hardware")
+    parser.add_argument("--pair", nargs=2, metavar=("A", "B"), help="instead: method A against method B of each run "
+                        "(decode tok/s, paired over (repeat, prompt))")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (with --pair)")
     return cli.run_command(parser, _print_report, argv)
 
 
 def _print_report(args: argparse.Namespace) -> None:
-    text = report(load_comparisons(args.paths, args.allow_mixed), args.metric)
+    if args.pair:
+        if args.metric != "decode":
+            raise SpectuneError(f"--metric={args.metric} is invalid with --pair: it compares decode tok/s only")
+        text = markdown_table(paired_decode(args.paths, *args.pair, seed=args.seed), FLOAT)
+    else:
+        text = report(load_comparisons(args.paths, args.allow_mixed), args.metric)
     log.info(text)
     if args.out:
         write_text(Path(args.out), text)

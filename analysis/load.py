@@ -44,7 +44,7 @@ def _as_list(paths: Paths) -> list[Path]:
     return [Path(p) for p in paths]
 
 
-def _find(paths: Paths, marker: str) -> list[Path]:
+def find_dirs(paths: Paths, marker: str) -> list[Path]:
     """Directories at or below ``paths`` that hold ``marker``; a missing path is an error, not an empty result."""
     found: list[Path] = []
     for root in _as_list(paths):
@@ -58,7 +58,7 @@ def _find(paths: Paths, marker: str) -> list[Path]:
 
 def find_runs(paths: Paths) -> list[Path]:
     """Every bench run (a directory with ``summary.json``) at or below ``paths``."""
-    return _find(paths, SUMMARY)
+    return find_dirs(paths, SUMMARY)
 
 
 def _hashable(value: Any) -> Any:
@@ -144,7 +144,7 @@ def _no_results(paths: Paths, what: str) -> SpectuneError:
 
 
 def _report_failed_jobs(paths: Paths) -> None:
-    for err in _find(paths, rundir.ERROR.name):
+    for err in find_dirs(paths, rundir.ERROR.name):
         if not rundir.SUMMARY.exists(err):
             log.warning(f"skipped {err}: the job failed ({rundir.ERROR.read(err).get('error')})")
 
@@ -196,7 +196,7 @@ def load_points(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
 def load_table(paths: Paths, file: rundir.RunFile, allow_mixed: bool, marker: str = SUMMARY,
                 metadata_file: rundir.RunFile = rundir.METADATA) -> pd.DataFrame:
     """``file`` of every run at or below ``paths`` (a run: a directory holding ``marker``), with its run context."""
-    runs = [r for r in _find(paths, marker) if file.exists(r)]
+    runs = [r for r in find_dirs(paths, marker) if file.exists(r)]
     if not runs:
         raise _no_results(paths, file.name)
     frames = []
