@@ -8,7 +8,7 @@ decision on that recorded (cycle, row), :func:`policies.training.policy_depths`)
 nothing and is a plain target step (no decision to learn, but it is still scored).
 
 The observation and the cut are :func:`policies.envs.observation.size_observation` and ``size_cut``, the
-functions the engine-side :class:`policies.ppo.PPOSize` calls: one definition for training and use.
+functions the engine-side :class:`policies.ppo_size.PPOSize` calls: one definition for training and use.
 
 Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's budgets against the full budget
 (verify every draft: what the depth policy alone does) and against the best static budget level.
@@ -142,7 +142,7 @@ def evaluate_size(model: Any, val_env: DepthFixedSizeEnv, round_index: int, curv
 
 
 def size_extra(profile: Any, max_depth: int, final: dict[str, Any]) -> dict[str, Any]:
-    """``spectune.json`` of ``size.zip``: what :class:`policies.ppo.PPOSize` validates and needs."""
+    """``spectune.json`` of ``size.zip``: what :class:`policies.ppo_size.PPOSize` validates and needs."""
     return {"kind": "verify-size", "levels": LEVELS, "obs_tokens": OBS_TOKENS,
             "observation": [f"cum_prob[{i}] (drafted tokens' cumulative draft probability, decreasing, 0-padded)"
                             for i in range(OBS_TOKENS)] + ["batch_size/32", "c(B)", "g(D, B)"],

@@ -93,7 +93,7 @@ def cycle_observation(context_length, batch_size, recent_acceptance, c, g) -> np
 # -- the size observation and cut ---------------------------------------------------------------------------
 def size_observation(cum: np.ndarray, depths: np.ndarray, batch: int, c: float, g: float,
                      obs_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """The size policy's observation (``spectune/VerifySize-v0``, :class:`policies.ppo.PPOSize`) and the drafted
+    """The size policy's observation (``spectune/VerifySize-v0``, :class:`policies.ppo_size.PPOSize`) and the drafted
     tokens' order (flat indices into ``cum`` [B, D]): the cumulative draft probabilities of the drafted tokens in
     decreasing order (``obs_tokens``, zero padded), then batch size / 32, c(B), g(D, B).
 
