@@ -42,32 +42,31 @@ def allocated_cpus() -> int | None:
 
 
 @functools.cache
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what platform reports."""
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo, keys lower-cased (Linux; empty where it cannot be read)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip().lower(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform reports."""
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # CPU flags with bfloat16 dot products; without them torch emulates bf16
 
 
-@functools.cache
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags from /proc/cpuinfo (Linux; empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.lower().startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset(_cpuinfo().get("flags", "").split())
 
 
 def cpu_bf16(flags: frozenset[str] | None = None) -> str:

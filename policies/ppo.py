@@ -197,13 +197,12 @@ class PPODepth(DraftLengthPolicy):
         if start is None:
             self.start = None
             return self.max_gamma
-        known, context = start
-        self.start = self.start_decisions(known, context, batch_size)
+        self.start = self.start_decisions(*start, batch_size)
         return self.max_gamma if any(self.start.values()) else 0
 
-    def start_rows(self, batch_size: int) -> tuple[list[int], list[int]] | None:
-        """The cycle's bookkeeping, then the rows the step-0 decision can be taken for and every slot's context
-        (0 where no row is known), or None when a row is not known (the cycle speculates)."""
+    def start_rows(self, batch_size: int) -> tuple[list[int], dict[int, int]] | None:
+        """The cycle's bookkeeping, then the rows the step-0 decision can be taken for (sorted) with their context
+        lengths, or None when a row is not known (the cycle speculates)."""
         self.rows.begin_cycle()
         self._cum = []
         self._in_flight = batch_size  # rows in flight this cycle: the environment's batch_size
@@ -212,14 +211,14 @@ class PPODepth(DraftLengthPolicy):
         known = sorted(lengths)
         if not known or len(known) != batch_size or (self._new_request and lengths is self.rows.expected):
             return None
-        context = [0] * (max(known) + 1)
+        return known, lengths
+
+    def start_decisions(self, known: list[int], lengths: dict[int, int], batch_size: int) -> dict[int, bool]:
+        """The network's step-0 action per known row (True: speculate), one actor call for the cycle."""
+        width = max(known) + 1
+        context = [0] * width
         for row in known:
             context[row] = lengths[row]
-        return known, context
-
-    def start_decisions(self, known: list[int], context: list[int], batch_size: int) -> dict[int, bool]:
-        """The network's step-0 action per known row (True: speculate), one actor call for the cycle."""
-        width = len(context)
         before = {name: 1.0 if name == "cum_prob" else 0.0 for name in self.network_signals}  # the env's step-0 values
         constant = self._constant.get((batch_size, -1, width))
         if constant is None:  # first time at this shape: through a DraftStep, which computes and caches the constants

@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _distill_file(args: argparse.Namespace) -> None:
     from harness.profile import load_profile
-    from policies.sb3_files import annotate_policy_file, read_policy_file
+    from policies.sb3_files import annotate_policy_file
 
     if args.max_depth is not None and args.max_depth < 1:
         raise SpectuneError(f"--max-depth={args.max_depth} is invalid: an integer >= 1")
