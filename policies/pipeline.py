@@ -59,8 +59,7 @@ from harness.options import flag, integer
 from harness.profile import Profile, load_profile
 from policies.envs.data import TraceSet, read_traces
 from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
-from policies.ppo_distilled import distill
-from policies.sb3_files import annotate_policy_file
+from policies.ppo_distilled import distill_into
 from policies.training import CycleTraining, DepthTraining, save_policy, split_requests
 
 log = logging.getLogger(__name__)
@@ -153,9 +152,7 @@ def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[An
 def training_traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> tuple[pd.DataFrame, dict]:
     """1. The training traces: given, or recorded here on the training split at ``train.max_depth``."""
     if settings.traces:
-        frame, metadata = read_traces(settings.traces)
-        TraceSet(frame, metadata, str(settings.traces))  # validates the file
-        return frame, metadata
+        return read_traces(settings.traces)
     from harness.engine.traces import record
     from harness.measure import check_depth
 
@@ -187,8 +184,7 @@ def cost_profile(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> Pro
     return profile
 
 
-def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, settings: TrainSettings,
-                run_dir: Path) -> Profile:
+def _calibrated(profile: Profile, traces: TraceSet, settings: TrainSettings, run_dir: Path) -> Profile:
     """``train.calibrate_to``: a grid of live tokens/s per γ on the training prompts (CSV or Parquet with columns
     gamma, tok_s and optionally concurrency), to which the profile is calibrated (``policies.calibrate``)."""
     from policies.calibrate import calibrate_profile
@@ -204,8 +200,7 @@ def _calibrated(profile: Profile, frame: pd.DataFrame, trace_meta: dict, setting
     if missing or not len(grid):
         raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is invalid: it needs rows with columns "
                             f"gamma and tok_s at concurrency {settings.concurrency}")
-    calibrated, _ = calibrate_profile(profile, TraceSet(frame, trace_meta, "training traces"), grid,
-                                      per_depth=settings.calibrate_per_depth)
+    calibrated, _ = calibrate_profile(profile, traces, grid, per_depth=settings.calibrate_per_depth)
     rundir.PROFILE_CALIBRATED.write(run_dir, calibrated.to_json())
     return calibrated
 
@@ -226,9 +221,10 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
     settings = TrainSettings.from_cfg(cfg)
     seed = int(cfg.seed)
     frame, trace_meta = training_traces(settings, cfg, run_dir)
+    traces = TraceSet(frame, trace_meta, str(settings.traces or "training traces"))  # validated before any work
     profile = cost_profile(settings, cfg, run_dir)
     if settings.calibrate_to:
-        profile = _calibrated(profile, frame, trace_meta, settings, run_dir)
+        profile = _calibrated(profile, traces, settings, run_dir)
     fit_frame, val_frame = _split_validation(frame, settings.validation)
     curves: list[dict[str, Any]] = []
     depth = DepthTraining(TraceSet(fit_frame, trace_meta, "training cycles"),
@@ -255,8 +251,7 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
              "max_depth": settings.max_depth, "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
              "validation": final}
     save_policy(depth.model, settings.ppo, path, extra)
-    distilled = distill(path, TraceSet(frame, trace_meta, "training traces"), profile, settings.max_depth)
-    annotate_policy_file(path, {**extra, "distilled": distilled.to_json()})  # policy=ppo-distilled reads it
+    distilled = distill_into(path, traces, profile, settings.max_depth)  # policy=ppo-distilled reads it
     log.info("distilled the depth policy into q(x) thresholds %s (agreement %s) and step 0's recent acceptance >= "
              "%s (agreement %s); replay %.1f tok/s, the network's %.1f", [round(t, 4) for t in distilled.thresholds],
              distilled.overall, distilled.start_threshold, distilled.start_agreement, distilled.distilled_tok_s,

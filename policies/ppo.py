@@ -72,13 +72,16 @@ class PPODepth(DraftLengthPolicy):
         deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
         seed: seed of the sampled actions when not deterministic.
         size_path: the verification-size policy file (``size.zip``); ``None``: verify every draft.
+        policy_file: ``depth_path`` already read (``policies.ppo_distilled.distill`` reads it once for two rules);
+            keyword-only, so no config can set it.
     """
 
     name = "ppo"
     reads_context = True  # the step-0 decision covers new requests too, before anything is drafted
 
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
-                 allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None) -> None:
+                 allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None,
+                 *, policy_file: PolicyFile | None = None) -> None:
         check_gamma(gamma, "the ppo depth ceiling")
         check_flags(trust_pickle=trust_pickle, allow_profile_mismatch=allow_profile_mismatch,
                     deterministic=deterministic)
@@ -86,7 +89,7 @@ class PPODepth(DraftLengthPolicy):
             raise SpectuneError("policy.depth_path is unset: policy=ppo needs a policy file "
                                 "(policy.depth_path=RUN_DIR/depth.zip, from python -m policies.train)")
         self.max_gamma, self.deterministic, self.seed = gamma, deterministic, int(seed)
-        self.file: PolicyFile = read_policy_file(depth_path, "policy.depth_path", trust_pickle)
+        self.file: PolicyFile = policy_file or read_policy_file(depth_path, "policy.depth_path", trust_pickle)
         extra = self.file.extra
         self.features = tuple(extra.get("observation", DEFAULT_OBSERVATION))
         unknown = [f for f in self.features if f not in FEATURES]

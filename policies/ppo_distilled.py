@@ -38,7 +38,7 @@ from harness.profile import Profile
 from policies.envs.data import TraceSet
 from policies.ppo import PPODepth
 from policies.replay import replay_depths, replay_scores
-from policies.sb3_files import read_policy_file
+from policies.sb3_files import PolicyFile, annotate_policy_file, read_policy_file
 
 log = logging.getLogger(__name__)
 NEVER = 2.0  # a threshold above every probability: stop (the network stopped every row it decided at that step)
@@ -130,17 +130,20 @@ class _Recording(DraftLengthPolicy):
 
 
 def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, max_depth: int | None,
-            trust_pickle: bool = False) -> Distillation:
+            trust_pickle: bool = False, policy_file: PolicyFile | None = None) -> Distillation:
     """Replay the deterministic per-step policy of ``depth_path`` on ``traces`` (its decisions exactly as the
     engine takes them, ``profile``'s costs fed back; None: the profile and ``max_depth`` the file was trained
     with) and fit one threshold per draft step 0..max_depth − 2 (the step after the ceiling's draft is not
     decided) and one for step 0 on recent acceptance. A step the network never reached takes the threshold of
-    the step before it (:data:`NEVER` at the first)."""
+    the step before it (:data:`NEVER` at the first). ``policy_file``: the file already read (else read here, once
+    for the network and the thresholds' rule both)."""
+    policy_file = policy_file or read_policy_file(depth_path, "depth", trust_pickle)
     if max_depth is None:
-        max_depth = read_policy_file(depth_path, "depth", trust_pickle).extra.get("max_depth")
+        max_depth = policy_file.extra.get("max_depth")
         if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < 1:
             raise SpectuneError(f"depth={str(depth_path)!r} names no max_depth in its spectune.json: give --max-depth")
-    node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True)
+    node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True,
+                policy_file=policy_file)
     network = PPODepth(max_depth, **node, deterministic=True, seed=0)
     profile = profile or network.profile
     if profile is None:
@@ -174,6 +177,16 @@ def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, m
                         start, len(recording.start), start_agreement)
 
 
+def distill_into(depth_path: str | Path, traces: TraceSet, profile: Profile | None,
+                 max_depth: int | None) -> Distillation:
+    """:func:`distill` the file and store the result in its ``spectune.json`` (key ``distilled``, the rest kept),
+    where ``policy=ppo-distilled`` reads it. The file is read once."""
+    policy_file = read_policy_file(depth_path, "depth")
+    result = distill(depth_path, traces, profile, max_depth, policy_file=policy_file)
+    annotate_policy_file(depth_path, {**policy_file.extra, "distilled": result.to_json()})
+    return result
+
+
 def check_thresholds(thresholds: Any, key: str) -> tuple[float, ...]:
     """A non-empty list of numbers ≥ 0 (``NEVER`` or more: always stop), or one line naming the bad value."""
     if isinstance(thresholds, str | bytes) or not isinstance(thresholds, Sequence) or not thresholds or any(
@@ -195,8 +208,9 @@ class PPODistilled(PPODepth):
 
     def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, thresholds: Sequence[float] | None = None,
-                 start_threshold: float | None = None) -> None:
-        super().__init__(gamma, depth_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0)
+                 start_threshold: float | None = None, *, policy_file: PolicyFile | None = None) -> None:
+        super().__init__(gamma, depth_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0,
+                         policy_file=policy_file)
         stored = self.file.extra.get("distilled")
         if thresholds is None:
             if not isinstance(stored, dict) or "thresholds" not in stored:
@@ -250,14 +264,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _distill_file(args: argparse.Namespace) -> None:
     from harness.profile import load_profile
-    from policies.sb3_files import annotate_policy_file
 
     if args.max_depth is not None and args.max_depth < 1:
         raise SpectuneError(f"--max-depth={args.max_depth} is invalid: an integer >= 1")
     traces = TraceSet.load(args.traces)
-    extra = read_policy_file(args.depth, "depth").extra
-    result = distill(args.depth, traces, load_profile(args.profile) if args.profile else None, args.max_depth)
-    annotate_policy_file(args.depth, {**extra, "distilled": result.to_json()})
+    result = distill_into(args.depth, traces, load_profile(args.profile) if args.profile else None, args.max_depth)
     log.info("thresholds per draft step %s, agreement %s (overall %s); step 0: recent acceptance >= %s, agreement "
              "%s over %d rows; replay %.1f tok/s against the network's %.1f; written into %s",
              [round(t, 4) for t in result.thresholds], [None if a is None else round(a, 3) for a in result.agreement],

@@ -38,7 +38,9 @@ def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
         raise SpectuneError(f"policy={name!r} is unknown: choose one of {', '.join(sorted(POLICIES))}")
     cls = POLICIES[name]
     parameters = inspect.signature(cls.__init__).parameters
-    accepted = [p for p in parameters if p not in ("self", "gamma")]
+    # keyword-only parameters are for code (an object already built), never a config's
+    accepted = [p for p, spec in parameters.items()
+                if p not in ("self", "gamma") and spec.kind is not inspect.Parameter.KEYWORD_ONLY]
     for key in params:
         if key not in accepted:
             raise SpectuneError(f"policy.{key} is not a parameter of policy={name}: "

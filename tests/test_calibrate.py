@@ -99,11 +99,11 @@ def test_train_calibrate_to_reads_a_grid_file_and_writes_the_calibrated_profile(
     pd.DataFrame({"concurrency": [1] * 5 + [4], "gamma": [*range(5), 1], "tok_s": [*rates, 1.0]}).to_csv(grid)
     settings = TrainSettings(None, None, False, 8, 0, 0.2, 4, 1, 1, "throughput", "expected", 0.0, 100, 50, {},
                              calibrate_to=str(grid))
-    calibrated = _calibrated(_profile(10.0, 1.0, 0.5, 2.0), frame, {}, settings, tmp_path)
+    calibrated = _calibrated(_profile(10.0, 1.0, 0.5, 2.0), TraceSet(frame), settings, tmp_path)
     assert calibrated.fit["calibration"]["max_abs_residual_pct"] < 1e-6  # the concurrency-4 row was ignored
     assert (tmp_path / "profile.calibrated.json").is_file()
     with pytest.raises(SpectuneError, match=r"train\.calibrate_to='/no/grid\.csv' is not found"):
-        _calibrated(calibrated, frame, {}, TrainSettings(None, None, False, 8, 0, 0.2, 4, 1, 1, "throughput",
+        _calibrated(calibrated, TraceSet(frame), TrainSettings(None, None, False, 8, 0, 0.2, 4, 1, 1, "throughput",
                                                          "expected", 0.0, 100, 50, {}, calibrate_to="/no/grid.csv"),
                     tmp_path)
 

@@ -223,3 +223,30 @@ def test_the_command_distils_a_file_trained_before_and_fails_in_one_line(tmp_pat
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert bad in err and "\n" not in err
+
+
+def test_distilling_into_a_file_reads_it_once_and_keeps_its_other_keys(tmp_path, monkeypatch):
+    """``distill_into`` (what ``policies.train`` and the command call) reads the policy file once for the network,
+    the thresholds' rule and the keys it writes back; the file already read is a keyword-only argument, so no
+    config can pass one (one line naming the parameter)."""
+    import policies.ppo_distilled as module
+    from policies.sb3_files import read_policy_file
+
+    traces, profile = _traces(), _profile()
+    path = _linear_file(tmp_path / "depth.zip", traces, profile, {"token_prob": 10.0, "position": -5.0}, 2.0)
+    reads: list[str] = []
+
+    def counted(*args, **kwargs):
+        reads.append(str(args[0]))
+        return read_policy_file(*args, **kwargs)
+
+    monkeypatch.setattr(module, "read_policy_file", counted)
+    result = module.distill_into(path, traces, profile, None)
+    assert reads == [path]
+    monkeypatch.undo()
+    extra = read_policy_file(path).extra
+    assert extra["max_depth"] == DEPTH and extra["observation"] == list(OBS_FIELDS)
+    assert extra["distilled"]["thresholds"] == list(result.thresholds)
+    with pytest.raises(SpectuneError, match=r"policy\.policy_file is not a parameter of policy=ppo-distilled") as err:
+        make_policy(_node(path, policy_file="x"), DEPTH)
+    assert "\n" not in str(err.value)
