@@ -28,6 +28,16 @@ def _share_cores_between_workers() -> None:
 
 
 _share_cores_between_workers()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker per core, plus one. Under ``--dist loadfile`` the cluster and submitit files each
+    hold a worker for minutes while it mostly waits on jobs that run elsewhere (SLURM, submitit's processes);
+    the extra worker keeps the cores busy meanwhile. PYTEST_XDIST_AUTO_NUM_WORKERS still wins (None: xdist's)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return (os.cpu_count() or 1) + 1
 # The smallest real bench: three English prompts, eight new tokens, one warm-up request.
 SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1", "task.repeats=1"]
 
