@@ -23,6 +23,13 @@ def test_acceptance_writes_alpha_and_c(cli, tmp_path):
     assert result["workload"]["num_prompts"] == 3 and result["workload"]["sampling"]["temperature"] == 1.0
     assert result["models"]["target"]["weights_sha256"] and result["metadata"]["git"]
     assert "alpha =" in out.stdout and "c =" in out.stdout
+    rows = result["alpha_per_prompt"]
+    assert len(rows) == 3 and all(r["positions"] >= 1 for r in rows)
+    pooled = sum(r["alpha"] * r["positions"] for r in rows) / sum(r["positions"] for r in rows)
+    assert pooled == pytest.approx(result["alpha"], rel=1e-6)
+    ci = result["alpha_ci95_over_prompts"]
+    assert ci["n"] == 3 and ci["lo"] <= result["alpha"] <= ci["hi"]
+    assert ci["estimate"] == pytest.approx(result["alpha"], rel=1e-6)
 
 
 def test_hub_pair_offline_fails_in_one_line(cli, tmp_path):

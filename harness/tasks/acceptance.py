@@ -32,6 +32,7 @@ from harness.metadata import base_metadata
 from harness.models.feature_draft import HiddenTap, reads_features, unrolled
 from harness.options import integer, required
 from harness.sampling import SamplingParams, sample, warp
+from harness.stats.intervals import ratio_interval
 
 PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
 log = logging.getLogger(__name__)
@@ -174,6 +175,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         by_language.setdefault(prompt.language, []).append(a)
 
     pooled = torch.cat(per_position)
+    sums = [float(a.sum()) for a in per_position]
+    counts = [len(a) for a in per_position]
     longest = max(len(a) for a in per_position)
     by_index = [float(torch.stack([a[k] for a in per_position if len(a) > k]).mean()) for k in range(longest)]
     t_ms, d_ms = _median_ms(target_times), _median_ms(draft_times)
@@ -185,6 +188,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                          "then teacher-forced through both models; stops at EOS or max_new_tokens",
         "alpha_spread_over_positions": spread(pooled),
         "alpha_spread_over_prompts": spread(torch.tensor(per_prompt)),
+        # α pools positions, so its interval resamples prompts (clusters) and recomputes the pooled ratio
+        "alpha_ci95_over_prompts": ratio_interval(sums, counts, seed=wl.seed).as_dict(),
+        # one row per prompt, in workload order: two drafts measured on the same prompts compare paired
+        "alpha_per_prompt": [{"id": p.id, "language": p.language, "positions": int(n), "alpha": a}
+                             for p, n, a in zip(wl.prompts, counts, per_prompt, strict=True)],
         "alpha_by_position_index": by_index,
         "alpha_by_language": {lang: float(torch.cat(v).mean()) for lang, v in sorted(by_language.items())},
         # a draft that reads the target's features sees them only at a cycle's first step: α by draft step
@@ -210,8 +218,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         log.info(f"models {pair.metadata['name']}: {pair.metadata['weights_note']}")
     log.info(f"workload {wl.name} ({len(wl.prompts)} prompts, {len(pooled)} positions, T={params.temperature}, "
              f"top_p={params.top_p}, top_k={params.top_k})")
-    log.info(f"alpha = {result['alpha']:.4f}  (positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, "
-             f"p90 {sp['p90']:.3f})")
+    ci = result["alpha_ci95_over_prompts"]
+    log.info(f"alpha = {result['alpha']:.4f}  (95% CI over {ci['n']} prompts {ci['lo']:.4f}–{ci['hi']:.4f}; "
+             f"positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, p90 {sp['p90']:.3f})")
     if len(by_language) > 1:
         log.info("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
     if features:

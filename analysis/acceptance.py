@@ -1,0 +1,73 @@
+"""`python -m analysis.acceptance A B`: two drafts' α on the same prompts, paired.
+
+``task=acceptance`` samples the target's continuations from the workload's seed, so two drafts measured with the
+same target, workload and sampling settings are scored on the same positions. Their difference is then read
+paired: the bootstrap resamples prompts (a prompt's positions are not independent) and recomputes both pooled α
+on the same resample (:func:`harness.stats.intervals.paired_difference_interval`), which is much tighter than
+comparing two separate intervals. Runs whose prompts or continuations differ are refused: their α are not paired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import cli, rundir
+from harness.errors import SpectuneError
+from harness.stats.intervals import paired_difference_interval
+
+log = logging.getLogger(__name__)
+
+
+def read_acceptance(path: Path | str) -> dict[str, Any]:
+    """An acceptance result from its run directory or its ``acceptance.json``, with per-prompt rows."""
+    path = Path(path)
+    data = rundir.read_json(path if path.is_file() else rundir.ACCEPTANCE.path(path))
+    if data.get("task") != "acceptance" or "alpha_per_prompt" not in data:
+        raise SpectuneError(f"{path} is not a task=acceptance result with per-prompt rows (alpha_per_prompt); "
+                            "rerun task=acceptance to get them")
+    return data
+
+
+def paired_alpha(a: dict[str, Any], b: dict[str, Any], *, seed: int) -> dict[str, Any]:
+    """α of A and of B and A − B with its 95% interval over prompts; the same prompts and positions required."""
+    rows_a, rows_b = a["alpha_per_prompt"], b["alpha_per_prompt"]
+    key_a = [(r["id"], r["positions"]) for r in rows_a]
+    key_b = [(r["id"], r["positions"]) for r in rows_b]
+    if key_a != key_b:
+        raise SpectuneError(f"the runs are not paired: {len(key_a)} and {len(key_b)} prompts, "
+                            f"{sum(x != y for x, y in zip(key_a, key_b, strict=False))} differing in id or length; "
+                            "measure both with the same target, workload and sampling settings")
+    counts = np.array([r["positions"] for r in rows_a], dtype=float)
+    sums_a = np.array([r["alpha"] for r in rows_a]) * counts
+    sums_b = np.array([r["alpha"] for r in rows_b]) * counts
+    diff = paired_difference_interval(sums_a, counts, sums_b, counts, seed=seed)
+    better = sum(x["alpha"] > y["alpha"] for x, y in zip(rows_a, rows_b, strict=True))
+    worse = sum(x["alpha"] < y["alpha"] for x, y in zip(rows_a, rows_b, strict=True))
+    return {"alpha_a": float(sums_a.sum() / counts.sum()), "alpha_b": float(sums_b.sum() / counts.sum()),
+            "difference": diff.as_dict(), "prompts": len(rows_a), "positions": int(counts.sum()),
+            "prompts_a_higher": better, "prompts_b_higher": worse}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.ArgumentParser(prog="python -m analysis.acceptance", description=__doc__.splitlines()[0])
+    parser.add_argument("a", help="task=acceptance run directory (or its acceptance.json)")
+    parser.add_argument("b", help="the same, for the draft compared against")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    return cli.run_command(parser, _print, argv)
+
+
+def _print(args: argparse.Namespace) -> None:
+    r = paired_alpha(read_acceptance(args.a), read_acceptance(args.b), seed=args.seed)
+    d = r["difference"]
+    log.info(f"{r['prompts']} prompts, {r['positions']} positions: alpha A {r['alpha_a']:.4f}, B {r['alpha_b']:.4f}; "
+             f"A - B {d['estimate']:+.4f} (95% CI {d['lo']:+.4f} to {d['hi']:+.4f}, {d['method']} bootstrap over "
+             f"prompts); A higher on {r['prompts_a_higher']} prompts, B on {r['prompts_b_higher']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
