@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
 from harness import rundir
 from harness.engine.kv import cache_argument
@@ -162,7 +163,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     per_prompt, per_position, by_language, deeper = [], [], {}, []
     target_times: list[float] = []
     draft_times: list[float] = []
-    for prompt in wl.prompts:
+    for prompt in tqdm(wl.prompts, desc=f"acceptance {wl.name}", unit="prompt"):
         cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos,
                                vocab=pair.vocab_size)
         by_depth, d_times = draft_pass(prompt.input_ids, cont)
