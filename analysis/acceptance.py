@@ -2,9 +2,10 @@
 
 ``task=acceptance`` samples the target's continuations from the workload's seed, so two drafts measured with the
 same target, workload and sampling settings are scored on the same positions. Their difference is then read
-paired: the bootstrap resamples prompts (a prompt's positions are not independent) and recomputes both pooled α
-on the same resample (:func:`harness.stats.intervals.paired_difference_interval`), which is much tighter than
-comparing two separate intervals. Runs whose prompts or continuations differ are refused: their α are not paired.
+paired: prompts are the units (a prompt's positions are not independent), and the interval of the difference of the
+two pooled α is taken over the same prompts (:func:`harness.stats.intervals.paired_difference_interval`), which is
+much tighter than comparing two separate intervals. Runs whose prompts or continuations differ are refused: their
+α are not paired.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def read_acceptance(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def paired_alpha(a: dict[str, Any], b: dict[str, Any], *, seed: int) -> dict[str, Any]:
+def paired_alpha(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """α of A and of B and A − B with its 95% interval over prompts; the same prompts and positions required."""
     rows_a, rows_b = a["alpha_per_prompt"], b["alpha_per_prompt"]
     key_a = [(r["id"], r["positions"]) for r in rows_a]
@@ -45,7 +46,7 @@ def paired_alpha(a: dict[str, Any], b: dict[str, Any], *, seed: int) -> dict[str
     counts = np.array([r["positions"] for r in rows_a], dtype=float)
     sums_a = np.array([r["alpha"] for r in rows_a]) * counts
     sums_b = np.array([r["alpha"] for r in rows_b]) * counts
-    diff = paired_difference_interval(sums_a, counts, sums_b, counts, seed=seed)
+    diff = paired_difference_interval(sums_a, counts, sums_b, counts)
     better = sum(x["alpha"] > y["alpha"] for x, y in zip(rows_a, rows_b, strict=True))
     worse = sum(x["alpha"] < y["alpha"] for x, y in zip(rows_a, rows_b, strict=True))
     return {"alpha_a": float(sums_a.sum() / counts.sum()), "alpha_b": float(sums_b.sum() / counts.sum()),
@@ -57,16 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(prog="python -m analysis.acceptance", description=__doc__.splitlines()[0])
     parser.add_argument("a", help="task=acceptance run directory (or its acceptance.json)")
     parser.add_argument("b", help="the same, for the draft compared against")
-    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     return cli.run_command(parser, _print, argv)
 
 
 def _print(args: argparse.Namespace) -> None:
-    r = paired_alpha(read_acceptance(args.a), read_acceptance(args.b), seed=args.seed)
+    r = paired_alpha(read_acceptance(args.a), read_acceptance(args.b))
     d = r["difference"]
     log.info(f"{r['prompts']} prompts, {r['positions']} positions: alpha A {r['alpha_a']:.4f}, B {r['alpha_b']:.4f}; "
-             f"A - B {d['estimate']:+.4f} (95% CI {d['lo']:+.4f} to {d['hi']:+.4f}, {d['method']} bootstrap over "
-             f"prompts); A higher on {r['prompts_a_higher']} prompts, B on {r['prompts_b_higher']}")
+             f"A - B {d['estimate']:+.4f} (95% CI {d['lo']:+.4f} to {d['hi']:+.4f}, {d['method']}: prompts); "
+             f"A higher on {r['prompts_a_higher']} prompts, B on {r['prompts_b_higher']}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""The bench's one-glance table: per method tokens/s, speedup vs AR with its CI, which method is best and
-which are indistinguishable from it, the MAD rule's pick, acceptance length, latency, memory, goodput.
+"""The bench's one-glance table: per method tokens/s, speedup vs AR with its CI and what that interval resolves,
+which method is best and which are indistinguishable from it, the MAD rule's pick, acceptance length, latency,
+memory, goodput; under it the unit of the intervals, where their variance comes from and the smallest effect
+they resolve.
 
 It reads the per-method entries of summary.json (``methods``); entries of runs without repeats (no CI
 fields) still work: the speedup is then computed from the throughputs and shown without an interval.
@@ -8,6 +10,7 @@ fields) still work: the speedup is then computed from the throughputs and shown 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import pandas as pd
@@ -16,6 +19,7 @@ COLUMNS = {
     "output_throughput": "tok/s",
     "speedup": "speedup",
     "speedup_ci": "95% CI",
+    "speedup_verdict": "vs ar",
     "rank": "rank",
     "spec_decode_acceptance_length": "acc_len",
     "p50_ttft_ms": "TTFT p50 ms",
@@ -40,7 +44,7 @@ def _rank(entry: dict[str, Any], ranking: dict[str, Any]) -> str:
     tp = ranking.get("output_throughput") or {}
     marks = []
     if entry["method"] == tp.get("best"):
-        marks.append("best")
+        marks.append("best" if tp.get("best_resolved", True) else "top (not resolved)")
     elif entry["method"] in (tp.get("indistinguishable") or []):
         marks.append("≈best")
     if entry["method"] == tp.get("mad_pick"):
@@ -63,6 +67,10 @@ def bench_table(summaries: list[dict[str, Any]], ranking: dict[str, Any] | None 
     for key in ("output_throughput", "peak_rss_bytes", "speedup", "speedup_ci95_lo", "speedup_ci95_hi"):
         if key not in frame:
             frame[key] = float("nan")
+    if "speedup_verdict" not in frame:
+        frame["speedup_verdict"] = "-"
+    frame["speedup_verdict"] = [("-" if m == "ar" or not isinstance(v, str) else v)
+                                for m, v in zip(frame["method"], frame["speedup_verdict"], strict=True)]
     base = frame.loc[frame["method"] == "ar", "output_throughput"]
     base_tps = float(base.iloc[0]) if len(base) and pd.notna(base.iloc[0]) else None
     ratio = frame["output_throughput"] / base_tps if base_tps else float("nan")
@@ -102,9 +110,8 @@ def format_ranking(ranking: dict[str, Any], methods: list[dict[str, Any]]) -> li
     st = tp["statistics"]
     repeats = max((m.get("repeats") or 0 for m in methods), default=0)
     plural = "s" if repeats != 1 else ""
-    lines = [f"tok/s: median over {repeats} repeat{plural} (rotated order); speedup and best: pooled throughput "
-             f"(Σ tokens / Σ time over all repeats), paired vs ar; 95% CI: {st['ci_method']}, {st['n_resamples']} "
-             f"resamples of {st['n_clusters']} (repeat, prompt) clusters, seed {st['seed']}"]
+    lines = [f"tok/s: median over {repeats} repeat{plural}; speedup and best: pooled throughput (Σ tokens / Σ time "
+             f"over all repeats), paired vs ar", *statistics_lines(st, methods)]
     for metric, title in (("output_throughput", "throughput"), ("request_goodput", "goodput")):
         rank = ranking.get(metric)
         if not rank or rank.get("best") is None:
@@ -112,9 +119,10 @@ def format_ranking(ranking: dict[str, Any], methods: list[dict[str, Any]]) -> li
         best = by_name[rank["best"]]
         value = best.get(metric)
         others = [m for m in rank["indistinguishable"] if m != rank["best"]]
-        lines.append(f"best by {title}: {rank['best']} ({value:,.2f}"
-                     f"{' tok/s' if metric == 'output_throughput' else ' req/s'}); indistinguishable from it "
-                     f"(paired 95% CI of the difference contains 0): {', '.join(others) if others else 'none'}")
+        resolved = rank.get("best_resolved", True)
+        lines.append(f"{'best' if resolved else 'top estimate (not resolved)'} by {title}: {rank['best']} "
+                     f"({value:,.2f}{' tok/s' if metric == 'output_throughput' else ' req/s'}); indistinguishable "
+                     f"from it (paired 95% CI of the difference contains 0): {', '.join(others) if others else 'none'}")
         lines.append(f"MAD rule by {title} (vLLM PR 49163, not merged: median - 1.4826*MAD over repeats, ties "
                      f"within 1% to the smaller γ): {rank['mad_pick']}")
     floor = tp.get("noise_floor_pct")
@@ -125,4 +133,38 @@ def format_ranking(ranking: dict[str, Any], methods: list[dict[str, Any]]) -> li
         lines.append("SLOs: " + ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
                      + " (goodput: requests meeting every SLO / duration, as vLLM --goodput; "
                        "p99 SLO: nearest-rank p99 TTFT/TPOT within the limits, MLPerf style)")
+    return lines
+
+
+def _median(values: list[Any]) -> float | None:
+    finite = [v for v in values if _finite(v)]
+    return statistics.median(finite) if finite else None
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+.1f}%" if signed else f"{value:.1f}%")
+
+
+def statistics_lines(st: dict[str, Any], methods: list[dict[str, Any]]) -> list[str]:
+    """How the intervals were made (their unit and number), where their variance comes from (median over the
+    methods compared with ar) and the smallest speedup they resolve. A summary written before units were prompts
+    (its statistics name a bootstrap over (repeat, prompt) clusters) is described as what it was."""
+    if "ci_method" in st:  # the old unit
+        return [f"95% CI: {st['ci_method']}, {st.get('n_resamples')} resamples of {st.get('n_clusters')} (repeat, "
+                "prompt) clusters — repeats counted as independent: these intervals are too narrow"]
+    others = [m for m in methods if m.get("method") != "ar" and m.get("status") == "ok"]
+    lines = [f"95% CI: {st['interval']} — {st['n_units']} units, unit = {st['unit']}, {st['repeats']} repeat(s) "
+             f"each; a method is faster or slower only where its interval excludes 1, equivalent where it lies "
+             f"within ±{100 * st['equivalence_margin']:g}%"]
+    if others:
+        get = {k: _median([m.get(f"speedup_{k}") for m in others])
+               for k in ("between_units_sd_pct", "between_repeats_sd_pct", "drift_pct", "machine_drift_pct",
+                         "mde_pct")}
+        lines.append(f"variance of the speedup vs ar (SD, median over methods): between units "
+                     f"{_pct(get['between_units_sd_pct'])}, between repeats of a unit "
+                     f"{_pct(get['between_repeats_sd_pct'])}; drift of the ratio over the run "
+                     f"{_pct(get['drift_pct'], True)} (the machine's own: {_pct(get['machine_drift_pct'], True)}); "
+                     f"{st['process_component']}")
+        lines.append(f"smallest speedup this run resolves (MDE, {100 * st['power']:.0f}% power, median over "
+                     f"methods): {_pct(get['mde_pct'])}")
     return lines

@@ -29,8 +29,9 @@ from analysis.report import markdown_table
 from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_text
-from harness.stats.compare import decode_clusters
-from harness.stats.intervals import paired_ratio_interval
+from harness.stats.compare import EQUIVALENCE_MARGIN, decode_units
+from harness.stats.intervals import mde, paired_ratio_interval, verdict
+from harness.stats.units import unit_size_of
 from harness.tasks.tune import vllm_schedule
 from policies.comparison import AA_POLICY, BEST_FIXED
 
@@ -142,9 +143,11 @@ PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "hindsi
                 "oracle_gap_pct"]
 
 
-def paired_decode(paths: Paths, a: str, b: str, seed: int = 0) -> pd.DataFrame:
+def paired_decode(paths: Paths, a: str, b: str) -> pd.DataFrame:
     """Per run (``requests.parquet`` at or below ``paths``) and concurrency: method ``a``'s pooled decode tok/s over
-    ``b``'s on the (repeat, prompt) clusters both completed, with its paired 95% CI (BCa, ``seed``), in %."""
+    ``b``'s on the prompts both completed (each prompt's repeats together), with its paired 95% t-interval
+    (delta method) and its minimum detectable effect, in %. Runs at concurrency > 1 take one batch of
+    consecutive prompts as the unit."""
     rows = []
     runs = find_dirs(paths, rundir.REQUESTS.name)
     if not runs:
@@ -161,12 +164,14 @@ def paired_decode(paths: Paths, a: str, b: str, seed: int = 0) -> pd.DataFrame:
             if missing:
                 raise SpectuneError(f"--pair method {missing[0]!r} is not in {run} at concurrency {concurrency}: "
                                     f"its methods are {', '.join(methods)}")
-            table = decode_clusters(group[group["method"].isin([a, b])])
-            iv = paired_ratio_interval(table.num[a], table.den[a], table.num[b], table.den[b], seed=seed)
             level = None if pd.isna(concurrency) else int(concurrency)
-            rows.append({"run": str(run), "concurrency": level, "a": a, "b": b, "clusters": iv.n,
+            table = decode_units(group[group["method"].isin([a, b])], unit_size_of(level or 1, None))
+            iv = paired_ratio_interval(table.num[a], table.den[a], table.num[b], table.den[b])
+            effect = mde(iv)
+            rows.append({"run": str(run), "concurrency": level, "a": a, "b": b, "units": iv.n, "unit": table.unit,
                          "a_vs_b_pct": 100 * (iv.estimate - 1), "ci95_lo": 100 * (iv.lo - 1),
-                         "ci95_hi": 100 * (iv.hi - 1), "interval": iv.method})
+                         "ci95_hi": 100 * (iv.hi - 1), "mde_pct": None if effect is None else 100 * effect,
+                         "verdict": verdict(iv, EQUIVALENCE_MARGIN), "interval": iv.method})
     return pd.DataFrame(rows)
 
 
@@ -190,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="rank by decode tok/s (after the first token; default) or end-to-end tok/s")
     parser.add_argument("--allow-mixed", action="store_true", help="pool runs of different models or hardware")
     parser.add_argument("--pair", nargs=2, metavar=("A", "B"), help="instead: method A against method B of each run "
-                        "(decode tok/s, paired over (repeat, prompt))")
-    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (with --pair)")
+                        "(decode tok/s, paired over prompts)")
     return cli.run_command(parser, _print_report, argv)
 
 
@@ -199,7 +203,7 @@ def _print_report(args: argparse.Namespace) -> None:
     if args.pair:
         if args.metric != "decode":
             raise SpectuneError(f"--metric={args.metric} is invalid with --pair: it compares decode tok/s only")
-        text = markdown_table(paired_decode(args.paths, *args.pair, seed=args.seed), FLOAT)
+        text = markdown_table(paired_decode(args.paths, *args.pair), FLOAT)
     else:
         text = report(load_comparisons(args.paths, args.allow_mixed), args.metric)
     log.info(text)

@@ -55,6 +55,38 @@ def block_size(value: Any, key: str, concurrency: list[int], against: str) -> in
     return size
 
 
+DESIGNS = ("interleaved", "blocked")
+
+
+def design_option(value: Any, key: str, block: int | None, rate: float | None) -> str:
+    """The option ``key`` (``task.design``): "interleaved" (every method runs a block of prompts before the next
+    block starts: the default in a closed loop), "blocked" (every method runs all prompts at once, one after the
+    other: the default, and the only design, in an open loop, where arrivals follow a clock), or null (the
+    default). ``block`` is the block size the user gave (only interleaving takes one)."""
+    if block is not None and rate is not None:
+        raise SpectuneError(f"block_prompts={block} is invalid with request_rate={rate}: blocks need a closed loop "
+                            "(request_rate=null)")
+    if value is None:
+        return "blocked" if rate is not None else "interleaved"
+    if value not in DESIGNS:
+        raise SpectuneError(f"{key}={value!r} is invalid: must be one of {', '.join(DESIGNS)} or null")
+    if value == "interleaved" and rate is not None:
+        raise SpectuneError(f"{key}=interleaved is invalid with request_rate={rate}: blocks need a closed loop "
+                            "(request_rate=null)")
+    if value == "blocked" and block is not None:
+        raise SpectuneError(f"{key}=blocked is invalid with block_prompts={block}: only the interleaved design "
+                            "runs blocks")
+    return str(value)
+
+
+def block_for(design: str, block_prompts: int | None, concurrency: int) -> int | None:
+    """The block size a run at ``concurrency`` uses: None in the blocked design; else the one given, or by default
+    one batch (``concurrency`` prompts: at concurrency 1 every method runs each prompt before the next)."""
+    if design == "blocked":
+        return None
+    return block_prompts or concurrency
+
+
 def blocks_of(requests: list[Request], size: int | None) -> list[list[Request]]:
     """``requests`` cut in order into blocks of ``size`` (the last may be shorter); ``None``: one block."""
     if size is None or size >= len(requests):
@@ -211,7 +243,7 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
                     raise
                 except _FAILURES as err:
                     failed[label] = f"{type(err).__name__}: {err}"
-                    log.error(f"{label} failed on block {b} (repeat {repeat}): {failed[label]}")
+                    log.error(f"grid point {label} failed on block {b} (repeat {repeat}): {failed[label]}")
         for label, gamma in order:
             if label in failed or not parts[label]:
                 add({"method": label, "gamma": gamma, "status": "failed", "error": failed.get(label, "no block ran")},

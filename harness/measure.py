@@ -249,9 +249,11 @@ def pooled(grid: Grid) -> list[dict[str, Any]]:
     return out
 
 
-def aggregate(grid: Grid, *, seed: int, slo: Mapping[str, float] | None = None
+def aggregate(grid: Grid, *, seed: int, slo: Mapping[str, float] | None = None, unit_size: int = 1
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Per-method summaries with CIs, and the ranking (by throughput; also by goodput when SLOs are set)."""
+    """Per-method summaries with CIs over units of ``unit_size`` consecutive prompts (1: the prompt; at
+    concurrency > 1 the prompts batched together, :func:`unit_size_of`), and the ranking (by throughput; also by
+    goodput when SLOs are set). ``seed`` seeds the latency percentiles' bootstrap."""
     methods = pooled(grid)
     req, _ = grid.frames()
     ok_points = [p for p in grid.points if p.get("status") == "ok"]
@@ -264,7 +266,7 @@ def aggregate(grid: Grid, *, seed: int, slo: Mapping[str, float] | None = None
     req = req[[(m, int(r)) in ok_keys for m, r in zip(req["method"], req["repeat"], strict=True)]]
     durations = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in ok_points}
     per_repeat = {m: [p["output_throughput"] for p in ok_points if p["method"] == m] for m in ok_methods}
-    by_tp = compare(req, durations, per_repeat, gammas, seed=seed)
+    by_tp = compare(req, durations, per_repeat, gammas, unit_size=unit_size)
     by_name = {m["method"]: m for m in methods}
     for label, fields in by_tp.fields.items():
         by_name[label].update(fields)
@@ -274,7 +276,8 @@ def aggregate(grid: Grid, *, seed: int, slo: Mapping[str, float] | None = None
         req = req.assign(good=good_requests(req, slo).to_numpy())
         good_per_repeat = {m: [int(req[(req["method"] == m) & (req["repeat"] == p["repeat"])]["good"].sum())
                                / float(p["duration_s"]) for p in ok_points if p["method"] == m] for m in ok_methods}
-        by_gp = compare(req, durations, good_per_repeat, gammas, seed=seed, value="good", metric="request_goodput")
+        by_gp = compare(req, durations, good_per_repeat, gammas, value="good", metric="request_goodput",
+                        unit_size=unit_size)
         for label, fields in by_gp.fields.items():
             entry = by_name[label]
             entry["request_goodput"] = float(np.median(good_per_repeat[label]))
@@ -287,6 +290,7 @@ def aggregate(grid: Grid, *, seed: int, slo: Mapping[str, float] | None = None
 
 
 def _ranking(comp: Comparison) -> dict[str, Any]:
-    return {"best": comp.best, "indistinguishable": comp.indistinguishable, "mad_pick": comp.mad_pick,
+    return {"best": comp.best, "best_resolved": comp.best_resolved, "indistinguishable": comp.indistinguishable,
+            "mad_pick": comp.mad_pick,
             "noise_floor_pct": comp.noise_floor_pct, "statistics": comp.statistics,
             "aa_label": AA_LABEL if comp.noise_floor_pct is not None else None}

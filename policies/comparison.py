@@ -1,7 +1,8 @@
 """The comparison table of ``policies.evaluate``: every policy against the best fixed γ, one row per policy.
 
 Built from the held-out runs of one (language, concurrency): the per-point summaries and request/cycle rows
-of every method, paired by (repeat, prompt) cluster as ``task=bench`` pairs them (``harness.stats.compare``). The
+of every method, paired over independent units (prompts; blocks at concurrency > 1) as ``task=bench`` pairs them
+(``harness.stats.compare``). The
 headline column is ``vs_best_fixed_pct``: the policy's throughput over the best fixed γ's *on the same
 clusters* (a paired bootstrap CI), where that γ was chosen by a grid search over every γ on the training
 prompts (never on the held-out ones). The oracle's gap comes from replaying the held-out traces.
@@ -15,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.stats.compare import Clusters, clusters, decode_clusters
-from harness.stats.intervals import paired_ratio_interval, ratio_interval
+from harness.stats.compare import EQUIVALENCE_MARGIN, decode_units, throughput_units
+from harness.stats.intervals import mde, paired_ratio_interval, ratio_interval, verdict
+from harness.stats.units import Units
 
 # Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
 BEST_FIXED = "best fixed γ"  # the policy label of the grid's best fixed γ row (AR keeps "ar" when γ = 0)
@@ -32,6 +34,7 @@ COLUMNS = (
     "decode_tok_s", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi", "decode_repeat_cv_pct", "decode_speedup_vs_ar",
     "decode_vs_ar_pct", "decode_vs_ar_pct_ci95_lo", "decode_vs_ar_pct_ci95_hi",
     "decode_vs_best_fixed_pct", "decode_vs_best_fixed_pct_ci95_lo", "decode_vs_best_fixed_pct_ci95_hi",
+    "decode_vs_best_fixed_mde_pct", "decode_vs_best_fixed_verdict", "units", "unit",
     "hindsight_gamma", "decode_vs_hindsight_pct", "decode_vs_hindsight_pct_ci95_lo", "decode_vs_hindsight_pct_ci95_hi",
     "replay_tok_s", "replay_error_pct", "replay_vs_best_fixed_pct", "oracle_gap_pct", "oracle_vs_best_fixed_pct",
     "informed_oracle_vs_best_fixed_pct",
@@ -58,26 +61,27 @@ def _cycle_stats(cycles: pd.DataFrame) -> dict[str, float | None]:
 def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycles: pd.DataFrame,
                     points: list[dict[str, Any]], labels: Mapping[str, str], best_label: str, *, language: str,
                     concurrency: int, best_gamma: int, replay: Mapping[str, Mapping[str, float]] | None,
-                    seed: int, fixed: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+                    fixed: Mapping[str, int] | None = None, unit_size: int = 1) -> list[dict[str, Any]]:
     """One row per method of the held-out runs.
 
     ``methods`` are ``harness.measure.aggregate``'s per-method summaries (throughput and speedup CIs,
     latencies, acceptance), ``labels`` maps a method label to its policy name, ``best_label`` is the best fixed
     γ's method, ``replay`` maps a method label to its replay scores on the held-out traces, ``fixed`` maps the
     label of every fixed-γ method that ran (AR: γ 0) to its γ: with more than AR and the best fixed γ among them,
-    the best of them on these prompts is the hindsight-fixed ceiling.
+    the best of them on these prompts is the hindsight-fixed ceiling. Intervals are over units of ``unit_size``
+    consecutive prompts (1: the prompt, its repeats together).
     """
     ok = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in points if p.get("status") == "ok"}
     good = requests[[(m, int(r)) in ok for m, r in zip(requests["method"], requests["repeat"], strict=True)]]
-    table = clusters(good, ok)
-    decode = decode_clusters(good)
+    table = throughput_units(good, ok, unit_size=unit_size)
+    decode = decode_units(good, unit_size)
     hindsight = _hindsight(decode, fixed or {}, best_label)
     rows = []
     for entry in methods:
         label = entry["method"]
         row: dict[str, Any] = {"language": language, "concurrency": concurrency, "policy": labels.get(label, label),
                                "method": label, "gamma": int(entry.get("gamma", 0)), "best_fixed_gamma": best_gamma,
-                               "repeats": entry.get("repeats", 0)}
+                               "repeats": entry.get("repeats", 0), "units": decode.n, "unit": decode.unit}
         if entry.get("status") != "ok":
             rows.append(row)
             continue
@@ -91,10 +95,10 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
             row[f"speedup_vs_ar{key}"] = entry.get(f"speedup{key}")
         if label in table.num and best_label in table.num:
             iv = paired_ratio_interval(table.num[label], table.den[label], table.num[best_label],
-                                       table.den[best_label], seed=seed)
+                                       table.den[best_label])
             row["vs_best_fixed_pct"] = 100 * (iv.estimate - 1)
             row["vs_best_fixed_pct_ci95_lo"], row["vs_best_fixed_pct_ci95_hi"] = 100 * (iv.lo - 1), 100 * (iv.hi - 1)
-        row.update(_decode(decode, label, best_label, hindsight, fixed or {}, seed))
+        row.update(_decode(decode, label, best_label, hindsight, fixed or {}))
         row["acceptance_length"] = entry.get("spec_decode_acceptance_length")
         row["per_position_acceptance"] = list(entry.get("spec_decode_per_position_acceptance_rates") or [])
         row["tpot_p50_ms"] = entry.get("median_tpot_ms")
@@ -113,7 +117,7 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
     return rows
 
 
-def _hindsight(decode: Clusters, fixed: Mapping[str, int], best_label: str) -> str | None:
+def _hindsight(decode: Units, fixed: Mapping[str, int], best_label: str) -> str | None:
     """The fixed-γ method with the highest decode tok/s on the held-out clusters, when more fixed γ ran than AR
     and the training grid's pick (else there is nothing to choose among)."""
     ran = [label for label in fixed if label in decode.num]
@@ -122,17 +126,15 @@ def _hindsight(decode: Clusters, fixed: Mapping[str, int], best_label: str) -> s
     return max(ran, key=lambda label: (decode.rate(label), -fixed[label]))
 
 
-def _decode(decode: Clusters, label: str, best_label: str, hindsight: str | None, fixed: Mapping[str, int],
-            seed: int) -> dict[str, Any]:
+def _decode(decode: Units, label: str, best_label: str, hindsight: str | None, fixed: Mapping[str, int]
+            ) -> dict[str, Any]:
     """Decode tok/s with its CI, over AR, and paired % against the best fixed γ and the hindsight ceiling."""
     if label not in decode.num or not decode.den[label].sum() > 0:
         return {}
     num, den = decode.num[label], decode.den[label]
-    iv = ratio_interval(num, den, seed=seed)
+    iv = ratio_interval(num, den)
     out: dict[str, Any] = {"decode_tok_s": iv.estimate, "decode_tok_s_ci95_lo": iv.lo, "decode_tok_s_ci95_hi": iv.hi}
-    repeats = np.array([r for r, _ in decode.keys])
-    per_repeat = [num[repeats == r].sum() / den[repeats == r].sum() for r in np.unique(repeats)
-                  if den[repeats == r].sum() > 0]
+    per_repeat = decode.per_repeat(label)
     if len(per_repeat) > 1:  # the live run-to-run noise: what a replay's prediction can be held to
         out["decode_repeat_cv_pct"] = float(100 * np.std(per_repeat, ddof=1) / np.mean(per_repeat))
     if "ar" in decode.num:
@@ -141,9 +143,13 @@ def _decode(decode: Clusters, label: str, best_label: str, hindsight: str | None
                        ("decode_vs_ar_pct", "ar")):
         if other is None or other not in decode.num:
             continue
-        pair = paired_ratio_interval(num, den, decode.num[other], decode.den[other], seed=seed)
+        pair = paired_ratio_interval(num, den, decode.num[other], decode.den[other])
         out[key], out[f"{key}_ci95_lo"], out[f"{key}_ci95_hi"] = (100 * (pair.estimate - 1), 100 * (pair.lo - 1),
                                                                    100 * (pair.hi - 1))
+        if key == "decode_vs_best_fixed_pct" and other != label:
+            effect = mde(pair)
+            out["decode_vs_best_fixed_mde_pct"] = None if effect is None else 100 * effect
+            out["decode_vs_best_fixed_verdict"] = verdict(pair, EQUIVALENCE_MARGIN)
     if hindsight is not None:
         out["hindsight_gamma"] = fixed[hindsight]
     return out
@@ -167,17 +173,24 @@ def format_comparison(frame: pd.DataFrame) -> str:
     and paired % against the best fixed γ and the hindsight ceiling, end-to-end tok/s and its % beside, then
     acceptance, TPOT, decision time and the oracle's gap."""
     head = (f"{'lang':<4} {'conc':>4} {'policy':<24} {'decode':>7} {'vs AR':>6} {'decode vs best fixed γ':>24} "
-            f"{'vs hindsight':>22} {'e2e tok/s':>9} {'e2e vs best fixed':>24} {'acc.len':>7} {'TPOT p50':>8} "
-            f"{'decide%':>7} {'oracle gap':>10}")
+            f"{'verdict':<26} {'vs hindsight':>22} {'e2e tok/s':>9} {'e2e vs best fixed':>24} {'acc.len':>7} "
+            f"{'TPOT p50':>8} {'decide%':>7} {'oracle gap':>10}")
     lines = ["decode tok/s (tokens after the first / (E2EL - TTFT)) is the primary metric; % are paired, [95% CI]",
              head, "-" * len(head)]
     for row in frame.itertuples(index=False):
         lines.append(f"{row.language:<4} {row.concurrency:>4} {str(row.method)[:24]:<24} "
                      f"{_num(row.decode_tok_s, '.1f'):>7} {_num(row.decode_speedup_vs_ar, '.2f'):>6} "
-                     f"{_pct(row, 'decode_vs_best_fixed_pct'):>24} {_pct(row, 'decode_vs_hindsight_pct'):>22} "
+                     f"{_pct(row, 'decode_vs_best_fixed_pct'):>24} {row.decode_vs_best_fixed_verdict or '–'!s:<26} "
+                     f"{_pct(row, 'decode_vs_hindsight_pct'):>22} "
                      f"{_num(row.tok_s, '.1f'):>9} {_pct(row, 'vs_best_fixed_pct'):>24} "
                      f"{_num(row.acceptance_length, '.2f'):>7} {_num(row.tpot_p50_ms, '.2f'):>8} "
                      f"{_num(row.decision_pct_of_cycle, '.2f'):>7} {_num(row.oracle_gap_pct, '+.1f'):>10}")
+    for (language, concurrency), group in frame.groupby(["language", "concurrency"], sort=False):
+        first = group.iloc[0]
+        lines.append(f"intervals ({language}, concurrency {concurrency}): t (delta method) over {first['units']} "
+                     f"units, unit = {first['unit']}; a policy wins or loses only where its interval excludes 0, "
+                     f"'equivalent' where it lies within ±{100 * EQUIVALENCE_MARGIN:g}%, else 'not resolved' "
+                     "with the minimum detectable effect (80% power)")
     for row in frame[frame["policy"] == AA_POLICY].itertuples(index=False):
         lines.append(f"noise floor ({row.language}, concurrency {row.concurrency}): AR run twice, the second against "
                      f"the first: decode {_pct(row, 'decode_vs_ar_pct')}; a difference inside it is not resolved")

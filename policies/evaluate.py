@@ -32,7 +32,7 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
-from harness.interleave import block_size
+from harness.interleave import block_for, block_size, design_option
 from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
 from harness.metadata import finished_metadata
 from harness.options import flag, integer
 from harness.stats.compare import AA_LABEL, decode_rates
+from harness.stats.units import unit_size_of
 from policies.comparison import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy, measure_policy
 from policies.tuning import tunable
@@ -73,8 +74,13 @@ class EvaluateSettings:
     calibrate: bool = False
     tune: bool = True
     hindsight: bool = False
-    block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
+    block_prompts: int | None = None  # the interleaved block size given (None: one batch per block)
     noise_floor: bool = False  # AR twice on the held-out prompts: the A/A row
+    design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
+
+    def block_for(self, concurrency: int) -> int | None:
+        """The block size of the runs at ``concurrency`` (None: the blocked design)."""
+        return block_for(self.design, self.block_prompts, concurrency)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
@@ -106,6 +112,8 @@ class EvaluateSettings:
                        block_size(e.get("block_prompts"), "evaluate.block_prompts", conc,
                                   f"evaluate.concurrency={conc}"),
                        flag(e.get("noise_floor", False), "evaluate.noise_floor"))
+        settings = replace(settings, design=design_option(e.get("design"), "evaluate.design", settings.block_prompts,
+                                                          None))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -258,9 +266,9 @@ def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurren
     methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_depth + 1)]
     log.info("grid search on %d training prompts, concurrency %d: γ = 0..%d, %d repeat(s)", len(train), concurrency,
              settings.max_depth, settings.grid_repeats)
-    grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context,
-                    settings.block_prompts)
-    summaries, _ = aggregate(grid, seed=seed)
+    block = settings.block_for(concurrency)
+    grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context, block)
+    summaries, _ = aggregate(grid, seed=seed, unit_size=unit_size_of(concurrency, block))
     decode = decode_rates(grid.frames()[0])
     frame = pd.DataFrame([{"concurrency": concurrency, "method": s["method"], "gamma": int(s["gamma"]),
                            "status": s["status"], "decode_tok_s": decode.get(s["method"]),
@@ -379,9 +387,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             labels[AA_LABEL] = AA_POLICY
         log.info("held-out: %d prompts, concurrency %d, %d methods × %d repeats", len(heldout), concurrency,
                  len(methods), settings.repeats)
+        block = settings.block_for(concurrency)
         measured = _measure(setup.engine, heldout, methods, concurrency, settings.repeats, settings.warmup,
-                            setup.max_context, settings.block_prompts)
-        summaries, _ = aggregate(measured, seed=seed)
+                            setup.max_context, block)
+        summaries, _ = aggregate(measured, seed=seed, unit_size=unit_size_of(concurrency, block))
         measured_conditions[f"c{concurrency}"] = conditions.summary_fields(measured.points)
         conditions.warn_flagged(measured_conditions[f"c{concurrency}"]["conditions"])
         req, cyc = measured.frames()
@@ -392,7 +401,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, learned_profile(learned), nodes,
                              run_dir)
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
-                                concurrency=concurrency, best_gamma=best, replay=replay, seed=seed, fixed=fixed)
+                                concurrency=concurrency, best_gamma=best, replay=replay, fixed=fixed,
+                                unit_size=unit_size_of(concurrency, block))
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
     rundir.METADATA.write(run_dir, finished_metadata(metadata, tuned=tuned_values))

@@ -17,11 +17,11 @@ def _result(alphas: list[float], positions: list[int]) -> dict:
 
 
 def test_the_difference_pools_positions_and_its_interval_is_paired():
-    # A is B plus 0.05 on every prompt: pooled 0.575 vs 0.525, and every resample of prompts gives exactly 0.05,
+    # A is B plus 0.05 on every prompt: pooled 0.575 vs 0.525, and leaving out any prompt gives exactly 0.05,
     # so the paired interval is the point (two separate intervals would each span the prompts' spread)
     a = _result([0.45, 0.55, 0.60, 0.65], [10, 30, 20, 20])
     b = _result([0.40, 0.50, 0.55, 0.60], [10, 30, 20, 20])
-    r = paired_alpha(a, b, seed=0)
+    r = paired_alpha(a, b)
     assert r["alpha_a"] == pytest.approx((4.5 + 16.5 + 12 + 13) / 80)
     assert r["alpha_b"] == pytest.approx((4 + 15 + 11 + 12) / 80)
     assert r["difference"]["estimate"] == pytest.approx(0.05)
@@ -32,7 +32,7 @@ def test_the_difference_pools_positions_and_its_interval_is_paired():
 def test_a_mixed_difference_has_an_interval_around_it():
     a = _result([0.50, 0.70, 0.40, 0.65, 0.55, 0.60], [20] * 6)
     b = _result([0.45, 0.60, 0.45, 0.60, 0.50, 0.58], [20] * 6)
-    d = paired_alpha(a, b, seed=1)["difference"]
+    d = paired_alpha(a, b)["difference"]
     assert d["estimate"] == pytest.approx((0.05 + 0.10 - 0.05 + 0.05 + 0.05 + 0.02) / 6)
     assert d["lo"] < d["estimate"] < d["hi"] and d["n"] == 6
 
@@ -41,7 +41,7 @@ def test_unpaired_runs_are_refused_in_one_line(tmp_path):
     a = _result([0.5, 0.6], [10, 12])
     b = _result([0.5, 0.6], [10, 13])  # another continuation length: not the same positions
     with pytest.raises(SpectuneError, match="not paired: 2 and 2 prompts, 1 differing"):
-        paired_alpha(a, b, seed=0)
+        paired_alpha(a, b)
     (tmp_path / "old.json").write_text(json.dumps({"task": "acceptance", "alpha": 0.5}))
     with pytest.raises(SpectuneError, match="not a task=acceptance result with per-prompt rows"):
         read_acceptance(tmp_path / "old.json")

@@ -18,7 +18,10 @@ def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
                f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "fixed:gamma=3" in proc.stdout and "speedup" in proc.stdout and "95% CI" in proc.stdout
-    assert "best by throughput:" in proc.stdout and "MAD rule" in proc.stdout and "noise floor (A/A" in proc.stdout
+    assert "by throughput:" in proc.stdout and "MAD rule" in proc.stdout and "noise floor (A/A" in proc.stdout
+    # every table says its unit, where its variance comes from and what it can resolve
+    assert "unit = block of 2 consecutive prompts" in proc.stdout and "between repeats" in proc.stdout
+    assert "MDE" in proc.stdout
 
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert set(requests["method"]) == {"ar", "ar#2", "fixed:gamma=1", "fixed:gamma=3"}
@@ -38,14 +41,16 @@ def test_bench_writes_records_summary_and_metadata(cli, tmp_path):
                 "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates", "peak_rss_bytes"):
         assert g3[key] is not None, key
     assert len(g3["spec_decode_per_position_acceptance_rates"]) == 3
-    # repeats: CIs from the paired (repeat, prompt) cluster bootstrap; p99 CIs only with >= 100 samples behind them
+    # repeats: CIs over units (here blocks of 2 prompts, one batch); p99 CIs only with >= 100 samples behind them
     for key in ("output_throughput", "speedup", "p50_ttft_ms", "p50_tpot_ms", "p50_e2el_ms"):
         assert g3[f"{key}_ci95_lo"] <= g3[f"{key}_ci95_hi"], key
     assert g3["p99_ttft_ms_ci95_lo"] is None and g3["ttft_samples"] == 6
     assert len(g3["output_throughput_per_repeat"]) == 2
     assert g3["output_throughput"] == pytest.approx(sorted(g3["output_throughput_per_repeat"])[0] / 2
                                                     + sorted(g3["output_throughput_per_repeat"])[1] / 2)
-    assert summary["statistics"]["n_clusters"] == 6 and "bootstrap" in summary["statistics"]["ci_method"]
+    st = summary["statistics"]
+    assert st["n_units"] == 2 and st["unit_size"] == 2 and st["repeats"] == 2 and "jackknife" in st["interval"]
+    assert g3["speedup_verdict"] and "speedup_between_units_sd_pct" in g3
     assert summary["noise_floor_pct"] is not None and summary["repeats"] == 2
     assert sum(m["best"] for m in summary["methods"]) == 1 and not methods["ar#2"]["best"]
     order = [(p["method"], p["repeat"]) for p in summary["points"]]

@@ -1,5 +1,6 @@
-"""Repeats and intervals on synthetic data with known answers: rotation, cluster bootstrap, paired CIs,
-the MAD rule, the indistinguishable set, the noise floor, and vLLM-style goodput / MLPerf p99 checks."""
+"""Repeats and intervals on synthetic data with known answers: rotation, units, paired t-intervals, MDE and
+verdicts, the MAD rule, the indistinguishable set, the noise floor, and vLLM-style goodput / MLPerf p99 checks.
+(Coverage over thousands of simulated runs: tests/test_coverage.py.)"""
 
 from __future__ import annotations
 
@@ -10,18 +11,25 @@ import pytest
 from harness.errors import SpectuneError
 from harness.stats.compare import (
     AA_LABEL,
-    clusters,
     compare,
-    decode_clusters,
+    decode_units,
     indistinguishable,
     latency_intervals,
     mad_rule,
     mad_score,
     noise_floor_pct,
     rotation,
+    throughput_units,
 )
 from harness.stats.goodput import good_requests, nearest_rank, p99_check, parse_slo
-from harness.stats.intervals import paired_difference_interval, paired_ratio_interval, quantile_interval, ratio_interval
+from harness.stats.intervals import (
+    T_METHOD,
+    Interval,
+    paired_difference_interval,
+    paired_ratio_interval,
+    quantile_interval,
+    ratio_interval,
+)
 
 
 def test_rotation_order_is_abc_bca_cab_then_wraps():
@@ -36,12 +44,12 @@ def test_ratio_ci_of_a_mean_matches_the_normal_theory_interval():
     # n = 400 clusters, den = 1: Σx/n is the mean; its 95% CI ≈ mean ± 1.96 s/√n. Tolerance 10% of the half-width.
     rng = np.random.default_rng(1)
     x = rng.normal(50.0, 8.0, 400)
-    iv = ratio_interval(x, np.ones_like(x), seed=2)
+    iv = ratio_interval(x, np.ones_like(x))
     half = 1.96 * x.std(ddof=1) / np.sqrt(x.size)
     assert iv.estimate == pytest.approx(x.mean())
     assert iv.lo == pytest.approx(x.mean() - half, abs=0.1 * half)
     assert iv.hi == pytest.approx(x.mean() + half, abs=0.1 * half)
-    assert iv.n == 400 and iv.method == "BCa"
+    assert iv.n == 400 and iv.method == T_METHOD and iv.df == 399
 
 
 def test_paired_speedup_ci_covers_the_true_speedup_about_95_percent_of_the_time():
@@ -54,7 +62,7 @@ def test_paired_speedup_ci_covers_the_true_speedup_about_95_percent_of_the_time(
         base_time = length * rng.lognormal(0, 0.3, 30)  # cluster effect: prompt difficulty / machine state
         t_a = base_time * rng.lognormal(0, 0.1, 30)
         t_b = base_time / 1.25 * rng.lognormal(0, 0.1, 30)
-        iv = paired_ratio_interval(length, t_b, length, t_a, seed=seed, n_resamples=999)
+        iv = paired_ratio_interval(length, t_b, length, t_a)
         hits += iv.contains(1.25 * np.sum(base_time) / np.sum(base_time))
     assert 0.87 <= hits / 100 <= 1.0, hits
 
@@ -65,20 +73,20 @@ def test_a_over_a_paired_interval_contains_no_difference_and_pairing_narrows_it(
     tokens = rng.integers(24, 48, 48).astype(float)
     base = tokens * rng.lognormal(0, 0.5, 48)
     t1, t2 = base * rng.lognormal(0, 0.05, 48), base * rng.lognormal(0, 0.05, 48)
-    ratio = paired_ratio_interval(tokens, t2, tokens, t1, seed=3)
-    diff = paired_difference_interval(tokens, t2, tokens, t1, seed=3)
+    ratio = paired_ratio_interval(tokens, t2, tokens, t1)
+    diff = paired_difference_interval(tokens, t2, tokens, t1)
     assert ratio.contains(1.0) and diff.contains(0.0)
     # unpaired (independent resampling of the two runs) is much wider when clusters differ this much
-    one, two = ratio_interval(tokens, t1, seed=4), ratio_interval(tokens, t2, seed=5)
+    one, two = ratio_interval(tokens, t1), ratio_interval(tokens, t2)
     assert (ratio.hi - ratio.lo) < 0.5 * ((two.hi - two.lo) / one.estimate)
     assert noise_floor_pct(ratio) == pytest.approx(100 * max(1 - ratio.lo, ratio.hi - 1))
 
 
 def test_degenerate_and_tiny_samples_give_a_point_interval_not_nan():
     same = np.full(10, 3.0)
-    iv = ratio_interval(same, np.ones(10), seed=0)
+    iv = ratio_interval(same, np.ones(10))
     assert (iv.lo, iv.estimate, iv.hi) == (3.0, 3.0, 3.0)
-    one = ratio_interval(np.array([5.0]), np.array([2.0]), seed=0)
+    one = ratio_interval(np.array([5.0]), np.array([2.0]))
     assert (one.lo, one.hi, one.n) == (2.5, 2.5, 1)
 
 
@@ -104,9 +112,7 @@ def test_mad_rule_scores_and_ties_go_to_the_smaller_gamma():
 
 
 def test_indistinguishable_set_uses_the_paired_difference_ci():
-    from harness.stats.intervals import Interval
-
-    diffs = {"a": Interval(-5, -9, -1, 48, "BCa"), "b": Interval(-1, -3, 0.5, 48, "BCa")}
+    diffs = {"a": Interval(-5, -9, -1, 48, T_METHOD), "b": Interval(-1, -3, 0.5, 48, T_METHOD)}
     assert indistinguishable("best", diffs) == ["best", "b"]
 
 
@@ -129,8 +135,8 @@ def _synthetic_requests(speed: dict[str, float], repeats: int = 3, prompts: int 
 
 def test_time_shares_add_up_to_each_run_duration_so_the_pooled_throughput_is_exact():
     frame, durations = _synthetic_requests({"ar": 100.0, "fixed:gamma=2": 130.0})
-    table = clusters(frame, durations)
-    assert table.n == 48
+    table = throughput_units(frame, durations)
+    assert table.n == 16  # the unit is the prompt: its three repeats are summed, not counted as three draws
     total = sum(d for (m, _), d in durations.items() if m == "ar")
     assert table.den["ar"].sum() == pytest.approx(total)
     assert table.num["ar"].sum() / table.den["ar"].sum() == pytest.approx(
@@ -141,12 +147,13 @@ def test_decode_clusters_count_tokens_after_the_first_over_e2el_minus_ttft():
     frame, _ = _synthetic_requests({"ar": 100.0, "fixed:gamma=2": 130.0})
     frame.loc[0, "status"] = "error"  # a failed request and a one-token one count 0 and take no time
     frame.loc[1, "output_tokens"] = 1
-    table = decode_clusters(frame)
-    assert table.n == 48
+    table = decode_units(frame)
+    assert table.n == 16
     mine = frame[(frame.method == "ar") & (frame.status == "ok") & (frame.output_tokens > 1)]
     assert table.num["ar"].sum() == mine["output_tokens"].sum() - len(mine)
     assert table.den["ar"].sum() == pytest.approx(((mine["e2el_ms"] - mine["ttft_ms"]) / 1e3).sum())
-    assert table.num["ar"][0] == 0 and table.den["ar"][0] == 0 and table.den["ar"][1] == 0
+    cells = table.cells[(table.cells.method == "ar") & (table.cells.repeat == 0)].set_index("unit")
+    assert cells.loc[0, "num"] == 0 and cells.loc[0, "den"] == 0 and cells.loc[1, "den"] == 0
     # at concurrency 1 with one request per cluster, pooled decode tok/s is the token-weighted 1/TPOT
     assert table.num["fixed:gamma=2"].sum() / table.den["fixed:gamma=2"].sum() > table.num["ar"].sum() / table.den[
         "ar"].sum()
@@ -159,7 +166,7 @@ def test_compare_finds_the_best_its_indistinguishable_twin_and_the_noise_floor()
     per_repeat = {m: [frame[(frame.method == m) & (frame.repeat == r)].output_tokens.sum() / durations[(m, r)]
                       for r in range(3)] for m in speed}
     gammas = {"ar": 0, AA_LABEL: 0, "fixed:gamma=2": 2, "fixed:gamma=3": 3, "fixed:gamma=6": 6}
-    result = compare(frame, durations, per_repeat, gammas, seed=0, n_resamples=999)
+    result = compare(frame, durations, per_repeat, gammas)
     assert result.best in {"fixed:gamma=2", "fixed:gamma=3"}
     assert set(result.indistinguishable) == {"fixed:gamma=2", "fixed:gamma=3"}
     g2 = result.fields["fixed:gamma=2"]
@@ -168,7 +175,11 @@ def test_compare_finds_the_best_its_indistinguishable_twin_and_the_noise_floor()
     assert result.mad_pick == "fixed:gamma=2"  # within 1% of γ=3: the smaller γ
     assert result.noise_floor_pct is not None and 0 < result.noise_floor_pct < 5
     assert AA_LABEL not in result.indistinguishable and result.fields[AA_LABEL]["best"] is False
-    assert result.statistics["n_clusters"] == 48 and "scipy.stats.bootstrap" in result.statistics["ci_method"]
+    assert result.statistics["n_units"] == 16 and result.statistics["interval"] == T_METHOD
+    assert result.statistics["unit"].startswith("prompt") and result.statistics["repeats"] == 3
+    assert g2["speedup_verdict"] == "faster" and result.fields["fixed:gamma=6"]["speedup_verdict"] == "faster"
+    assert result.fields[AA_LABEL]["speedup_verdict"].startswith(("not resolved", "equivalent"))
+    assert not result.best_resolved  # γ=2 and γ=3 are the same speed: the top estimate is not a resolved winner
 
 
 def test_latency_p99_is_reported_only_with_100_samples_behind_it():

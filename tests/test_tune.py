@@ -80,7 +80,8 @@ def test_tune_end_to_end_tiny_writes_a_recommendation_per_concurrency(cli, tmp_p
     for row in rec["recommendations"]:
         assert row["status"] == "ok" and row["best_gamma"] in (0, 1, 2)
         assert row["best_gamma"] in row["indistinguishable_gammas"]
-        assert row["statistics"]["n_clusters"] == 4  # 2 repeats x 2 prompts
+        # units: the 2 prompts at concurrency 1 (each with its 2 repeats), one block of 2 at concurrency 2
+        assert row["statistics"]["n_units"] == (2 if row["concurrency"] == 1 else 1)
         assert row["request_goodput_ratio_ci95_lo"] <= row["request_goodput_ratio_ci95_hi"]
     assert rec["metadata"]["models"]["draft"]["parameters"] > 0 and rec["metadata"]["git"]["commit"]
     schedule = rec["vllm"]["en"]["speculative_config"]

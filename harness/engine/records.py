@@ -143,7 +143,8 @@ def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
     drafted, accepted = int(spec["num_drafts"].sum()), int(spec["accepted"].sum())
     max_len = int(spec["num_drafts"].max())
     per_position = [float((spec["accepted"] > i).sum() / len(spec)) for i in range(max_len)]
-    hist = np.bincount(spec["accepted"].to_numpy(), minlength=max_len + 1)
+    # as int: concatenating interleaved blocks, some without cycles, can make the column float
+    hist = np.bincount(spec["accepted"].to_numpy().astype(int), minlength=max_len + 1)
     return {
         "spec_decode_num_drafts": len(spec),
         "spec_decode_draft_tokens": drafted,

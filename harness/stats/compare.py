@@ -1,18 +1,21 @@
-"""Comparing methods measured with repeats: paired CIs, the best method and its indistinguishable set,
-the median − 1.4826·MAD rule, and the A/A noise floor.
+"""Comparing methods measured with repeats: paired intervals over independent units, what each comparison can
+resolve, the best method and its indistinguishable set, the median − 1.4826·MAD rule, and the A/A noise floor.
 
-The unit of resampling is a (repeat, prompt) cluster: in repeat r every method ran the same prompts,
-so cluster (r, i) holds one request of every method. A method's throughput over a set of clusters is
-Σ output tokens / Σ time shares, where a request's time share is its E2EL scaled so that the shares of
-one (method, repeat) add up to that run's measured duration (first dispatch → last completion). Over
-all clusters that is exactly the pooled throughput Σ tokens / Σ durations; at concurrency 1 a share is
-≈ the request's own E2EL. Resampling clusters then gives a throughput CI, and resampling the *same*
-clusters for two methods gives a paired CI of their ratio (speedup) or difference.
+The unit is a prompt (all of its repeats together) or, at concurrency > 1, a block of prompts batched together
+(:mod:`harness.stats.units`). A method's throughput over a set of units is Σ output tokens / Σ time shares,
+where a request's time share is its E2EL scaled so that the shares of one (method, repeat) add up to that run's
+measured duration (first dispatch → last completion). Over all units that is exactly the pooled throughput
+Σ tokens / Σ durations; at concurrency 1 a share is ≈ the request's own E2EL. The intervals are the delta
+method's t-intervals over the units (:mod:`harness.stats.intervals`), paired: the same units for both methods.
 
-Two ways to pick γ, shown side by side: the best point estimate with the set of methods whose paired CI
-of the throughput difference to it contains 0 ("indistinguishable"), and the rule of vLLM pull request
-49163 (not merged): per method, median − 1.4826·MAD of the per-repeat throughputs; the highest score
-wins, and scores within 1% of it go to the smallest γ.
+Each comparison says what it resolved: "faster"/"slower" where its interval excludes no difference,
+"equivalent" where the interval lies inside ± the equivalence margin, and otherwise "not resolved" with its
+minimum detectable effect (80% power). The best method is the top estimate; it is called resolved only where
+every other method's interval of the difference to it lies below 0.
+
+Two ways to pick γ, shown side by side: that ranking, and the rule of vLLM pull request 49163 (not merged):
+per method, median − 1.4826·MAD of the per-repeat throughputs; the highest score wins, and scores within 1%
+of it go to the smallest γ.
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.intervals import (
-    CI_METHOD,
     CONFIDENCE,
     N_RESAMPLES,
-    RESAMPLING_UNIT,
+    POWER,
+    T_METHOD,
     Interval,
+    mde,
     paired_difference_interval,
     paired_ratio_interval,
     quantile_interval,
     ratio_interval,
+    verdict,
 )
+from harness.stats.units import Units, components, units_of
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +50,11 @@ BASELINE = "ar"
 AA_LABEL = "ar#2"  # the second AR run of a repeat (task.noise_floor=true): the A/A comparison
 MAD_SCALE = 1.4826  # MAD → σ for normal data
 MAD_TIE = 0.01  # scores within 1% of the best go to the smallest γ
+EQUIVALENCE_MARGIN = 0.02  # "equivalent" only where a speedup's whole interval lies within ±2%
 MIN_P99_SAMPLES = 100  # a p99 (and its CI) is reported only with at least this many samples behind it
 LATENCIES = ("ttft_ms", "tpot_ms", "e2el_ms")
+PROCESS_NOTE = ("between processes: not visible inside one process; task=coverage measures it across fresh "
+                "processes")
 
 
 def rotation(methods: Sequence[T], repeat: int) -> list[T]:
@@ -57,27 +66,9 @@ def rotation(methods: Sequence[T], repeat: int) -> list[T]:
     return [*methods[k:], *methods[:k]]
 
 
-@dataclass
-class Clusters:
-    """Per method, one value per (repeat, request) cluster: ``num`` (tokens or good requests) and ``den``
-    (time shares in seconds), aligned on ``keys`` (only clusters every method has)."""
-
-    keys: list[tuple[int, int]]
-    num: dict[str, np.ndarray]
-    den: dict[str, np.ndarray]
-
-    @property
-    def n(self) -> int:
-        return len(self.keys)
-
-    def rate(self, method: str) -> float:
-        """Σ num / Σ den of ``method`` over every cluster (its pooled throughput)."""
-        return float(self.num[method].sum() / self.den[method].sum())
-
-
-def clusters(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float], value: str = "output_tokens"
-             ) -> Clusters:
-    """Build the cluster table from ``requests`` (columns method, repeat, request_id, status, e2el_ms and
+def throughput_units(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
+                     value: str = "output_tokens", unit_size: int = 1) -> Units:
+    """The unit table of throughput from ``requests`` (columns method, repeat, request_id, status, e2el_ms and
     ``value``) and each (method, repeat) run's duration in seconds. Failed requests count 0 and take no time."""
     frame = requests[["method", "repeat", "request_id", "status", "e2el_ms", value]].copy()
     ok = frame["status"] == "ok"
@@ -86,18 +77,7 @@ def clusters(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
     total = frame.groupby(["method", "repeat"])["e2el"].transform("sum")
     scale = np.array([durations.get((m, r), np.nan) for m, r in zip(frame["method"], frame["repeat"], strict=True)])
     frame["den"] = np.where(total > 0, frame["e2el"] / total.where(total > 0, 1.0) * scale, 0.0)
-    return _wide(frame)
-
-
-def _wide(frame: pd.DataFrame) -> Clusters:
-    """Long rows (method, repeat, request_id, num, den) → aligned per-method arrays over the complete clusters."""
-    wide_num = frame.pivot_table(index=["repeat", "request_id"], columns="method", values="num", aggfunc="sum")
-    wide_den = frame.pivot_table(index=["repeat", "request_id"], columns="method", values="den", aggfunc="sum")
-    keep = wide_num.notna().all(axis=1) & wide_den.notna().all(axis=1)
-    wide_num, wide_den = wide_num[keep], wide_den[keep]
-    keys = [(int(r), int(i)) for r, i in wide_num.index]
-    return Clusters(keys, {m: wide_num[m].to_numpy() for m in wide_num.columns},
-                    {m: wide_den[m].to_numpy() for m in wide_den.columns})
+    return units_of(frame, unit_size)
 
 
 def _decode_terms(requests: pd.DataFrame) -> pd.DataFrame:
@@ -111,17 +91,17 @@ def _decode_terms(requests: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def decode_clusters(requests: pd.DataFrame) -> Clusters:
-    """The cluster table of decode throughput: per (repeat, request) the tokens after the first and the time they
-    took (E2EL − TTFT). Σ over clusters gives tokens per second after the first token — 1 / TPOT pooled over
-    requests, the rate a reader sees once the answer has started; prefill and queueing are left out, so a policy is
-    judged on the cycles it chose. Requests with fewer than two tokens, or failed, count 0 and take no time."""
-    return _wide(_decode_terms(requests))
+def decode_units(requests: pd.DataFrame, unit_size: int = 1) -> Units:
+    """The unit table of decode throughput: per unit the tokens after the first and the time they took
+    (E2EL − TTFT), every repeat summed. Σ over units gives tokens per second after the first token — 1 / TPOT
+    pooled over requests, the rate a reader sees once the answer has started; prefill and queueing are left out,
+    so a policy is judged on the cycles it chose. Requests with fewer than two tokens, or failed, count 0."""
+    return units_of(_decode_terms(requests), unit_size)
 
 
 def decode_rates(requests: pd.DataFrame) -> dict[str, float]:
-    """Per method, pooled decode tok/s over all of its requests (:func:`decode_clusters`' terms summed, without
-    aligning clusters across methods: a method whose run failed does not drop the others' requests)."""
+    """Per method, pooled decode tok/s over all of its requests (:func:`decode_units`' terms summed, without
+    aligning units across methods: a method whose run failed does not drop the others' requests)."""
     sums = _decode_terms(requests).groupby("method")[["num", "den"]].sum()
     return {str(m): float(row.num / row.den) for m, row in sums.iterrows() if row.den > 0}
 
@@ -169,57 +149,74 @@ class Comparison:
     mad_scores: dict[str, float]
     noise_floor_pct: float | None
     statistics: dict[str, Any] = field(default_factory=dict)
+    best_resolved: bool = False
+
+
+def _put(fields: dict[str, Any], key: str, iv: Interval, *, ratio: bool, margin: float) -> None:
+    """An interval's estimate, bounds, MDE (in %, for a ratio) and verdict under ``key``."""
+    fields[key], fields[f"{key}_ci95_lo"], fields[f"{key}_ci95_hi"] = iv.estimate, iv.lo, iv.hi
+    effect = mde(iv)
+    if ratio:
+        fields[f"{key}_mde_pct"] = None if effect is None else 100.0 * effect
+    fields[f"{key}_verdict"] = verdict(iv, margin, null=1.0 if ratio else 0.0)
 
 
 def compare(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
-            per_repeat: Mapping[str, Sequence[float]], gammas: Mapping[str, int], *, seed: int,
+            per_repeat: Mapping[str, Sequence[float]], gammas: Mapping[str, int], *,
             value: str = "output_tokens", metric: str = "output_throughput", baseline: str = BASELINE,
-            n_resamples: int = N_RESAMPLES) -> Comparison:
-    """Paired comparison of every method in ``requests`` on ``metric`` = Σ value / Σ time.
+            unit_size: int = 1, margin: float = EQUIVALENCE_MARGIN) -> Comparison:
+    """Paired comparison of every method in ``requests`` on ``metric`` = Σ value / Σ time, over units of
+    ``unit_size`` consecutive prompts (1: the prompt).
 
     ``per_repeat[method]`` is the metric per repeat (for the MAD rule); ``gammas[method]`` the γ
     (0 for AR). With ``value='good'`` (a 0/1 column) the metric is the request goodput.
     """
-    table = clusters(requests, durations, value)
+    table = throughput_units(requests, durations, value, unit_size)
     methods = [m for m in table.num if m != AA_LABEL]
     fields: dict[str, dict[str, Any]] = {m: {} for m in table.num}
-    kw = {"seed": seed, "n_resamples": n_resamples}
     for m in table.num:
-        iv = ratio_interval(table.num[m], table.den[m], **kw)
+        iv = ratio_interval(table.num[m], table.den[m])
         fields[m][f"{metric}_pooled"] = iv.estimate
         fields[m][f"{metric}_ci95_lo"], fields[m][f"{metric}_ci95_hi"] = iv.lo, iv.hi
     prefix = "speedup" if metric == "output_throughput" else f"{metric}_ratio"
     if baseline in table.num:
         for m in table.num:
-            iv = paired_ratio_interval(table.num[m], table.den[m], table.num[baseline], table.den[baseline], **kw)
-            fields[m][prefix] = iv.estimate
-            fields[m][f"{prefix}_ci95_lo"], fields[m][f"{prefix}_ci95_hi"] = iv.lo, iv.hi
+            iv = paired_ratio_interval(table.num[m], table.den[m], table.num[baseline], table.den[baseline])
+            _put(fields[m], prefix, iv, ratio=True, margin=margin)
+            if m != baseline:
+                fields[m].update({f"{prefix}_{k}": v for k, v in components(table, m, baseline).items()
+                                  if k not in ("units", "repeats")})
     pooled = {m: fields[m][f"{metric}_pooled"] for m in methods if np.isfinite(fields[m][f"{metric}_pooled"])}
     best = max(pooled, key=lambda m: (pooled[m], -gammas.get(m, 0))) if pooled else None
     same: list[str] = []
+    resolved = False
     if best is not None:
-        diffs = {m: paired_difference_interval(table.num[m], table.den[m], table.num[best], table.den[best], **kw)
+        diffs = {m: paired_difference_interval(table.num[m], table.den[m], table.num[best], table.den[best])
                  for m in methods if m != best}
         for m, iv in diffs.items():
-            fields[m][f"{metric}_diff_vs_best"] = iv.estimate
-            fields[m][f"{metric}_diff_vs_best_ci95_lo"], fields[m][f"{metric}_diff_vs_best_ci95_hi"] = iv.lo, iv.hi
+            _put(fields[m], f"{metric}_diff_vs_best", iv, ratio=False, margin=0.0)
         same = indistinguishable(best, diffs)
+        resolved = bool(diffs) and all(iv.hi < 0 for iv in diffs.values())
     pick, scores = mad_rule({m: v for m, v in per_repeat.items() if m in methods}, gammas)
     floor = None
     if AA_LABEL in table.num and baseline in table.num:
-        aa = paired_ratio_interval(table.num[AA_LABEL], table.den[AA_LABEL], table.num[baseline],
-                                   table.den[baseline], **kw)
-        floor = noise_floor_pct(aa)
+        floor = noise_floor_pct(paired_ratio_interval(table.num[AA_LABEL], table.den[AA_LABEL],
+                                                      table.num[baseline], table.den[baseline]))
     for m in table.num:
         fields[m]["best"] = m == best
         fields[m]["indistinguishable_from_best"] = m in same
         fields[m]["mad_score"] = scores.get(m)
-    statistics = {"ci_method": CI_METHOD, "resampling_unit": RESAMPLING_UNIT, "n_clusters": table.n,
-                  "n_resamples": n_resamples, "confidence_level": CONFIDENCE, "seed": seed, "metric": metric,
+    repeats = int(table.cells["repeat"].nunique()) if len(table.cells) else 0
+    statistics = {"interval": T_METHOD, "unit": table.unit, "unit_size": int(unit_size), "n_units": table.n,
+                  "repeats": repeats, "confidence_level": CONFIDENCE, "power": POWER,
+                  "equivalence_margin": margin, "metric": metric, "best_resolved": resolved,
+                  "components": f"{prefix}_between_units_sd_pct, _between_repeats_sd_pct, _drift_pct, "
+                                "_machine_drift_pct per method (harness.stats.units.components)",
+                  "process_component": PROCESS_NOTE,
                   "indistinguishable_rule": "paired CI of the difference to the best contains 0",
                   "mad_rule": f"max median - {MAD_SCALE}*MAD over repeats; within {MAD_TIE:.0%} to the smaller γ "
                               "(vLLM PR 49163, not merged)"}
-    return Comparison(fields, best, same, pick, scores, floor, statistics)
+    return Comparison(fields, best, same, pick, scores, floor, statistics, resolved)
 
 
 def latency_intervals(requests: pd.DataFrame, *, seed: int, n_resamples: int = N_RESAMPLES) -> dict[str, Any]:

@@ -189,8 +189,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                          "then teacher-forced through both models; stops at EOS or max_new_tokens",
         "alpha_spread_over_positions": spread(pooled),
         "alpha_spread_over_prompts": spread(torch.tensor(per_prompt)),
-        # α pools positions, so its interval resamples prompts (clusters) and recomputes the pooled ratio
-        "alpha_ci95_over_prompts": ratio_interval(sums, counts, seed=wl.seed).as_dict(),
+        # α pools positions, so its interval treats prompts as the units of the pooled ratio
+        "alpha_ci95_over_prompts": ratio_interval(sums, counts).as_dict(),
         # one row per prompt, in workload order: two drafts measured on the same prompts compare paired
         "alpha_per_prompt": [{"id": p.id, "language": p.language, "positions": int(n), "alpha": a}
                              for p, n, a in zip(wl.prompts, counts, per_prompt, strict=True)],

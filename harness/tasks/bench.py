@@ -28,7 +28,7 @@ from harness import hardware as hw
 from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
-from harness.interleave import block_runner, block_size, blocks_of, run_interleaved
+from harness.interleave import block_for, block_runner, block_size, blocks_of, design_option, run_interleaved
 from harness.measure import (
     Frames,
     Grid,
@@ -43,6 +43,7 @@ from harness.measure import (
 from harness.metadata import base_metadata
 from harness.stats.compare import AA_LABEL
 from harness.stats.goodput import parse_slo
+from harness.stats.units import unit_size_of
 from policies.registry import make_policy, measure_policy
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,12 @@ class BenchSettings:
     noise_floor: bool = False  # run AR twice per repeat: the A/A comparison gives noise_floor_pct
     slo: dict[str, float] = field(default_factory=dict)
     block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
+    design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
+
+    @property
+    def unit_size(self) -> int:
+        """Prompts per independent unit of the intervals (harness.measure.unit_size_of)."""
+        return unit_size_of(self.concurrency, self.block_prompts)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
@@ -99,11 +106,9 @@ class BenchSettings:
                                 "the A/A spread of the AR baseline")
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
         block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
-        if block is not None and rate is not None:
-            raise SpectuneError(f"task.block_prompts={block} is invalid with request_rate={rate}: blocks need a "
-                                "closed loop (request_rate=null)")
+        design = design_option(cfg.task.get("design"), "task.design", block, rate)
         return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
-                   warmup, repeats, noise_floor, slo, block)
+                   warmup, repeats, noise_floor, slo, block_for(design, block, c), design)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
@@ -156,7 +161,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         log.info("resume: all %d grid points are complete in %s; nothing to run", len(keys), run_dir)
         grid = Grid([done.summaries[k] for k in keys], [done.requests[k] for k in keys],
                     [done.cycles[k] for k in keys])
-        methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
+        methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
         _log_table(methods, ranking, grid.points)
         log.info(f"results: {run_dir}")
         return _exit_code(methods)
@@ -199,7 +204,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                              concurrency=settings.concurrency, warmup=settings.warmup, max_context=max_context)
         grid = run_interleaved(settings.methods(), settings.repeats, blocks_of(requests, settings.block_prompts),
                                block, done=done, on_point=write)
-    methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
+    methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
     tp = ranking.get("output_throughput", {})
     write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),
                  "ranking": ranking, "methods": methods})

@@ -26,7 +26,7 @@ from analysis.bench_table import bench_table, format_ranking, format_table
 from harness import conditions, rundir
 from harness import hardware as hw
 from harness.errors import SpectuneError
-from harness.interleave import block_runner, block_size, blocks_of, run_interleaved
+from harness.interleave import block_for, block_runner, block_size, blocks_of, design_option, run_interleaved
 from harness.measure import (
     Frames,
     Grid,
@@ -63,7 +63,8 @@ class TuneSettings:
     request_rate: float | None
     burstiness: float
     noise_floor: bool = False  # AR twice per repeat: the A/A row is each cell's measured noise floor
-    block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
+    block_prompts: int | None = None  # the interleaved block size given (None: one batch per block)
+    design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
@@ -90,16 +91,16 @@ class TuneSettings:
             raise SpectuneError(f"task.noise_floor={noise_floor!r} is invalid: must be true or false")
         block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", list(concurrencies),
                            f"task.concurrency={list(concurrencies)}")
-        if block is not None and rate is not None:
-            raise SpectuneError(f"task.block_prompts={block} is invalid with task.request_rate={rate}: blocks need a "
-                                "closed loop (task.request_rate=null)")
+        design = design_option(cfg.task.get("design"), "task.design", block, rate)
         return cls(gammas, concurrencies, languages, repeats_option(cfg.task.repeats),
                    integer(cfg.task.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)),
-                   None if rate is None else float(rate), float(cfg.task.get("burstiness", 1.0)), noise_floor, block)
+                   None if rate is None else float(rate), float(cfg.task.get("burstiness", 1.0)), noise_floor, block,
+                   design)
 
     def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
         return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup,
-                             noise_floor=self.noise_floor, block_prompts=self.block_prompts)
+                             noise_floor=self.noise_floor,
+                             block_prompts=block_for(self.design, self.block_prompts, concurrency), design=self.design)
 
 
 def _slo_node(cfg: DictConfig) -> dict[str, Any] | None:
@@ -191,15 +192,15 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 return measure_policy(engine, r, b.policy, label, gamma, concurrency=b.concurrency,
                                       warmup=b.warmup, max_context=max_context)
 
-            if settings.block_prompts is None:
+            if bench.block_prompts is None:
                 grid = run_points(schedule(bench.methods(), settings.repeats), conditions.watched(point),
                                   on_point=write)
             else:  # against a drifting machine: every method runs each block of prompts before the next block
                 block = block_runner(engine, lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
                                      concurrency=c, warmup=bench.warmup, max_context=max_context)
                 grid = run_interleaved(bench.methods(), settings.repeats,
-                                       blocks_of(requests, settings.block_prompts), block, on_point=write)
-            methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo)
+                                       blocks_of(requests, bench.block_prompts), block, on_point=write)
+            methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
                           "ranking": ranking})
             frames.append(_tagged(grid, tag))
