@@ -13,8 +13,9 @@ Two length profiles per (language, task), :data:`PER_CELL` prompts each:
 
 - ``long``: 200–1,500 tokens of SmolLM2-135M-Instruct's tokenizer *as rendered* through its chat template
   (answers up to 256 tokens): for instruct targets.
-- ``short``: 64–384 tokens of the tiny pair's tokenizer, raw text (answers up to 128): the tiny base model
+- ``short``: 64–368 tokens of the tiny pair's tokenizer, raw text (answers up to 128): the tiny base model
   (512 positions, no instruction following), whose results on these prompts are plumbing checks only.
+  368 + 128 new tokens leave room in 512 positions for a cycle at γ up to 14 (γ + 2 positions past the text).
 
 Every prompt records its language, task, profile, split (train / select / evaluate, by source document so that
 no document crosses splits; the same handbook page falls in the same split in every language), document id,
@@ -58,7 +59,7 @@ LANGS = ("it", "en", "zh", "es")
 TASKS = ("chat", "summarise", "qa", "translate", "rewrite", "code")
 PROFILES: dict[str, dict[str, Any]] = {
     "long": {"tokenizer": "smollm2", "band": (200, 1500), "max_new_tokens": 256},
-    "short": {"tokenizer": "tiny", "band": (64, 384), "max_new_tokens": 128},
+    "short": {"tokenizer": "tiny", "band": (64, 368), "max_new_tokens": 128},
 }
 PER_CELL = 64
 SPLITS = (("train", 0.5), ("select", 0.25), ("evaluate", 0.25))
