@@ -6,16 +6,27 @@ an interrupted run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hydra
 from omegaconf import DictConfig
 
 from harness import cli
 from harness.tasks import run_task
+from workloads.task_sets import check_workload
+
+
+def checked_task(cfg: DictConfig, run_dir: Path) -> int:
+    """``run_task`` once the workload's task selection is valid: an unknown task or language, or a task with no
+    prompt in its token band, is one error line before any model loads."""
+    if cfg.get("workload"):
+        check_workload(cfg.workload)
+    return run_task(cfg, run_dir)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> int:
-    return cli.run_job(run_task, cfg, resumable=True)
+    return cli.run_job(checked_task, cfg, resumable=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,16 @@
   The dataset config name is the key ``subset`` because ``name`` is the workload's own name.
 - ``mix``: the bundled files of ``languages``, interleaved so every language gets an equal share.
 
+Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts ask for. The default,
+``[chat-lines]``, is the prompts of ``source`` above (the bundled chat-line files); ``chat``, ``summarise``,
+``qa``, ``translate``, ``rewrite`` and ``code`` are the task sets of ``workloads/tasks/`` in the workload's
+language(s): ``+workload=it 'workload.tasks=[summarise,qa]'``. Several tasks (and languages) are interleaved so
+that every prefix of the workload holds each (language, task) in equal shares, each shuffled with the seed.
+Task prompts are cut to ``task_prompt_tokens`` counted on what the target is fed (rendered through its chat
+template when it has one; null = the profile's band) and answer up to ``task_max_new_tokens`` tokens (null =
+the profile's budget: 256 long, 128 short); ``max_new_tokens`` is the chat lines' own (a workload with any task
+set uses the task budget for every prompt).
+
 JSONL files are read line by line with the standard library: a malformed line, bytes that are not UTF-8, a
 record without its text or an empty text are reported by file and line number (Arrow's JSON reader, used here
 before, failed on mixed column types and very long lines with multi-line errors). Every setting comes from the
@@ -38,6 +48,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import SpectuneError
 from harness.sampling import SamplingParams
+from workloads.task_sets import CHAT_LINES, TaskSelection, check_tasks, task_languages, task_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = REPO_ROOT / "workloads" / "prompts"
@@ -49,6 +60,8 @@ class Prompt:
     text: str
     input_ids: list[int]
     language: str
+    task: str = CHAT_LINES  # what the prompt asks for (workloads.task_sets); records can carry it
+    split: str | None = None  # train / select / evaluate for the task sets; None for chat lines
 
 
 @dataclass
@@ -74,11 +87,12 @@ class Workload:
             "seed": self.seed, "prompt_tokens": length_stats([len(p.input_ids) for p in self.prompts]),
             "chat_template": self.chat_template,
         }
-        langs = sorted({p.language for p in self.prompts})
-        if len(langs) > 1:
-            out["prompt_tokens_by_language"] = {
-                lang: length_stats([len(p.input_ids) for p in self.prompts if p.language == lang])
-                for lang in langs}
+        for key, attr in (("language", "language"), ("task", "task")):
+            values = list(dict.fromkeys(getattr(p, attr) for p in self.prompts))
+            if len(values) > 1:
+                out[f"prompt_tokens_by_{key}"] = {
+                    v: length_stats([len(p.input_ids) for p in self.prompts if getattr(p, attr) == v])
+                    for v in values}
         return out
 
 
@@ -234,10 +248,11 @@ def chat_template_use(setting: Any, tokenizer: Any) -> bool:
     return setting
 
 
-def render(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text`` as one user turn through the tokenizer's chat template, ready for the reply."""
-    out = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        tokenize=True)
+def render(tokenizer: Any, text: str | list[dict[str, str]]) -> list[int]:
+    """Token ids of ``text`` as one user turn (or of a conversation, a list of ``{"role", "content"}`` turns)
+    through the tokenizer's chat template, ready for the reply."""
+    messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
     return [int(i) for i in ids]
 
@@ -267,48 +282,44 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     template_setting = _require(spec, "chat_template")
     templated = chat_template_use(template_setting, tokenizer)
 
-    groups: list[tuple[str, list[tuple[str, str]]]]  # (language, records)
-    if source == "jsonl":
-        path = resolve_path(_text(spec, "path"))
-        groups = [(language, read_jsonl(path, text_field))]
-        src = {"source": "jsonl", "path": str(path), "field": text_field}
-    elif source == "hf":
-        groups = [(language, read_hf(spec, text_field))]
-        src = {"source": "hf", **{k: spec.get(k) for k in ("path", "subset", "split", "field")}}
-    elif source == "mix":
-        langs = spec.get("languages")
-        if not (isinstance(langs, list) and langs and all(isinstance(x, str) and x for x in langs)):
-            raise SpectuneError(f"workload.languages={langs!r} is invalid with workload.source=mix: "
-                                "a list of bundled languages (it, en, zh, es)")
-        unknown = [x for x in langs if not (BUNDLED / f"{x}.jsonl").is_file()]
-        if unknown:
-            raise SpectuneError(f"workload.languages has {unknown[0]!r}, which is not bundled: choose from "
-                                f"{', '.join(sorted(f.stem for f in BUNDLED.glob('*.jsonl')))}")
-        groups = [(lang, read_jsonl(resolve_path(str(BUNDLED / f"{lang}.jsonl")), "prompt")) for lang in langs]
-        src = {"source": "mix", "languages": list(langs)}
-    else:
-        raise SpectuneError(f"workload.source={source!r} is invalid: choose jsonl, hf or mix")
+    for key in ("tasks", "profile", "splits", "task_prompt_tokens", "task_max_new_tokens"):
+        _require(spec, key)
+    sel = check_tasks(spec)  # names, profile, splits, and a prompt in the band for every task: no tokenizer needed
+
+    lines: dict[str, list[tuple[str, str]]] = {}  # the chat-line prompts by language
+    src: dict[str, Any] = {}
+    if CHAT_LINES in sel.tasks:
+        lines, src = _chat_lines(spec, source, language, text_field)
+    langs = list(lines) if CHAT_LINES in sel.tasks else list(task_languages(spec))
+    groups: list[_Group] = []  # (language, task) in round order: languages, then tasks as listed
+    for lang in langs:
+        for task in sel.tasks:
+            if task == CHAT_LINES:
+                groups.append(_Group(lang, task, [(pid, text, None, None) for pid, text in lines[lang]]))
+            else:
+                groups.append(_Group(lang, task, [(r["id"], r["prompt"], r.get("messages"), r["split"])
+                                                  for r in task_records(lang, task, sel)]))
+    src["tasks"] = list(sel.tasks)
+    if sel.task_sets:
+        src.update(profile=sel.profile, splits=list(sel.splits), task_prompt_tokens_band=list(sel.band))
+        max_new = sel.max_new_tokens or max(
+            r["max_new_tokens"] for lang in langs for t in sel.task_sets for r in task_records(lang, t, sel))
 
     rng = random.Random(seed)
-    per_language: list[list[Prompt]] = []
+    per_group: list[list[Prompt]] = []
     dropped = 0
-    for lang, records in groups:
-        prompts = []
-        for pid, text in records:
-            ids = list(tokenizer(text)["input_ids"])
-            if not ids:
-                raise SpectuneError(f"prompt {pid!r} is empty once tokenised: a request needs at least one token")
-            if band is not None and not band[0] <= len(ids) <= band[1]:
-                dropped += 1
-                continue
-            if templated:
-                ids = render(tokenizer, text)
-            prompts.append(Prompt(id=pid, text=text, input_ids=ids, language=lang))
+    for group in groups:
+        prompts = _tokenise(group, tokenizer, templated, band, sel)
+        dropped += len(group.records) - len(prompts)
+        if not prompts and group.task != CHAT_LINES:
+            raise SpectuneError(f"workload.tasks: {group.task} ({group.language}) yields no prompt in the band "
+                                f"{list(sel.band)} once tokenised for this target (task_prompt_tokens counts what "
+                                "the target is fed); widen workload.task_prompt_tokens")
         if shuffle:
             rng.shuffle(prompts)
-        per_language.append(prompts)
-    # Interleave languages (a mix gets equal shares of every prefix); a single group is unchanged.
-    merged = [p for row in _zip_longest(per_language) for p in row]
+        per_group.append(prompts)
+    # Interleave the groups (languages x tasks): every prefix holds equal shares; a single group is unchanged.
+    merged = [p for row in _zip_longest(per_group) for p in row]
     if num is not None and num > len(merged):
         raise SpectuneError(f"workload.num_prompts={num} but only {len(merged)} prompts are available"
                             + (f" ({dropped} outside prompt_tokens={list(band)})" if dropped and band else ""))
@@ -318,6 +329,61 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
                     chat_template={"setting": template_setting, "applied": templated})
 
 
+@dataclass
+class _Group:
+    language: str
+    task: str
+    records: list[tuple[str, str, list[dict[str, str]] | None, str | None]]  # (id, text, turns, split)
+
+
+def _chat_lines(spec: dict[str, Any], source: Any, language: str,
+                text_field: str) -> tuple[dict[str, list[tuple[str, str]]], dict[str, Any]]:
+    """The prompts of ``source`` (the chat-lines task) by language, and the source's description."""
+    if source == "jsonl":
+        path = resolve_path(_text(spec, "path"))
+        return {language: read_jsonl(path, text_field)}, {"source": "jsonl", "path": str(path), "field": text_field}
+    if source == "hf":
+        return ({language: read_hf(spec, text_field)},
+                {"source": "hf", **{k: spec.get(k) for k in ("path", "subset", "split", "field")}})
+    if source == "mix":
+        langs = spec.get("languages")
+        if not (isinstance(langs, list) and langs and all(isinstance(x, str) and x for x in langs)):
+            raise SpectuneError(f"workload.languages={langs!r} is invalid with workload.source=mix: "
+                                "a list of bundled languages (it, en, zh, es)")
+        unknown = [x for x in langs if not (BUNDLED / f"{x}.jsonl").is_file()]
+        if unknown:
+            raise SpectuneError(f"workload.languages has {unknown[0]!r}, which is not bundled: choose from "
+                                f"{', '.join(sorted(f.stem for f in BUNDLED.glob('*.jsonl')))}")
+        return ({lang: read_jsonl(resolve_path(str(BUNDLED / f"{lang}.jsonl")), "prompt") for lang in langs},
+                {"source": "mix", "languages": list(langs)})
+    raise SpectuneError(f"workload.source={source!r} is invalid: choose jsonl, hf or mix")
+
+
+def _tokenise(group: _Group, tokenizer: Any, templated: bool, band: tuple[int, int] | None,
+              sel: TaskSelection) -> list[Prompt]:
+    """The group's prompts in the length band. Chat lines: ``band`` on the raw text's tokens (the same prompts
+    whether rendered or not); task prompts: ``sel.band`` on the tokens the target is fed."""
+    prompts = []
+    for pid, text, turns, split in group.records:
+        ids = list(tokenizer(text)["input_ids"])
+        if not ids:
+            raise SpectuneError(f"prompt {pid!r} is empty once tokenised: a request needs at least one token")
+        if group.task == CHAT_LINES:
+            if band is not None and not band[0] <= len(ids) <= band[1]:
+                continue
+            if templated:
+                ids = render(tokenizer, text)
+        else:
+            if templated:
+                ids = render(tokenizer, turns or text)
+            if not sel.band[0] <= len(ids) <= sel.band[1]:
+                continue
+        prompts.append(Prompt(id=pid, text=text, input_ids=ids, language=group.language, task=group.task,
+                              split=split))
+    return prompts
+
+
 def _zip_longest(groups: list[list[Prompt]]) -> list[list[Prompt]]:
+    """Round i: the i-th prompt of every group that has one, in group order."""
     longest = max((len(g) for g in groups), default=0)
     return [[g[i] for g in groups if i < len(g)] for i in range(longest)]

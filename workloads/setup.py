@@ -15,6 +15,7 @@ from harness.errors import SpectuneError
 from harness.measure import Models, load_models, open_engine
 from harness.metadata import base_metadata
 from workloads.loader import Workload, load_workload
+from workloads.task_sets import check_workload
 
 
 @dataclass
@@ -43,6 +44,7 @@ def open_setup(cfg: Any, task: str) -> Setup:
 
     if not cfg.get("workload"):
         raise SpectuneError(f"task={task} needs a workload: add +workload=it|en|zh|es|mix")
+    check_workload(cfg.workload)  # task selection errors before any model loads
     models = load_models(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, models.tokenizer)
     engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
