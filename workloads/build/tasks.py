@@ -62,6 +62,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "short": {"tokenizer": "tiny", "band": (64, 368), "max_new_tokens": 128},
 }
 PER_CELL = 64
+SEED = 20261204
 SPLITS = (("train", 0.5), ("select", 0.25), ("evaluate", 0.25))
 SCHEDULE = ("train", "select", "train", "evaluate")  # the split of prompt i is SCHEDULE[i % 4]: exact shares
 ASSISTANT_CHARS = {"it": 400, "en": 400, "es": 400, "zh": 150}  # an assistant turn: paragraphs up to this
@@ -365,7 +366,7 @@ def build(out_dir: Path, seed: int, work_dir: Path | None = None) -> dict[str, A
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=WORKLOADS / "tasks")
-    parser.add_argument("--seed", type=int, default=20261204)
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--work", type=Path, default=None,
                         help="keep the downloaded packages in this folder and reuse them (default: a temporary one)")
     args = parser.parse_args()
