@@ -1,0 +1,113 @@
+"""workload.tasks selects task prompt sets through Hydra: interleaved in equal shares, each prompt with its task,
+the profile chosen by the models config, and bad selections one line (exit 2) before any model loads."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from harness.errors import SpectuneError
+from workloads.loader import load_workload
+from workloads.task_sets import check_workload
+
+
+def test_default_workload_is_the_chat_lines_unchanged(compose_config, tokenizer):
+    wl = load_workload(compose_config("+workload=it").workload, tokenizer)
+    assert {p.task for p in wl.prompts} == {"chat-lines"} and {p.split for p in wl.prompts} == {None}
+    assert wl.max_new_tokens == 48 and wl.describe()["source"]["tasks"] == ["chat-lines"]
+    assert all(24 <= len(p.input_ids) <= 48 for p in wl.prompts)
+
+
+def test_two_tasks_alternate_and_every_prefix_has_equal_shares(compose_config, tokenizer):
+    cfg = compose_config("+workload=it", "workload.tasks=[summarise,qa]", "workload.num_prompts=40")
+    assert cfg.workload.profile == "short"  # the tiny pair (a base model) gets the short profile
+    wl = load_workload(cfg.workload, tokenizer)
+    assert [p.task for p in wl.prompts] == ["summarise", "qa"] * 20
+    assert wl.max_new_tokens == 128 and all(p.language == "it" for p in wl.prompts)
+    assert all(64 <= len(p.input_ids) <= 368 for p in wl.prompts)
+    assert set(wl.describe()["prompt_tokens_by_task"]) == {"summarise", "qa"}
+    again = load_workload(cfg.workload, tokenizer)  # seeded
+    assert [p.id for p in again.prompts] == [p.id for p in wl.prompts]
+
+
+def test_a_mix_interleaves_languages_and_tasks(compose_config, tokenizer):
+    cfg = compose_config("+workload=mix", "workload.tasks=[chat-lines,code]", "workload.num_prompts=24")
+    wl = load_workload(cfg.workload, tokenizer)
+    rounds = [wl.prompts[i:i + 8] for i in range(0, 24, 8)]
+    for row in rounds:
+        assert [(p.language, p.task) for p in row] == list(itertools.product(["it", "en", "zh", "es"],
+                                                                              ["chat-lines", "code"]))
+    assert wl.max_new_tokens == 128  # a workload with a task set answers with the task budget
+
+
+def test_splits_and_bands_select(compose_config, tokenizer):
+    cfg = compose_config("+workload=es", "workload.tasks=[translate]", "workload.splits=[evaluate]",
+                         "workload.task_prompt_tokens=[64,200]", "workload.num_prompts=null",
+                         "workload.task_max_new_tokens=64")
+    wl = load_workload(cfg.workload, tokenizer)
+    assert {p.split for p in wl.prompts} == {"evaluate"} and 0 < len(wl.prompts) < 16
+    assert all(64 <= len(p.input_ids) <= 200 for p in wl.prompts) and wl.max_new_tokens == 64
+
+
+def test_multi_turn_prompts_render_every_turn(compose_config, templated):
+    cfg = compose_config("+workload=en", "workload.tasks=[chat]", "workload.profile=short",
+                         "workload.task_prompt_tokens=[1,2000]", "workload.num_prompts=4")
+    wl = load_workload(cfg.workload, templated)
+    text = templated.decode(wl.prompts[0].input_ids)
+    assert text.count("user:") >= 2 and text.count("assistant:") >= 2  # earlier turns, then the generation prompt
+
+
+def test_models_config_chooses_the_profile(compose_config):
+    assert compose_config("models=smollm2", "+workload=zh").workload.profile == "long"
+    assert compose_config("+workload=zh").workload.profile == "short"
+
+
+@pytest.mark.real_model
+def test_smollm2_gets_long_prompts_as_recorded(compose_config):
+    from workloads.build.tasks import Lengths
+
+    smollm2 = Lengths().smollm2
+    cfg = compose_config("models=smollm2", "+workload=zh", "workload.tasks=[chat,qa]", "workload.num_prompts=8")
+    wl = load_workload(cfg.workload, smollm2)
+    assert wl.max_new_tokens == 256 and all(200 <= len(p.input_ids) <= 1500 for p in wl.prompts)
+    assert Counter(p.task for p in wl.prompts) == {"chat": 4, "qa": 4}
+
+
+def test_a_multirun_sweeps_languages_and_task_lists(compose_config, tokenizer):
+    parsed = OverridesParser.create().parse_overrides(["+workload=it,en", "workload.tasks=[qa],[code]"])
+    workloads, tasks = (list(o.sweep_string_iterator()) for o in parsed)
+    assert workloads == ["it", "en"] and tasks == ["[qa]", "[code]"]
+    for lang, task in itertools.product(workloads, tasks):
+        wl = load_workload(compose_config(f"+workload={lang}", f"workload.tasks={task}").workload, tokenizer)
+        assert {(p.language, p.task) for p in wl.prompts} == {(lang, task.strip("[]"))}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["workload.tasks=[sumarise]"], "workload.tasks has 'sumarise', which is unknown: choose from chat-lines"),
+    (["workload.tasks=[]"], "workload.tasks=[] is invalid"),
+    (["workload.tasks=[qa,qa]"], "names one twice"),
+    (["workload.tasks=[qa]", "workload.language=fr"], "workload.language has 'fr', which has no task prompt sets"),
+    (["workload.tasks=[qa]", "workload.profile=medium"], "workload.profile='medium' is invalid: choose long or short"),
+    (["workload.tasks=[qa]", "workload.splits=[test]"], "workload.splits has 'test'"),
+    (["workload.tasks=[qa]", "workload.task_prompt_tokens=[2000,3000]"],
+     "qa (en, profile short, splits ['train', 'select', 'evaluate']) yields no prompt in the band [2000, 3000]"),
+    (["workload.tasks=[qa]", "workload.task_max_new_tokens=0"], "workload.task_max_new_tokens=0 is invalid"),
+])
+def test_bad_selections_are_one_line_before_any_tokenizer(compose_config, tokenizer, overrides, message):
+    cfg = compose_config("+workload=en", *overrides)
+    with pytest.raises(SpectuneError, match=re.escape(message)) as err:
+        check_workload(cfg.workload)  # no tokenizer, no model: what the front door runs first
+    assert "\n" not in str(err.value)
+    with pytest.raises(SpectuneError, match=re.escape(message)):
+        load_workload(cfg.workload, tokenizer)
+
+
+def test_the_cli_refuses_an_unknown_task_with_exit_2(cli, tmp_path):
+    out = cli("+workload=en", "workload.tasks=[sumarise]", run_dir=tmp_path / "run")
+    assert out.returncode == 2
+    assert "error: workload.tasks has 'sumarise', which is unknown" in out.stderr + out.stdout
+    assert not (tmp_path / "run" / "metadata.json").exists()
