@@ -72,12 +72,17 @@ def selection(spec: dict[str, Any]) -> TaskSelection:
     """The task keys of a workload (``tasks``, ``profile``, ``splits``, ``task_prompt_tokens``,
     ``task_max_new_tokens``), validated; one-line errors naming the bad value and what is allowed."""
     tasks = _names(spec, "tasks", (CHAT_LINES, *TASKS))
-    profile = spec.get("profile")
+    splits = _names(spec, "splits", SPLITS)
+    max_new = spec.get("task_max_new_tokens")
+    if max_new is not None and (not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1):
+        raise SpectuneError(f"workload.task_max_new_tokens={max_new!r} is invalid: an integer >= 1 or null (the "
+                            "profile's answer budget)")
+    profile, band = spec.get("profile"), spec.get("task_prompt_tokens")
+    if tasks == (CHAT_LINES,):  # the profile and its band only matter to the task sets
+        return TaskSelection(tasks, str(profile), splits, (1, 1), max_new)
     profiles = _stats()["profiles"]
     if profile not in profiles:
         raise SpectuneError(f"workload.profile={profile!r} is invalid: choose {' or '.join(sorted(profiles))}")
-    splits = _names(spec, "splits", SPLITS)
-    band = spec.get("task_prompt_tokens")
     if band is None:
         band = profiles[profile]["band"]
     ok = (isinstance(band, list | tuple) and len(band) == 2
@@ -85,10 +90,6 @@ def selection(spec: dict[str, Any]) -> TaskSelection:
     if not ok:
         raise SpectuneError(f"workload.task_prompt_tokens={band!r} is invalid: [min, max] tokens or null (the "
                             "profile's band)")
-    max_new = spec.get("task_max_new_tokens")
-    if max_new is not None and (not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1):
-        raise SpectuneError(f"workload.task_max_new_tokens={max_new!r} is invalid: an integer >= 1 or null (the "
-                            "profile's answer budget)")
     return TaskSelection(tasks, profile, splits, (int(band[0]), int(band[1])), max_new)
 
 
