@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness.errors import SpectuneError
-from harness.placement import cpu_bf16, cpu_model, default_threads
+from harness.placement import cpu_bf16, cpu_model, default_threads, recorded_cpu_flags
 
 if TYPE_CHECKING:  # the engine imports this module; it runs without Hydra (e.g. on the GPU image)
     from omegaconf import DictConfig
@@ -115,5 +115,6 @@ def describe(hardware: DictConfig, device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
     else:  # what decides a CPU's costs: its vector units, and whether bfloat16 runs in hardware
-        info.update(cpu_model=cpu_model(), cpu_capability=torch.backends.cpu.get_cpu_capability(), cpu_bf16=cpu_bf16())
+        info.update(cpu_model=cpu_model(), cpu_capability=torch.backends.cpu.get_cpu_capability(), cpu_bf16=cpu_bf16(),
+                    cpu_flags=recorded_cpu_flags())
     return info

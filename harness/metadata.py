@@ -48,6 +48,7 @@ def host_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "kernel": platform.release(),
     }
     try:
         import torch

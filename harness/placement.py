@@ -69,6 +69,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo().get("flags", "").split())
 
 
+RECORDED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni", "avx_vnni")
+
+
+def recorded_cpu_flags() -> list[str]:
+    """The CPU flags that decide a model's speed here (vector width, bfloat16 and int8 dot products), as every
+    result records them: two "AMD EPYC" VMs can differ in exactly these."""
+    flags = cpu_flags()
+    return [flag for flag in RECORDED_FLAGS if flag in flags]
+
+
 def cpu_bf16(flags: frozenset[str] | None = None) -> str:
     """"native" when the CPU multiplies bfloat16 in hardware, "emulated" when its flags are known and lack that
     (bfloat16 then runs slower than float32 and changes which γ pays), "unknown" without flags."""

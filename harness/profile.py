@@ -39,7 +39,10 @@ from harness.placement import cpu_model
 KIND, VERSION = "spectune-profile", 1
 # Fields that must agree between a profile and the run it is applied to (dotted paths in models/hardware).
 MATCH_FIELDS = ("models.target.name_or_path", "models.draft.name_or_path", "hardware.device",
-                "hardware.device_name", "hardware.dtype", "hardware.execution_path")
+                "hardware.device_name", "hardware.dtype", "hardware.execution_path", "hardware.cpu_bf16")
+# Recorded only since profiles carried them: compared where both sides have them. Two VMs that both call
+# themselves "AMD EPYC" differ in whether bfloat16 runs in hardware, and with it in every cost.
+WHERE_RECORDED = ("hardware.cpu_bf16",)
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,9 @@ def _lookup(tree: dict[str, Any], dotted: str) -> Any:
 def profile_mismatch(profile: Profile, run: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Fields of :data:`MATCH_FIELDS` where the profile and the run (``{"models":…, "hardware":…}``) differ."""
     mine = {"models": profile.models, "hardware": profile.hardware}
-    return {f: (_lookup(mine, f), _lookup(run, f)) for f in MATCH_FIELDS if _lookup(mine, f) != _lookup(run, f)}
+    pairs = {f: (_lookup(mine, f), _lookup(run, f)) for f in MATCH_FIELDS}
+    return {f: (a, b) for f, (a, b) in pairs.items()
+            if a != b and not (f in WHERE_RECORDED and (a is None or b is None))}
 
 
 def check_profile(profile: Profile, run: dict[str, Any], allow_mismatch: bool = False) -> str | None:

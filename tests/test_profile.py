@@ -117,6 +117,19 @@ def test_profile_of_other_models_or_hardware_is_an_error_naming_the_fields():
     assert check_profile(p, run, allow_mismatch=True) == "synthetic: tiny acceptance x toy costs"
 
 
+def test_a_profile_from_a_cpu_with_other_bfloat16_support_is_refused_where_both_record_it():
+    p = _profile()
+    run = {"models": {"name": "tiny", "target": {"name_or_path": "t"}, "draft": {"name_or_path": "d"}},
+           "hardware": {"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32", "execution_path": "eager",
+                        "cpu_bf16": "native"}}
+    assert check_profile(p, run) is None  # the profile predates the field: compared only where both record it
+    p = _profile(hardware={**p.hardware, "cpu_bf16": "emulated"})
+    with pytest.raises(SpectuneError, match=r"hardware\.cpu_bf16: profile 'emulated' vs run 'native'") as err:
+        check_profile(p, run)
+    assert "\n" not in str(err.value)
+    assert check_profile(p, run, allow_mismatch=True).startswith("synthetic:")
+
+
 def test_linear_fit_reports_residuals():
     exact = fit_linear([1, 2, 3, 4], [1.0, 1.5, 2.0, 2.5])
     assert exact["a"] == pytest.approx(0.5) and exact["b"] == pytest.approx(0.5)
