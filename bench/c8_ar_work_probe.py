@@ -4,8 +4,10 @@ AR, per-step PPO (the c = 8 run's files), the cycle PPO and AR again, each built
 prompts in blocks of 8 (state kept across blocks, as the interleaved comparison does), order rotated per repeat.
 Per (method, repeat), one JSON line: summed verify seconds, median verify at batch 8, minor faults, context switches.
 Variants: ar, ppo, ppo-nosize (without the size policy), ppo-cycle, ar-beside-ppo (a per-step PPO built and kept
-alive while AR runs). Recorded run: bench/results/smollm2-eagle-c8-ar-work-probe-cpu-20261203.jsonl (made before the
-cycles were keyed by block: its cycle figures are, per run, the first block's 47 cycles of 8 prompts)."""
+alive while AR runs). Recorded run: bench/results/archive/smollm2-eagle-c8-ar-work-probe-cpu-20261203.jsonl (made
+before the cycles were keyed by block: its cycle figures are, per run, the first block's 47 cycles of 8 prompts). The
+c = 8 run left the tree with the other explorations; restore its files first:
+`git checkout 27cbd87 -- bench/results/smollm2-eagle-policies-c8-cpu-20261203`."""
 import gc
 import json
 import resource

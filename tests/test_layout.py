@@ -1,10 +1,10 @@
-"""The layers of README's Layout section hold: every import points down, no module cycle, no private reach.
+"""The layers of docs/layout.md hold: every import points down, no module cycle, no private reach.
 
 The walk reads every module of the four packages (``harness``, ``policies``, ``workloads``, ``analysis``) and
 counts as an import: ``import``/``from`` statements anywhere (module level, inside functions, under
 ``TYPE_CHECKING``), ``importlib.import_module("...")`` and ``import_module("...")`` calls with a literal name,
 ``"package.module:attr"`` entry-point strings (gymnasium registrations), and the Hydra ``_target_`` strings of
-``conf/``. The module → layer map is README's ``layers`` block, parsed here: the longest matching prefix wins.
+``conf/``. The module → layer map is docs/layout.md's ``layers`` block, parsed here: the longest matching prefix wins.
 No whitelist.
 """
 
@@ -22,10 +22,10 @@ ENTRY_POINT = re.compile(r"^((?:harness|policies|workloads|analysis)(?:\.\w+)*):
 
 
 def layer_map() -> dict[str, int]:
-    """README's ```layers block: ``module  layer  what`` per line (# comments)."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """docs/layout.md's ```layers block: ``module  layer  what`` per line (# comments)."""
+    text = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
     block = re.search(r"```layers\n(.*?)```", text, re.S)
-    assert block, "README.md needs its ```layers block (the module -> layer map)"
+    assert block, "docs/layout.md needs its ```layers block (the module -> layer map)"
     out = {}
     for line in block.group(1).splitlines():
         line = line.split("#", 1)[0].strip()
@@ -113,7 +113,7 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
 
 def layer_of(module: str, layers: dict[str, int]) -> int:
     best = max((p for p in layers if module == p or module.startswith(p + ".")), key=len, default=None)
-    assert best is not None, f"{module} has no layer in README's layers block"
+    assert best is not None, f"{module} has no layer in docs/layout.md's layers block"
     return layers[best]
 
 
@@ -157,7 +157,7 @@ def test_every_module_has_a_layer_and_the_map_names_only_modules():
     for module in known:
         layer_of(module, layers)
     stale = [p for p in layers if not any(m == p or m.startswith(p + ".") for m in known)]
-    assert not stale, f"README's layers block names modules that do not exist: {stale}"
+    assert not stale, f"docs/layout.md's layers block names modules that do not exist: {stale}"
     assert set(layers.values()) <= {1, 2, 3}
 
 

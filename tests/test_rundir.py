@@ -17,8 +17,8 @@ from harness import rundir
 from harness.errors import SpectuneError
 from tests.conftest import REPO
 
-OLD_PROFILE = REPO / "bench/results/costmodel-fit-profile-tiny-cpu-20261130.json"  # task=profile, 2026-11-30
-OLD_TRAIN = REPO / "bench/results/ppo-train-replay-en-x-h200-20261130.json"  # policies.train's train.json
+OLD_PROFILE = REPO / "bench/results/archive/costmodel-fit-profile-tiny-cpu-20261130.json"  # task=profile, 2026-11-30
+OLD_TRAIN = REPO / "bench/results/archive/ppo-train-replay-en-x-h200-20261130.json"  # policies.train's train.json
 
 
 def test_every_file_has_one_name_and_every_committed_file_is_named(tiny_sweep):

@@ -1,0 +1,394 @@
+"""The index of the committed results: one row per run directory under ``bench/results/``.
+
+    python -m analysis.results_index            # write the tables (below) from the run directories
+    python -m analysis.results_index --check    # exit 1 if a committed table differs from what the runs give
+
+A run directory is one the product wrote: ``metadata.json`` (``python -m harness`` tasks, ``policies.evaluate``)
+or ``acceptance.json`` (``task=acceptance``, which carries its metadata inside). Folders below a run directory
+belong to it; ``archive/`` holds superseded explorations and is listed by file, not read. Every figure in the
+tables is read from the run's own files (``summary.json``, ``recommendation.json``, ``comparison.parquet``,
+``acceptance.json``); nothing is typed in. Written, between their markers:
+
+- ``bench/results/README.md``: the whole index (date, machine, pair, proposer, task and workload, command,
+  headline figures with their 95% intervals, link);
+- ``README.md`` and ``docs/results.md``: the short table of the same runs;
+- ``bench/results/archive/README.md``: one line per archived entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import rundir
+from harness.errors import SpectuneError
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path("bench/results")
+ARCHIVE = "archive"
+BEGIN = "<!-- results-index:begin (python -m analysis.results_index writes this table) -->"
+END = "<!-- results-index:end -->"
+COMMANDS = {"evaluate": "python -m policies.evaluate", "train": "python -m policies.train"}
+RUN_FILES = (rundir.METADATA.name, rundir.ACCEPTANCE.name)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the index says about one run directory."""
+
+    path: str  # relative to the results folder, with "/"
+    date: str
+    machine: str
+    pair: str
+    proposer: str
+    task: str
+    workload: str
+    command: str
+    headline: str  # the whole index's figures
+    short: str  # the short table's figures
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run directory below ``root`` (not below another run, not in ``archive/``), in path order."""
+    out: list[Path] = []
+
+    def walk(folder: Path) -> None:
+        if any((folder / name).is_file() for name in RUN_FILES):
+            out.append(folder)
+            return
+        for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if folder == root and child.name == ARCHIVE:
+                continue
+            walk(child)
+
+    walk(root)
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1f}%"
+
+
+def _interval(lo: Any, hi: Any, fmt: str) -> str:
+    if lo is None or hi is None or lo != lo or hi != hi:  # missing or NaN
+        return ""
+    return f" [{format(lo, fmt)}, {format(hi, fmt)}]"
+
+
+def _speedup(value: float, lo: Any, hi: Any) -> str:
+    return f"{value:.2f}×{_interval(lo, hi, '.2f')}"
+
+
+def _overrides(run: Path) -> list[str] | None:
+    for name in (".hydra/overrides.yaml", "overrides.yaml"):
+        path = run / name
+        if path.is_file():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            return [line[2:].strip() for line in lines if line.startswith("- ")]
+    return None
+
+
+def _machine(hardware: dict[str, Any], host: dict[str, Any]) -> str:
+    device = str(hardware.get("device", "cpu"))
+    threads = hardware.get("torch_threads", host.get("torch_threads"))
+    path = hardware.get("execution_path") or ("compiled" if hardware.get("compile") else "eager")
+    dtype = hardware.get("dtype", "?")
+    if device.startswith("cuda"):
+        name = hardware.get("device_name") or hardware.get("gpu_name") or "GPU (name not recorded)"
+        return f"{name}, {dtype}, {path}"
+    cores = host.get("cpu_count", "?")
+    if "cpu_model" in hardware:
+        flags = f"{hardware.get('cpu_capability', '?')}, bf16 {hardware.get('cpu_bf16', '?')}"
+        cpu = f"{cores}-vCPU {hardware['cpu_model']} ({flags})"
+    else:
+        cpu = f"{cores}-vCPU {host.get('processor', '?')} (CPU model and flags not recorded)"
+    return f"{cpu}, {dtype}, {threads} thread{'' if threads == 1 else 's'}, {path}"
+
+
+def _proposer(models: dict[str, Any]) -> str:
+    draft = models.get("draft") or {}
+    where = str(draft.get("name_or_path", "?"))
+    kind = "feature draft" if "feature" in where or draft.get("reads_target_features") else "draft"
+    return f"{kind} `{where}`"
+
+
+def _workload(meta: dict[str, Any]) -> str:
+    wl = meta.get("workload") or (meta.get("workloads") or [{}])[0]
+    sampling = wl.get("sampling") or meta.get("sampling") or {}
+    temp = sampling.get("temperature")
+    mode = "greedy" if temp == 0 else f"T = {temp:g}" if isinstance(temp, int | float) else "T ?"
+    names = [w.get("name", "?") for w in meta.get("workloads", [])] or [wl.get("name", "?")]
+    return f"{','.join(names)}, {wl.get('num_prompts', '?')} prompts, {mode}"
+
+
+def _bench(run: Path) -> tuple[str, str]:
+    summary = rundir.SUMMARY.read(run)
+    methods = [m for m in summary.get("methods", []) if m.get("status") == "ok"]
+    best = next((m for m in methods if m.get("best")), None)
+    if best is None:
+        raise SpectuneError(f"{run / rundir.SUMMARY.name} has no method marked best: not a finished bench run")
+    like = [m["method"] for m in methods if m.get("indistinguishable_from_best") and m is not best]
+    ratio = _speedup(best["speedup"], best.get("speedup_ci95_lo"), best.get("speedup_ci95_hi"))
+    fig = f"best {best['method']}: {ratio} AR"
+    full = f"{fig}; indistinguishable: {', '.join(like) or 'none'}; repeats {summary.get('repeats')}"
+    floor = summary.get("noise_floor_pct")
+    if floor is not None:
+        full += f"; noise floor {floor:.1f}%"
+    flagged = (summary.get("conditions") or {}).get("flagged_repeats") or []
+    full += f"; repeats flagged for other load: {len(flagged)} of {summary.get('repeats')}"
+    return full, fig
+
+
+def _tune(run: Path) -> tuple[str, str]:
+    rec = rundir.RECOMMENDATION.read(run)
+    cells = []
+    for r in rec.get("recommendations", []):
+        if r.get("status") != "ok":
+            cells.append(f"c{r['concurrency']} {r.get('status')}")
+            continue
+        g = r["best_gamma"]
+        ratio = _speedup(r["speedup"], r.get("speedup_ci95_lo"), r.get("speedup_ci95_hi"))
+        what = "AR" if g == 0 else f"γ = {g} {ratio}"
+        cells.append(f"c{r['concurrency']} {what}")
+    vllm = [f"{lang}: `{v['speculative_config']['num_speculative_tokens_per_batch_size']}`"
+            for lang, v in sorted((rec.get("vllm") or {}).items())]
+    short = "best γ by concurrency: " + "; ".join(cells)
+    full = short + (f"; vLLM `num_speculative_tokens_per_batch_size` {', '.join(vllm)}" if vllm else "")
+    return full, short
+
+
+def _evaluate(run: Path) -> tuple[str, str]:
+    frame = rundir.COMPARISON.read(run)
+    parts_full, parts_short = [], []
+    for conc, rows in frame.groupby("concurrency", sort=True):
+        by = {r["policy"]: r for r in rows.to_dict("records")}
+        best = by.get("best fixed γ")
+        if best is None:
+            raise SpectuneError(f"{run / rundir.COMPARISON.name} has no 'best fixed γ' row at concurrency {conc}")
+        head = f"c{conc}: best fixed γ = {int(best['gamma'])} {best['decode_speedup_vs_ar']:.2f}× AR (decode)"
+        full, short = [head], [head]
+        aa = by.get("ar (A/A)")
+        if aa is not None:
+            note = (f"A/A {_pct(aa['decode_vs_ar_pct'])}"
+                    f"{_interval(aa['decode_vs_ar_pct_ci95_lo'], aa['decode_vs_ar_pct_ci95_hi'], '+.1f')}")
+            full.append(note)
+            short.append(note)
+        skip = {"ar", "ar (A/A)", "best fixed γ"}
+        adaptive = [r for name, r in by.items() if name not in skip and not name.startswith("fixed:")]
+        for r in adaptive:
+            full.append(f"{r['policy']} {_vs_best(r)}")
+        if adaptive:
+            top = max(adaptive, key=lambda r: r["decode_vs_best_fixed_pct"])
+            short.append(f"best adaptive {top['policy']} {_vs_best(top)} vs best fixed")
+        parts_full.append("; ".join(full))
+        parts_short.append("; ".join(short))
+    return " — ".join(parts_full) + " (decode tok/s, % vs best fixed γ)", " — ".join(parts_short)
+
+
+def _vs_best(row: dict[str, Any]) -> str:
+    """A policy's decode tok/s against the best fixed γ, % with its paired interval."""
+    ci = _interval(row["decode_vs_best_fixed_pct_ci95_lo"], row["decode_vs_best_fixed_pct_ci95_hi"], "+.1f")
+    return f"{_pct(row['decode_vs_best_fixed_pct'])}{ci}"
+
+
+def _acceptance(result: dict[str, Any]) -> tuple[str, str]:
+    ci = result.get("alpha_ci95_over_prompts") or {}
+    fig = f"α {result['alpha']:.3f}{_interval(ci.get('lo', ci.get('low')), ci.get('hi', ci.get('high')), '.3f')}"
+    steps = result.get("alpha_by_draft_step") or []
+    full = fig + " (95% CI over prompts)"
+    if len(steps) > 1:
+        full += "; by draft step " + " / ".join(f"{s:.3f}" for s in steps if isinstance(s, int | float))
+    if result.get("c") is not None:
+        full += f"; c {result['c']:.3f}"
+    return full, fig
+
+
+def describe(run: Path, root: Path) -> Run:
+    """One run directory's row; a run the index cannot read is one line naming the file."""
+    if (run / rundir.METADATA.name).is_file():
+        meta = rundir.METADATA.read(run)
+        task = str(meta.get("task", "?"))
+        if task == "evaluate" or (run / rundir.COMPARISON.name).is_file():
+            full, short = _evaluate(run)
+        elif task == "tune":
+            full, short = _tune(run)
+        elif task == "bench":
+            full, short = _bench(run)
+        else:
+            raise SpectuneError(f"{run}: task {task!r} has no headline in the results index")
+    else:
+        result = rundir.ACCEPTANCE.read(run)
+        meta = {**result.get("metadata", {}), **{k: result[k] for k in ("models", "hardware", "workload")
+                                                   if k in result}}
+        task = "acceptance"
+        full, short = _acceptance(result)
+    models = meta.get("models") or {}
+    overrides = _overrides(run)
+    if overrides is None:
+        command = _reconstructed(task, meta)
+    else:
+        command = f"{COMMANDS.get(task, 'python -m harness')} {' '.join(overrides)}".strip()
+    return Run(
+        path=run.relative_to(root).as_posix(),
+        date=str(meta.get("created_utc", "?"))[:10],
+        machine=_machine(meta.get("hardware") or {}, meta.get("host") or {}),
+        pair=str(models.get("name", "?")),
+        proposer=_proposer(models),
+        task=task,
+        workload=_workload(meta),
+        command=command,
+        headline=full,
+        short=short,
+    )
+
+
+def _reconstructed(task: str, meta: dict[str, Any]) -> str:
+    """The command of a run that kept no overrides file, rebuilt from its recorded config (marked †)."""
+    wl = meta.get("workload") or {}
+    temp = (wl.get("sampling") or {}).get("temperature")
+    parts = [f"python -m harness task={task}", f"models={(meta.get('models') or {}).get('name', '?')}",
+             f"+workload={wl.get('name', '?')}", f"workload.num_prompts={wl.get('num_prompts', '?')}"]
+    if temp == 0:
+        parts.append("workload.sampling.temperature=0")
+    return " ".join(parts) + " †"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def index_page(runs: Iterable[Run]) -> str:
+    """``bench/results/README.md``: the whole index."""
+    lines = [
+        "# Results",
+        "",
+        "One row per run directory below this folder, written by `python -m analysis.results_index` from each",
+        "run's own files (`metadata.json` or `acceptance.json`, and `summary.json`, `recommendation.json` or",
+        "`comparison.parquet`); `tests/test_results_index.py` fails when this page and the runs disagree. Intervals",
+        "are 95%; a speed-up is over autoregressive decoding (AR) on the same prompts; `c1`… is the concurrency.",
+        "A command marked † was rebuilt from the run's recorded config (the run kept no overrides file).",
+        "Superseded explorations: [`archive/`](archive/README.md).",
+        "",
+        "| date | machine | pair | proposer | task, workload | command | headline (95% CI) | run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r.date} | {_cell(r.machine)} | {r.pair} | {_cell(r.proposer)} | {r.task}: {_cell(r.workload)} "
+            f"| `{_cell(r.command)}` | {_cell(r.headline)} | [{r.path}]({r.path}/) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def short_table(runs: Iterable[Run], link_prefix: str | None) -> str:
+    """The short table: links under ``link_prefix`` (None: the path as code, for pages outside the tree)."""
+    lines = ["| date | pair | task, workload | headline (95% CI) | run |", "| --- | --- | --- | --- | --- |"]
+    for r in runs:
+        where = f"[{r.path}]({link_prefix}{r.path}/)" if link_prefix is not None else f"`bench/results/{r.path}`"
+        lines.append(f"| {r.date} | {r.pair} | {r.task}: {_cell(r.workload)} | {_cell(r.short)} | {where} |")
+    return "\n".join(lines)
+
+
+def archive_page(archive: Path) -> str:
+    """``archive/README.md``: one line per archived entry (a page's title, else the file's name)."""
+    lines = [
+        "# Archive: superseded explorations",
+        "",
+        "Kept for the record, not current results. Their bulky records (parquet files, policy files) left the tree",
+        "on 2026-12-04 and are in git history: `git checkout 27cbd87 -- bench/results/<name>` restores one.",
+        "Written by `python -m analysis.results_index`.",
+        "",
+    ]
+    for entry in sorted(p for p in archive.iterdir() if p.name != "README.md"):
+        lines.append(f"- [`{entry.name}`]({entry.name}{'/' if entry.is_dir() else ''}): {_what(entry)}")
+    return "\n".join(lines) + "\n"
+
+
+def _what(entry: Path) -> str:
+    if entry.is_dir():
+        pages = sorted(p for p in entry.rglob("*") if p.suffix in {".md", ".txt"})
+        titles = [_title(p) for p in pages if p.suffix == ".md"]
+        return ("; ".join(t for t in titles if t) or f"{len(pages)} text file(s)") + " (records in git history)"
+    if entry.suffix == ".md":
+        return _title(entry) or "notes"
+    if entry.suffix == ".json":
+        try:
+            data = json.loads(entry.read_text(encoding="utf-8"))
+        except ValueError:
+            return "JSON (unreadable)"
+        if not isinstance(data, dict):
+            return "JSON record"
+        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        date = str(meta.get("created_utc") or data.get("created_utc") or "")[:10]
+        if isinstance(data.get("command"), str):
+            what = f"JSON record of `{data['command'].strip()}`"
+        elif isinstance(data.get("task"), str):
+            what = f"JSON record of task `{data['task']}`"
+        else:
+            what = "JSON record"
+        return what + (f", {date}" if date else "")
+    return {".csv": "table (CSV)", ".png": "figure", ".txt": "console output", ".jsonl": "JSON lines"}.get(
+        entry.suffix, "file")
+
+
+def _title(page: Path) -> str:
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return ""
+
+
+def splice(text: str, block: str, where: Path) -> str:
+    """``text`` with the part between the markers replaced by ``block``."""
+    if BEGIN not in text or END not in text:
+        raise SpectuneError(f"{where} has no results-index markers ({BEGIN!r} ... {END!r})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+
+
+def outputs(repo: Path = REPO) -> dict[Path, str]:
+    """Every file the index writes, with the text it should hold now."""
+    root = repo / RESULTS
+    runs = [describe(run, root) for run in find_runs(root)]
+    if not runs:
+        raise SpectuneError(f"no run directory under {root}")
+    out = {root / "README.md": index_page(runs)}
+    if (root / ARCHIVE).is_dir():
+        out[root / ARCHIVE / "README.md"] = archive_page(root / ARCHIVE)
+    for page, prefix in ((repo / "README.md", f"{RESULTS.as_posix()}/"), (repo / "docs" / "results.md", None)):
+        out[page] = splice(page.read_text(encoding="utf-8"), short_table(runs, prefix), page)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.results_index", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout (default: this one)")
+    args = parser.parse_args(argv)
+    try:
+        wanted = outputs(args.repo)
+    except SpectuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    if args.check:
+        for p in stale:
+            print(f"out of step: {p.relative_to(args.repo)} (run python -m analysis.results_index)")
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(wanted[p], encoding="utf-8")
+        print(f"wrote {p.relative_to(args.repo)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
