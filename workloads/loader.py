@@ -89,6 +89,7 @@ class Workload:
         }
         for key, attr in (("language", "language"), ("task", "task")):
             values = list(dict.fromkeys(getattr(p, attr) for p in self.prompts))
+            values = sorted(values) if key == "language" else values  # tasks in workload order
             if len(values) > 1:
                 out[f"prompt_tokens_by_{key}"] = {
                     v: length_stats([len(p.input_ids) for p in self.prompts if getattr(p, attr) == v])
