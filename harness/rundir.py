@@ -175,6 +175,7 @@ PROFILE_CALIBRATED = RunFile("profile.calibrated.json", "json")
 # task=verify, task=acceptance, task=costmodel.
 VERIFY = RunFile("verify.json", "json")
 ACCEPTANCE = RunFile("acceptance.json", "json")
+COVERAGE = RunFile("coverage.json", "json")  # task=coverage: every no-difference comparison and their coverage
 COSTMODEL_CSV = RunFile("costmodel.csv", "csv")
 COSTMODEL_JSON = RunFile("costmodel.json", "json")
 COSTMODEL_PNG = RunFile("costmodel.png", "figure")

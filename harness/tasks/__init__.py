@@ -20,6 +20,7 @@ TASKS: dict[str, str] = {
     "trace": "harness.tasks.trace",
     "profile": "harness.tasks.profile",
     "tune": "harness.tasks.tune",
+    "coverage": "harness.tasks.coverage",
 }
 
 

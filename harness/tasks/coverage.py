@@ -1,0 +1,270 @@
+"""`python -m harness task=coverage +workload=en`: do this machine's intervals keep their promise?
+
+K comparisons whose truth is "no difference", each in a fresh worker process (the model reloaded, as pyperf
+runs its workers) on its own draw of prompts (``workload.seed`` + k): AR against itself, a fixed γ against itself
+under another label, and a policy that provably does the fixed γ's work (``confidence`` with threshold 0 drafts
+every one of its γ tokens) against that γ. Each is measured as ``task=bench`` measures — the same design, units
+and intervals — and the report counts how many of the nominal 95% intervals contain "no difference", with the
+binomial (Clopper–Pearson) interval of that coverage, beside the same runs read with the old unit (every (repeat,
+prompt) cell counted as independent, BCa). It also gives the noise floor (the intervals' median half-width), the
+smallest speedup a run of this size resolves (MDE, 80% power), and the between-process component: the variance
+of the K estimates beyond what their own intervals expect, which no single run can see.
+
+The policy pair is identical work through another code path: an interval that excludes 1 there is the
+policy's own overhead (it reads q(x) every step), not necessarily a failure of the interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from scipy import stats
+
+from harness import conditions, resume, rundir
+from harness import hardware as hw
+from harness.errors import SpectuneError
+from harness.interleave import block_for, block_runner, block_size, blocks_of, design_option, run_interleaved
+from harness.io import write_json
+from harness.measure import (
+    Frames,
+    load_models,
+    open_engine,
+    pooled,
+    repeats_option,
+    requests_of,
+    run_points,
+    schedule,
+)
+from harness.metadata import base_metadata
+from harness.options import integer
+from harness.stats.compare import AA_LABEL, throughput_units
+from harness.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
+from harness.stats.units import unit_size_of, units_of
+
+log = logging.getLogger(__name__)
+
+PAIRS = ("ar", "fixed", "policy")
+NO_DIFFERENCE = ("ar", "fixed")  # the pairs whose truth is exactly no difference (same code, same work)
+POLICY = {"name": "confidence", "threshold": 0.0}  # q(x) >= 0 always: drafts every one of its γ tokens
+WORKER_DONE = "worker.json"  # written last by a worker: its comparison is complete
+
+
+@dataclass(frozen=True)
+class CoverageSettings:
+    comparisons: int
+    pairs: tuple[str, ...]
+    gamma: int
+    repeats: int
+    warmup: int
+    concurrency: int
+    design: str
+    block_prompts: int | None  # the block size the runs use (None: the blocked design)
+    worker: int | None
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> CoverageSettings:
+        t = cfg.task
+        raw = t.pairs
+        pairs = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
+        unknown = [p for p in pairs if p not in PAIRS]
+        if unknown or not pairs or len(set(pairs)) != len(pairs):
+            raise SpectuneError(f"task.pairs={list(pairs)} is invalid: choose distinct pairs from {', '.join(PAIRS)}")
+        c = integer(cfg.concurrency, "concurrency", lo=1)
+        block = block_size(t.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
+        design = design_option(t.get("design"), "task.design", block, None)
+        worker = t.get("worker")
+        return cls(integer(t.comparisons, "task.comparisons", lo=1), pairs, integer(t.gamma, "task.gamma", lo=1),
+                   repeats_option(t.repeats), integer(t.warmup, "task.warmup", lo=0), c, design,
+                   block_for(design, block, c), None if worker is None else integer(worker, "task.worker", lo=0))
+
+    @property
+    def unit_size(self) -> int:
+        return unit_size_of(self.concurrency, self.block_prompts)
+
+    def labels(self, pair: str) -> tuple[str, str]:
+        """(compared, reference) method labels of a pair."""
+        fixed = f"fixed:gamma={self.gamma}"
+        return {"ar": (AA_LABEL, "ar"), "fixed": (f"{fixed}#2", fixed),
+                "policy": (f"confidence-0:gamma={self.gamma}", fixed)}[pair]
+
+    def methods(self) -> list[tuple[str, int, dict[str, Any] | None]]:
+        """(label, γ, policy node) of every method a worker runs, in the order of the first repeat."""
+        out: dict[str, tuple[int, dict[str, Any] | None]] = {}
+        for pair in self.pairs:
+            compared, reference = self.labels(pair)
+            for label in (reference, compared):
+                gamma = 0 if label.startswith("ar") else self.gamma
+                out.setdefault(label, (gamma, dict(POLICY) if label.startswith("confidence") else
+                                       (None if gamma == 0 else {"name": "fixed"})))
+        return [(label, gamma, node) for label, (gamma, node) in out.items()]
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    if "workload" not in cfg:
+        raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
+    settings = CoverageSettings.from_cfg(cfg)
+    if settings.worker is not None:
+        return _worker(cfg, run_dir, settings)
+    return _parent(cfg, run_dir, settings)
+
+
+# -- one comparison, in its own process --------------------------------------------------------------------
+def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
+    from policies.registry import make_policy
+    from workloads.loader import load_workload
+
+    models = load_models(cfg.models, cfg.hardware)
+    workload = load_workload(cfg.workload, models.tokenizer)
+    requests = requests_of(workload.prompts, workload.max_new_tokens)
+    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
+    nodes = {label: node for label, _, node in s.methods()}
+    order = [(label, gamma) for label, gamma, _ in s.methods()]
+    rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,
+                                    "models": models.pair.metadata, "hardware": hw.describe(cfg.hardware,
+                                                                                            models.device),
+                                    "workload": workload.describe(), "sampling": vars(workload.sampling),
+                                    "config": OmegaConf.to_container(cfg, resolve=True)})
+    if s.block_prompts is None:
+        from policies.registry import measure_policy
+
+        def point(label: str, gamma: int) -> Frames:
+            return measure_policy(engine, requests, nodes[label] or {"name": "fixed"}, label, gamma,
+                                  concurrency=s.concurrency, warmup=s.warmup, max_context=models.max_context)
+
+        grid = run_points(schedule(order, s.repeats), conditions.watched(point))
+    else:
+        block = block_runner(engine, lambda label, gamma: make_policy(nodes[label], gamma),
+                             concurrency=s.concurrency, warmup=s.warmup, max_context=models.max_context)
+        grid = run_interleaved(order, s.repeats, blocks_of(requests, s.block_prompts), block)
+    req, cyc = grid.frames()
+    rundir.REQUESTS.write(run_dir, req)
+    rundir.CYCLES.write(run_dir, cyc)
+    rundir.SUMMARY.write(run_dir, {"workload": workload.name, "repeats": s.repeats, "methods": pooled(grid),
+                                   **conditions.summary_fields(grid.points), "points": grid.points})
+    write_json(run_dir / WORKER_DONE, {"comparison": s.worker, "prompts": len(requests)})
+    return 0
+
+
+# -- the parent: K workers, then the coverage ----------------------------------------------------------------
+def _worker_command(cfg: DictConfig, k: int, where: Path) -> list[str]:
+    """This job's command line for worker ``k``: the same overrides, its own run directory and prompt draw."""
+    from hydra.core.hydra_config import HydraConfig
+
+    skip = ("task.worker=", "hydra.run.dir=", "workload.seed=", "++workload.seed=")
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith(skip)]
+    return [sys.executable, "-m", "harness", *overrides, f"task.worker={k}",
+            f"workload.seed={int(cfg.workload.seed) + k}", f"hydra.run.dir={where}"]
+
+
+def comparison_rows(worker_dir: Path, s: CoverageSettings, k: int, seed: int) -> list[dict[str, Any]]:
+    """One row per pair of one worker's run: the product's interval and the old unit's, on the same records."""
+    req = rundir.REQUESTS.read(worker_dir)
+    points = rundir.SUMMARY.read(worker_dir)["points"]
+    durations = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in points if p.get("status") == "ok"}
+    req = req[[(m, int(r)) in durations for m, r in zip(req["method"], req["repeat"], strict=True)]]
+    units = throughput_units(req, durations, unit_size=s.unit_size)
+    per_request = throughput_units(req, durations).cells  # the old unit: every (repeat, prompt) cell on its own
+    width = int(per_request["unit"].max()) + 1
+    cells = units_of(per_request.assign(request_id=per_request["repeat"] * width + per_request["unit"], repeat=0))
+    rows = []
+    for pair in s.pairs:
+        a, b = s.labels(pair)
+        if a not in units.num or b not in units.num:
+            rows.append({"comparison": k, "pair": pair, "status": "failed"})
+            continue
+        iv = paired_ratio_interval(units.num[a], units.den[a], units.num[b], units.den[b])
+        old = bootstrap_paired_ratio_interval(cells.num[a], cells.den[a], cells.num[b], cells.den[b], seed=seed + k)
+        rows.append({"comparison": k, "pair": pair, "status": "ok", "a": a, "b": b, "units": iv.n,
+                     "estimate": iv.estimate, "lo": iv.lo, "hi": iv.hi, "se_log": iv.se, "df": iv.df,
+                     "contains": iv.contains(1.0), "mde_pct": 100 * (mde(iv) or float("nan")),
+                     "old_cells": old.n, "old_lo": old.lo, "old_hi": old.hi, "old_contains": old.contains(1.0)})
+    return rows
+
+
+def coverage_summary(rows: list[dict[str, Any]], pairs: tuple[str, ...]) -> dict[str, Any]:
+    """Per pair, and over the no-difference pairs together: coverage with its exact binomial interval, the median
+    interval width of both units, the noise floor and MDE, and the between-process SD of the estimates."""
+    out: dict[str, Any] = {}
+    groups = {pair: [pair] for pair in pairs}
+    if len([p for p in pairs if p in NO_DIFFERENCE]) > 1:
+        groups["no difference (ar, fixed)"] = [p for p in pairs if p in NO_DIFFERENCE]
+    for name, members in groups.items():
+        ok = [r for r in rows if r["pair"] in members and r["status"] == "ok"]
+        if not ok:
+            continue
+        hits, old_hits = sum(r["contains"] for r in ok), sum(r["old_contains"] for r in ok)
+        ci = stats.binomtest(hits, len(ok)).proportion_ci(0.95, method="exact")
+        logs = np.log([r["estimate"] for r in ok])
+        within = float(np.mean([r["se_log"] ** 2 for r in ok if r["se_log"] is not None]))
+        excess = float(np.var(logs, ddof=1)) - within if len(ok) > 1 else float("nan")
+        out[name] = {"comparisons": len(ok), "contain_no_difference": hits, "coverage": hits / len(ok),
+                     "coverage_ci95": [float(ci.low), float(ci.high)],
+                     "old_unit_contain": old_hits, "old_unit_coverage": old_hits / len(ok),
+                     "median_width_pct": 100 * float(np.median([r["hi"] - r["lo"] for r in ok])),
+                     "old_unit_median_width_pct": 100 * float(np.median([r["old_hi"] - r["old_lo"] for r in ok])),
+                     "noise_floor_pct": 100 * float(np.median([max(r["hi"] - 1, 1 - r["lo"]) for r in ok])),
+                     "median_mde_pct": float(np.nanmedian([r["mde_pct"] for r in ok])),
+                     "mean_estimate_pct": 100 * float(np.exp(logs.mean()) - 1),
+                     "between_process_sd_pct": (100 * math.sqrt(max(0.0, excess)) if np.isfinite(excess) else None)}
+    return out
+
+
+def format_coverage(summary: dict[str, Any]) -> list[str]:
+    head = (f"{'pair':<26} {'runs':>4} {'contain':>7} {'coverage [95% CI]':>20} {'width':>7} {'old unit':>15} "
+            f"{'floor':>6} {'MDE':>6} {'process SD':>10}")
+    lines = [head, "-" * len(head)]
+    for name, r in summary.items():
+        lo, hi = r["coverage_ci95"]
+        proc = "-" if r["between_process_sd_pct"] is None else f"{r['between_process_sd_pct']:.2f}%"
+        lines.append(f"{name:<26} {r['comparisons']:>4} {r['contain_no_difference']:>7} "
+                     f"{100 * r['coverage']:>5.1f}% [{100 * lo:4.1f}, {100 * hi:5.1f}] {r['median_width_pct']:>6.2f}% "
+                     f"{100 * r['old_unit_coverage']:>5.1f}% {r['old_unit_median_width_pct']:>6.2f}%  "
+                     f"{r['noise_floor_pct']:>5.2f}% {r['median_mde_pct']:>5.2f}% {proc:>10}")
+    lines.append("coverage: share of 95% intervals (unit: prompt, or batch block; jackknife t) containing no "
+                 "difference; old unit: (repeat, prompt) cells as independent, BCa, on the same runs; width: median "
+                 "interval width; floor: median half-width; MDE: median minimum detectable effect (80% power); "
+                 "process SD: spread of the estimates across processes beyond their own intervals")
+    return lines
+
+
+def _parent(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
+    from tqdm import tqdm
+
+    seed = int(cfg.seed)
+    rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage", "settings": vars(s),
+                                    "config": OmegaConf.to_container(cfg, resolve=True),
+                                    "job": resume.job_identity()})
+    rows: list[dict[str, Any]] = []
+    for k in tqdm(range(s.comparisons), desc="comparisons", unit="process"):
+        where = run_dir / "comparisons" / f"{k:03d}"
+        if not (where / WORKER_DONE).exists():  # a finished worker (an earlier, interrupted run) is not rerun
+            proc = subprocess.run(_worker_command(cfg, k, where), capture_output=True, text=True, check=False)
+            if proc.returncode == 2:  # bad input: the same for every worker
+                raise SpectuneError(proc.stderr.strip().splitlines()[-1].removeprefix("error: "))
+            if proc.returncode != 0 or not (where / WORKER_DONE).exists():
+                log.error("comparison %d failed (exit %d): %s", k, proc.returncode, proc.stderr.strip()[-500:])
+                rows += [{"comparison": k, "pair": pair, "status": "failed"} for pair in s.pairs]
+                continue
+        new = comparison_rows(where, s, k, seed)
+        rows += new
+        log.info("comparison %d: %s", k, "; ".join(f"{r['pair']} {100 * (r['estimate'] - 1):+.2f}% "
+                                                    f"[{100 * (r['lo'] - 1):+.2f}, {100 * (r['hi'] - 1):+.2f}]"
+                                                    for r in new if r["status"] == "ok"))
+        summary = coverage_summary(rows, s.pairs)
+        rundir.COVERAGE.write(run_dir, {"task": "coverage", "settings": vars(s), "summary": summary, "rows": rows})
+    summary = coverage_summary(rows, s.pairs)
+    log.info(f"\ncoverage: {s.comparisons} comparisons x {', '.join(s.pairs)}; concurrency={s.concurrency} "
+             f"design={s.design} repeats={s.repeats} workload={cfg.workload.name} "
+             f"T={cfg.workload.sampling.temperature}")
+    for line in format_coverage(summary):
+        log.info(line)
+    log.info(f"results: {run_dir}")
+    return 0 if summary else 3
