@@ -106,7 +106,9 @@ def _machine(hardware: dict[str, Any], host: dict[str, Any]) -> str:
         return f"{name}, {dtype}, {path}"
     cores = host.get("cpu_count", "?")
     if "cpu_model" in hardware:
-        flags = f"{hardware.get('cpu_capability', '?')}, bf16 {hardware.get('cpu_bf16', '?')}"
+        recorded = hardware.get("cpu_flags")
+        vector = " ".join(recorded) if isinstance(recorded, list) else hardware.get("cpu_capability", "?")
+        flags = f"{vector}; bf16 {hardware.get('cpu_bf16', '?')}"
         cpu = f"{cores}-vCPU {hardware['cpu_model']} ({flags})"
     else:
         cpu = f"{cores}-vCPU {host.get('processor', '?')} (CPU model and flags not recorded)"
@@ -223,7 +225,7 @@ def describe(run: Path, root: Path) -> Run:
         elif task == "bench":
             full, short = _bench(run)
         else:
-            raise SpectuneError(f"{run}: task {task!r} has no headline in the results index")
+            full = short = f"no headline rule for task {task!r}: read the run's files"
     else:
         result = rundir.ACCEPTANCE.read(run)
         meta = {**result.get("metadata", {}), **{k: result[k] for k in ("models", "hardware", "workload")
@@ -275,7 +277,8 @@ def index_page(runs: Iterable[Run]) -> str:
         "`comparison.parquet`); `tests/test_results_index.py` fails when this page and the runs disagree. Intervals",
         "are 95%; a speed-up is over autoregressive decoding (AR) on the same prompts; `c1`… is the concurrency.",
         "A command marked † was rebuilt from the run's recorded config (the run kept no overrides file).",
-        "Superseded explorations: [`archive/`](archive/README.md).",
+        "Superseded explorations: [`archive/`](archive/README.md). To add a result, copy its run directory here as the",
+        "product wrote it, less `tensorboard/`, large trace files and intermediate checkpoints, and rerun the command.",
         "",
         "| date | machine | pair | proposer | task, workload | command | headline (95% CI) | run |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -68,11 +68,14 @@ def test_check_mode_reports_a_stale_table(tmp_path, capsys):
 
 
 def test_cited_results_exist():
-    """Every bench/results/... path named in README.md and docs/ is in the tree (patterns: their folder)."""
+    """Every bench/results/... path (and `archive/...`) named in README.md and docs/ is in the tree."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     missing = []
     for page in pages:
-        for ref in re.findall(r"bench/results/[\w./{},<>|*…-]+", page.read_text(encoding="utf-8")):
+        text = page.read_text(encoding="utf-8")
+        refs = re.findall(r"bench/results/[\w./{},<>|*…-]+", text)
+        refs += ["bench/results/" + ref for ref in re.findall(r"`(archive/[\w./-]+)`", text)]
+        for ref in refs:
             path = re.split(r"[<{*…]", ref)[0].rstrip("/.,")
             if not (REPO / path).exists() and not list((REPO / path).parent.glob(Path(path).name + "*")):
                 missing.append(f"{page.relative_to(REPO)}: {ref}")
