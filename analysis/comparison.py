@@ -30,8 +30,8 @@ from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.io import write_text
 from harness.stats.compare import EQUIVALENCE_MARGIN, decode_units
-from harness.stats.intervals import mde, paired_ratio_interval, verdict
-from harness.stats.units import unit_size_of
+from harness.stats.intervals import mde, verdict
+from harness.stats.units import components, speedup_interval, unit_size_of
 from harness.tasks.tune import vllm_schedule
 from policies.comparison import AA_POLICY, BEST_FIXED
 
@@ -166,12 +166,15 @@ def paired_decode(paths: Paths, a: str, b: str) -> pd.DataFrame:
                                     f"its methods are {', '.join(methods)}")
             level = None if pd.isna(concurrency) else int(concurrency)
             table = decode_units(group[group["method"].isin([a, b])], unit_size_of(level or 1, None))
-            iv = paired_ratio_interval(table.num[a], table.den[a], table.num[b], table.den[b])
+            iv = speedup_interval(table, a, b)
             effect = mde(iv)
+            parts = components(table, a, b)
             rows.append({"run": str(run), "concurrency": level, "a": a, "b": b, "units": iv.n, "unit": table.unit,
                          "a_vs_b_pct": 100 * (iv.estimate - 1), "ci95_lo": 100 * (iv.lo - 1),
                          "ci95_hi": 100 * (iv.hi - 1), "mde_pct": None if effect is None else 100 * effect,
-                         "verdict": verdict(iv, EQUIVALENCE_MARGIN), "interval": iv.method})
+                         "verdict": verdict(iv, EQUIVALENCE_MARGIN), "between_units_sd_pct":
+                         parts["between_units_sd_pct"], "between_repeats_sd_pct": parts["between_repeats_sd_pct"],
+                         "drift_pct": parts["drift_pct"], "interval": iv.method})
     return pd.DataFrame(rows)
 
 

@@ -176,6 +176,8 @@ PROFILE_CALIBRATED = RunFile("profile.calibrated.json", "json")
 VERIFY = RunFile("verify.json", "json")
 ACCEPTANCE = RunFile("acceptance.json", "json")
 COVERAGE = RunFile("coverage.json", "json")  # task=coverage: every no-difference comparison and their coverage
+COVERAGE_RECORDS = RunFile("records.parquet", "parquet", ("comparison", "method", "repeat", "request_id", "status",
+                                                          "output_tokens", "e2el_ms", "duration_s"))
 COSTMODEL_CSV = RunFile("costmodel.csv", "csv")
 COSTMODEL_JSON = RunFile("costmodel.json", "json")
 COSTMODEL_PNG = RunFile("costmodel.png", "figure")

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.compare import EQUIVALENCE_MARGIN, decode_units, throughput_units
-from harness.stats.intervals import mde, paired_ratio_interval, ratio_interval, verdict
-from harness.stats.units import Units
+from harness.stats.intervals import mde, ratio_interval, verdict
+from harness.stats.units import Units, components, speedup_interval
 
 # Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
 BEST_FIXED = "best fixed γ"  # the policy label of the grid's best fixed γ row (AR keeps "ar" when γ = 0)
@@ -35,6 +35,8 @@ COLUMNS = (
     "decode_vs_ar_pct", "decode_vs_ar_pct_ci95_lo", "decode_vs_ar_pct_ci95_hi",
     "decode_vs_best_fixed_pct", "decode_vs_best_fixed_pct_ci95_lo", "decode_vs_best_fixed_pct_ci95_hi",
     "decode_vs_best_fixed_mde_pct", "decode_vs_best_fixed_verdict", "units", "unit",
+    "decode_vs_best_fixed_between_units_sd_pct", "decode_vs_best_fixed_between_repeats_sd_pct",
+    "decode_vs_best_fixed_drift_pct",
     "hindsight_gamma", "decode_vs_hindsight_pct", "decode_vs_hindsight_pct_ci95_lo", "decode_vs_hindsight_pct_ci95_hi",
     "replay_tok_s", "replay_error_pct", "replay_vs_best_fixed_pct", "oracle_gap_pct", "oracle_vs_best_fixed_pct",
     "informed_oracle_vs_best_fixed_pct",
@@ -94,8 +96,7 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
         for key in ("", "_ci95_lo", "_ci95_hi"):
             row[f"speedup_vs_ar{key}"] = entry.get(f"speedup{key}")
         if label in table.num and best_label in table.num:
-            iv = paired_ratio_interval(table.num[label], table.den[label], table.num[best_label],
-                                       table.den[best_label])
+            iv = speedup_interval(table, label, best_label)
             row["vs_best_fixed_pct"] = 100 * (iv.estimate - 1)
             row["vs_best_fixed_pct_ci95_lo"], row["vs_best_fixed_pct_ci95_hi"] = 100 * (iv.lo - 1), 100 * (iv.hi - 1)
         row.update(_decode(decode, label, best_label, hindsight, fixed or {}))
@@ -143,13 +144,16 @@ def _decode(decode: Units, label: str, best_label: str, hindsight: str | None, f
                        ("decode_vs_ar_pct", "ar")):
         if other is None or other not in decode.num:
             continue
-        pair = paired_ratio_interval(num, den, decode.num[other], decode.den[other])
+        pair = speedup_interval(decode, label, other)
         out[key], out[f"{key}_ci95_lo"], out[f"{key}_ci95_hi"] = (100 * (pair.estimate - 1), 100 * (pair.lo - 1),
                                                                    100 * (pair.hi - 1))
         if key == "decode_vs_best_fixed_pct" and other != label:
             effect = mde(pair)
             out["decode_vs_best_fixed_mde_pct"] = None if effect is None else 100 * effect
             out["decode_vs_best_fixed_verdict"] = verdict(pair, EQUIVALENCE_MARGIN)
+            parts = components(decode, label, other)
+            for part in ("between_units_sd_pct", "between_repeats_sd_pct", "drift_pct"):
+                out[f"decode_vs_best_fixed_{part}"] = parts[part]
     if hindsight is not None:
         out["hindsight_gamma"] = fixed[hindsight]
     return out
@@ -187,10 +191,17 @@ def format_comparison(frame: pd.DataFrame) -> str:
                      f"{_num(row.decision_pct_of_cycle, '.2f'):>7} {_num(row.oracle_gap_pct, '+.1f'):>10}")
     for (language, concurrency), group in frame.groupby(["language", "concurrency"], sort=False):
         first = group.iloc[0]
-        lines.append(f"intervals ({language}, concurrency {concurrency}): t (delta method) over {first['units']} "
-                     f"units, unit = {first['unit']}; a policy wins or loses only where its interval excludes 0, "
-                     f"'equivalent' where it lies within ±{100 * EQUIVALENCE_MARGIN:g}%, else 'not resolved' "
-                     "with the minimum detectable effect (80% power)")
+        lines.append(f"intervals ({language}, concurrency {concurrency}): t (jackknife) over {first['units']} "
+                     f"units, unit = {first['unit']}, plus the method x repeat component; a policy wins or loses "
+                     f"only where its interval excludes 0, 'equivalent' where it lies within "
+                     f"±{100 * EQUIVALENCE_MARGIN:g}%, else 'not resolved' with the minimum detectable effect (80% "
+                     "power)")
+        spread = {part: group[f"decode_vs_best_fixed_{part}"].dropna().median()
+                  for part in ("between_units_sd_pct", "between_repeats_sd_pct", "drift_pct")}
+        lines.append(f"variance of decode vs best fixed γ (SD, median over policies): between units "
+                     f"{_num(spread['between_units_sd_pct'], '.1f')}%, between repeats "
+                     f"{_num(spread['between_repeats_sd_pct'], '.1f')}%, drift of the ratio "
+                     f"{_num(spread['drift_pct'], '+.1f')}%; between processes: task=coverage")
     for row in frame[frame["policy"] == AA_POLICY].itertuples(index=False):
         lines.append(f"noise floor ({row.language}, concurrency {row.concurrency}): AR run twice, the second against "
                      f"the first: decode {_pct(row, 'decode_vs_ar_pct')}; a difference inside it is not resolved")

@@ -13,7 +13,7 @@ import pytest
 from harness import rundir
 from harness.errors import SpectuneError
 from harness.stats.compare import throughput_units
-from harness.stats.intervals import paired_ratio_interval
+from harness.stats.units import speedup_interval
 
 SMALL = ("+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=6", "task.repeats=2", "task.warmup=0",
          "task.comparisons=2")
@@ -28,14 +28,15 @@ def test_coverage_runs_each_comparison_in_its_own_process_and_every_figure_recom
     rows = result["rows"]
     assert [(r["comparison"], r["pair"]) for r in rows] == [(0, "ar"), (0, "fixed"), (1, "ar"), (1, "fixed")]
     seeds = set()
-    for row in rows:  # each row's interval is the product's, recomputed from its worker's records
+    records = rundir.COVERAGE_RECORDS.read(tmp_path)
+    for row in rows:  # each row's interval is the product's, recomputed from the run's records
         worker = tmp_path / "comparisons" / f"{row['comparison']:03d}"
-        meta = rundir.METADATA.read(worker)
-        seeds.add(meta["config"]["workload"]["seed"])
-        points = rundir.SUMMARY.read(worker)["points"]
-        durations = {(p["method"], int(p["repeat"])): p["duration_s"] for p in points}
-        units = throughput_units(rundir.REQUESTS.read(worker), durations)
-        iv = paired_ratio_interval(units.num[row["a"]], units.den[row["a"]], units.num[row["b"]], units.den[row["b"]])
+        seeds.add(rundir.METADATA.read(worker)["config"]["workload"]["seed"])
+        mine = records[records["comparison"] == row["comparison"]]
+        assert len(mine) == len(rundir.REQUESTS.read(worker))  # every request of the worker, gathered
+        durations = {(m, int(r)): d for m, r, d in zip(mine["method"], mine["repeat"], mine["duration_s"], strict=True)}
+        units = throughput_units(mine, durations)
+        iv = speedup_interval(units, row["a"], row["b"])
         assert (row["estimate"], row["lo"], row["hi"]) == pytest.approx((iv.estimate, iv.lo, iv.hi))
         assert row["contains"] == iv.contains(1.0) and row["units"] == 3 and row["old_cells"] == 6
     assert len(seeds) == 2  # each worker drew its own prompts
@@ -55,3 +56,26 @@ def test_bad_coverage_settings_fail_in_one_line_before_any_model(harness_in_proc
     with pytest.raises(SpectuneError, match=re.escape(names)) as err:
         harness_in_process(tmp_path, "task=coverage", *SMALL, override)
     assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow(reason="a pilot and a planned bench run through the CLI")
+def test_a_planned_run_measures_a_pilot_then_the_prompts_its_target_needs(cli, tmp_path):
+    proc = cli("+workload=en", "workload.max_new_tokens=6", "task.repeats=2", "task.warmup=0", "gamma=[2]",
+               "task.target_mde=0.5", "task.pilot_prompts=4", run_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = rundir.METADATA.read(tmp_path)["plan"]
+    assert rundir.SUMMARY.read(tmp_path / "pilot")["plan"] == plan and plan["pilot_units"] == 4
+    pilot_ids = set(rundir.REQUESTS.read(tmp_path / "pilot")["prompt_id"])
+    measured = rundir.REQUESTS.read(tmp_path)
+    assert measured["request_id"].nunique() == plan["prompts"] >= 2
+    assert not pilot_ids & set(measured["prompt_id"])  # the planned run never reuses the pilot's prompts
+
+
+@pytest.mark.parametrize(("override", "names"), [
+    ("task.target_mde=1.5", "task.target_mde=1.5 is invalid"),
+    ("task.pilot_prompts=1", "task.pilot_prompts=1"),
+])
+def test_bad_plans_fail_in_one_line_before_any_model(harness_in_process, tmp_path, override, names):
+    with pytest.raises(SpectuneError, match=re.escape(names)):
+        harness_in_process(tmp_path, "+workload=en", "task.target_mde=0.05", override)
+    assert not list(tmp_path.iterdir())

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,13 +35,11 @@ from harness.stats.intervals import (
     T_METHOD,
     Interval,
     mde,
-    paired_difference_interval,
-    paired_ratio_interval,
     quantile_interval,
     ratio_interval,
     verdict,
 )
-from harness.stats.units import Units, components, units_of
+from harness.stats.units import Units, components, speedup_interval, units_of
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +150,13 @@ class Comparison:
     best_resolved: bool = False
 
 
+def _difference(ratio: Interval, reference: float) -> Interval:
+    """A rate's difference to ``reference`` read off the paired interval of their ratio (so that "contains 0" and
+    "contains 1" always agree, the method × repeat component included)."""
+    return replace(ratio, estimate=reference * (ratio.estimate - 1), lo=reference * (ratio.lo - 1),
+                   hi=reference * (ratio.hi - 1), scale="linear", se=None)
+
+
 def _put(fields: dict[str, Any], key: str, iv: Interval, *, ratio: bool, margin: float) -> None:
     """An interval's estimate, bounds, MDE (in %, for a ratio) and verdict under ``key``."""
     fields[key], fields[f"{key}_ci95_lo"], fields[f"{key}_ci95_hi"] = iv.estimate, iv.lo, iv.hi
@@ -181,7 +186,7 @@ def compare(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
     prefix = "speedup" if metric == "output_throughput" else f"{metric}_ratio"
     if baseline in table.num:
         for m in table.num:
-            iv = paired_ratio_interval(table.num[m], table.den[m], table.num[baseline], table.den[baseline])
+            iv = speedup_interval(table, m, baseline)
             _put(fields[m], prefix, iv, ratio=True, margin=margin)
             if m != baseline:
                 fields[m].update({f"{prefix}_{k}": v for k, v in components(table, m, baseline).items()
@@ -191,8 +196,7 @@ def compare(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
     same: list[str] = []
     resolved = False
     if best is not None:
-        diffs = {m: paired_difference_interval(table.num[m], table.den[m], table.num[best], table.den[best])
-                 for m in methods if m != best}
+        diffs = {m: _difference(speedup_interval(table, m, best), pooled[best]) for m in methods if m != best}
         for m, iv in diffs.items():
             _put(fields[m], f"{metric}_diff_vs_best", iv, ratio=False, margin=0.0)
         same = indistinguishable(best, diffs)
@@ -200,8 +204,7 @@ def compare(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
     pick, scores = mad_rule({m: v for m, v in per_repeat.items() if m in methods}, gammas)
     floor = None
     if AA_LABEL in table.num and baseline in table.num:
-        floor = noise_floor_pct(paired_ratio_interval(table.num[AA_LABEL], table.den[AA_LABEL],
-                                                      table.num[baseline], table.den[baseline]))
+        floor = noise_floor_pct(speedup_interval(table, AA_LABEL, baseline))
     for m in table.num:
         fields[m]["best"] = m == best
         fields[m]["indistinguishable_from_best"] = m in same

@@ -10,9 +10,15 @@ another's). Their interval here is a t-interval with the jackknife's standard er
 with each unit left out, their spread, and a Student-t quantile whose degrees of freedom are the units' Kish
 effective number less one (n_eff = (Σw)² / Σw², w the unit's seconds): a pooled ratio leans on its longest
 units, and with 8 units of unequal length it has fewer than 7 degrees of freedom. It keeps the pooled estimate
-(Σ tokens / Σ time) and holds its coverage at 8–36 units (``tests/test_coverage.py`` simulates 94–96%), where
+(Σ tokens / Σ time) and holds its coverage at 8–36 units (``tests/test_coverage.py`` simulates it), where
 the delta method's t-interval and BCa's bootstrap under-cover. A ratio's interval is computed on the log scale
 and mapped back, so it is never negative.
+
+A second source of variance no resampling of units can see: identical work run under two labels in one process
+can differ by several percent for a whole repeat (measured on the embedded pair), and every unit of that repeat
+shares the shift. Given (units × repeats) arrays, :func:`paired_ratio_interval` estimates that method × repeat
+component from the two-way ANOVA of the log speedup and adds it, with R − 1 degrees of freedom (Welch–
+Satterthwaite): with two or three repeats such a shift makes the interval honestly wide.
 
 The BCa bootstrap (``scipy.stats.bootstrap``) remains for quantiles (latency percentiles) and, under
 ``bootstrap_*`` names, to report the old unit's intervals beside the new ones.
@@ -35,7 +41,7 @@ log = logging.getLogger(__name__)
 N_RESAMPLES = 2000
 CONFIDENCE = 0.95
 POWER = 0.80
-T_METHOD = "t (jackknife over independent units, Kish effective df)"
+T_METHOD = "t (jackknife over independent units, Kish effective df; with repeats, + the method x repeat component)"
 BOOTSTRAP_METHOD = "scipy.stats.bootstrap (BCa; percentile where BCa is undefined)"
 
 
@@ -66,9 +72,11 @@ def t_quantile(df: float, level: float) -> float:
 
 
 def _t_interval(estimate: float, leave_one_out: np.ndarray, weights: np.ndarray, *, log_scale: bool,
-                confidence: float) -> Interval:
+                confidence: float, extra: tuple[float, float] | None = None) -> Interval:
     """estimate ± t·se on the statistic's scale (log for a ratio, then mapped back), se the jackknife's over the
-    leave-one-out values, t with the units' Kish effective number − 1 degrees of freedom."""
+    leave-one-out values, t with the units' Kish effective number − 1 degrees of freedom. ``extra`` = (variance,
+    df) adds a component the units cannot see (a method × repeat shift shared by every unit of a repeat); the
+    degrees of freedom then combine by Welch–Satterthwaite."""
     n = int(leave_one_out.size)
     if n < 2 or not np.isfinite(estimate) or (log_scale and estimate <= 0):
         return Interval(estimate, estimate, estimate, n, "none (fewer than 2 units)" if n < 2 else "undefined")
@@ -78,6 +86,10 @@ def _t_interval(estimate: float, leave_one_out: np.ndarray, weights: np.ndarray,
     se = float(np.sqrt((n - 1) / n * np.sum((loo - loo.mean()) ** 2)))
     scale = "log" if log_scale else "linear"
     df = max(1.0, float(weights.sum() ** 2 / np.sum(weights ** 2)) - 1) if weights.sum() > 0 else float(n - 1)
+    if extra is not None and extra[0] > 0:
+        var_units, (var_extra, df_extra) = se ** 2, extra
+        se = math.sqrt(var_units + var_extra)
+        df = se ** 4 / (var_units ** 2 / df + var_extra ** 2 / df_extra)
     if se <= 1e-12 * max(1.0, float(np.abs(loo).max())):  # every unit agrees (to rounding): the interval is the point
         return Interval(estimate, estimate, estimate, n, T_METHOD, 0.0, df, scale)
     half = t_quantile(df, 0.5 + confidence / 2) * se
@@ -108,16 +120,44 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, *, confidence: float = CONF
     return _t_interval(estimate, loo, den, log_scale=True, confidence=confidence)
 
 
+def repeat_component(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray
+                     ) -> tuple[float, float] | None:
+    """The variance a method × repeat shift adds to a speedup averaged over R repeats, from (units × repeats)
+    arrays: the two-way ANOVA of the per-(unit, repeat) log speedup, σ²_repeat = (MS_repeat − MS_residual) / n
+    (0 when negative), divided by R; with R − 1 degrees of freedom. Identical work run under two labels can
+    differ by 10% for a whole repeat (measured on the tiny pair: where the allocator put one label's buffers);
+    every unit of that repeat shares the shift, so no resampling of units sees it. None with one repeat."""
+    na, da, nb, db = (np.asarray(x, dtype=float) for x in (num_a, den_a, num_b, den_b))
+    if na.ndim != 2 or na.shape[1] < 2 or na.shape[0] < 2:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log((na / da) / (nb / db))
+    y = y[np.all(np.isfinite(y), axis=1)]
+    n, r = y.shape
+    if n < 2:
+        return None
+    rows, cols, grand = y.mean(axis=1, keepdims=True), y.mean(axis=0, keepdims=True), y.mean()
+    ms_repeat = n * float(((cols - grand) ** 2).sum()) / (r - 1)
+    ms_residual = float(((y - rows - cols + grand) ** 2).sum()) / ((n - 1) * (r - 1))
+    return max(0.0, (ms_repeat - ms_residual) / n) / r, float(r - 1)
+
+
 def paired_ratio_interval(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, *,
                           confidence: float = CONFIDENCE) -> Interval:
-    """CI of (Σnum_a/Σden_a) / (Σnum_b/Σden_b) on the same units: the speedup of a over b."""
+    """CI of (Σnum_a/Σden_a) / (Σnum_b/Σden_b) on the same units: the speedup of a over b. Given (units ×
+    repeats) arrays, the units are their rows summed and a method × repeat component
+    (:func:`repeat_component`) joins the units' variance."""
     na, da, nb, db = _arrays(num_a, den_a, num_b, den_b)
+    extra = None
+    if na.ndim == 2:
+        extra = repeat_component(na, da, nb, db)
+        na, da, nb, db = (x.sum(axis=1) for x in (na, da, nb, db))
     (ra, loo_a), (rb, loo_b) = _rates(na, da), _rates(nb, db)
     if not (np.isfinite(ra) and np.isfinite(rb) and rb > 0):
         return Interval(float("nan"), float("nan"), float("nan"), int(na.size), "undefined")
     with np.errstate(divide="ignore", invalid="ignore"):
         loo = loo_a / loo_b
-    return _t_interval(ra / rb, loo, da + db, log_scale=True, confidence=confidence)
+    return _t_interval(ra / rb, loo, da + db, log_scale=True, confidence=confidence, extra=extra)
 
 
 def paired_difference_interval(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, *,

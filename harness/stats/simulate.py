@@ -8,6 +8,8 @@ real runs show, each switchable:
 - repeats of a prompt are nearly identical work (``repeat_sd``, small);
 - the machine drifts: an AR(1) process over execution order (``drift_phi``, ``drift_sd``) and episodes that shift
   its speed for ``episode`` consecutive requests (``episode_sd``);
+- a method × repeat shift (``method_repeat_sd``: one label's buffers placed badly for a whole repeat, shared by
+  every prompt of that repeat);
 - a process shift common to both methods (``process_sd``: cancels in a paired ratio), and a method × process
   shift (``method_process_sd``: a method faster in this process than in another, invisible from inside one).
 
@@ -40,6 +42,7 @@ class Scenario:
     drift_sd: float = 0.01
     episode: int = 20
     episode_sd: float = 0.03
+    method_repeat_sd: float = 0.0
     process_sd: float = 0.1
     method_process_sd: float = 0.0
     design: str = "interleaved"
@@ -95,9 +98,10 @@ def simulate(s: Scenario, runs: int, seed: int) -> SimulatedRuns:
     machine = _machine(s, runs, 2 * s.repeats * s.prompts, rng)
     process = rng.normal(0, s.process_sd, (runs, 1, 1))
     method_process = rng.normal(0, s.method_process_sd, (runs, 1, 1))
+    method_repeat = rng.normal(0, s.method_repeat_sd, (runs, s.repeats, 1))
     base = tokens * per_token * np.exp(process)
     seconds_a = base * np.exp(machine[:, order_a] + rng.normal(0, s.repeat_sd, shape))
-    seconds_b = (base / s.speedup * np.exp(inter + method_process) *
+    seconds_b = (base / s.speedup * np.exp(inter + method_process + method_repeat) *
                  np.exp(machine[:, order_b] + rng.normal(0, s.repeat_sd, shape)))
     return SimulatedRuns(tokens, seconds_a, seconds_b, s.speedup)
 
@@ -105,18 +109,21 @@ def simulate(s: Scenario, runs: int, seed: int) -> SimulatedRuns:
 def coverage(runs: SimulatedRuns, unit: str = "prompt", interval: Callable[..., Interval] | None = None
              ) -> tuple[float, float]:
     """Share of runs whose interval of B's speedup over A contains the truth, and the intervals' median width.
-    ``unit`` "prompt" sums each prompt's repeats (the product's unit); "repeat-prompt" treats every (repeat,
-    prompt) cell as independent (the old unit). ``interval`` is the product's paired t-interval unless another
-    function of the same signature is given (the bootstrap, for comparison)."""
+    ``unit`` "prompt": the product's interval (prompts as units, each with its repeats, plus the method × repeat
+    component); "prompt-sums": prompts as units, the repeats only summed (no repeat component); "repeat-prompt":
+    every (repeat, prompt) cell as independent (the old unit). ``interval`` is the product's paired t-interval
+    unless another function of the same signature is given (the bootstrap, for comparison)."""
     interval = interval or paired_ratio_interval
     hits, widths = [], []
     for tokens, a, b in zip(runs.tokens, runs.seconds_a, runs.seconds_b, strict=True):
         if unit == "prompt":
+            tokens, a, b = tokens.T, a.T, b.T  # (prompts × repeats)
+        elif unit == "prompt-sums":
             tokens, a, b = tokens.sum(axis=0), a.sum(axis=0), b.sum(axis=0)
         elif unit == "repeat-prompt":
             tokens, a, b = tokens.ravel(), a.ravel(), b.ravel()
         else:
-            raise ValueError(f"unit={unit!r}: must be prompt or repeat-prompt")
+            raise ValueError(f"unit={unit!r}: must be prompt, prompt-sums or repeat-prompt")
         iv = interval(tokens, b, tokens, a)
         hits.append(iv.contains(runs.truth))
         widths.append(iv.hi - iv.lo)

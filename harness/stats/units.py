@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
+from harness.stats.intervals import CONFIDENCE, POWER, Interval, paired_ratio_interval, t_quantile
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,13 @@ class Units:
         """Σ num / Σ den of ``method`` over every unit (its pooled rate)."""
         return float(self.num[method].sum() / self.den[method].sum())
 
+    def matrix(self, method: str) -> tuple[np.ndarray, np.ndarray]:
+        """(num, den) of ``method`` as (units × repeats) arrays over the aligned units, repeats in order."""
+        mine = self.cells[(self.cells["method"] == method) & self.cells["unit"].isin(self.keys)]
+        num = mine.pivot_table(index="unit", columns="repeat", values="num", aggfunc="sum").reindex(self.keys)
+        den = mine.pivot_table(index="unit", columns="repeat", values="den", aggfunc="sum").reindex(self.keys)
+        return num.to_numpy(dtype=float), den.to_numpy(dtype=float)
+
     def per_repeat(self, method: str) -> list[float]:
         """The method's pooled rate in each repeat, over the aligned units."""
         mine = self.cells[(self.cells["method"] == method) & self.cells["unit"].isin(self.keys)]
@@ -60,6 +70,15 @@ def unit_size_of(concurrency: int, block_prompts: int | None) -> int:
     if concurrency <= 1:
         return 1
     return int(block_prompts) if block_prompts else int(concurrency)
+
+
+def speedup_interval(units: Units, a: str, b: str) -> Interval:
+    """The paired interval of ``a``'s rate over ``b``'s: units as the independent draws, each with its repeats,
+    and the method × repeat component beside them (:func:`harness.stats.intervals.paired_ratio_interval`)."""
+    (na, da), (nb, db) = units.matrix(a), units.matrix(b)
+    if na.shape != nb.shape or na.shape[1] < 2 or not (np.isfinite(na).all() and np.isfinite(nb).all()):
+        return paired_ratio_interval(units.num[a], units.den[a], units.num[b], units.den[b])
+    return paired_ratio_interval(na, da, nb, db)
 
 
 def describe_unit(unit_size: int, concurrency: int | None = None) -> str:
@@ -140,3 +159,21 @@ def components(units: Units, a: str, b: str) -> dict[str, Any]:
     return {"units": n, "repeats": r, "between_units_sd_pct": _sd_pct(between),
             "between_repeats_sd_pct": _sd_pct(within), "drift_pct": _trend_pct(ratio),
             "machine_drift_pct": _trend_pct(yb)}
+
+
+def units_needed(sd: float, pilot_units: int, target: float, *, bound: float = 0.8, power: float = POWER,
+                 confidence: float = CONFIDENCE, most: int = 100_000) -> int:
+    """The units a run needs so that the minimum detectable effect of a speedup is at most ``target`` (0.03: 3%),
+    planned from a pilot: ``sd`` is the pilot's SD of a unit's log speedup over ``pilot_units`` units, raised to
+    its one-sided ``bound`` upper confidence limit (chi-square with pilot_units − 1 df: a pilot's SD is itself a
+    noisy estimate, and planning on it as if exact under-powers half of all runs); then the smallest n with
+    (t_{1−a/2} + t_power)·SD_upper/√n ≤ log(1 + target). The plan is fixed before the run: it plans, it never
+    decides."""
+    if not (sd >= 0 and pilot_units >= 2 and target > 0):
+        raise ValueError(f"units_needed: sd={sd}, pilot_units={pilot_units}, target={target}")
+    upper = sd * math.sqrt((pilot_units - 1) / stats.chi2.ppf(1 - bound, pilot_units - 1))
+    goal = math.log1p(target)
+    for n in range(2, most + 1):
+        if (t_quantile(n - 1, 0.5 + confidence / 2) + t_quantile(n - 1, power)) * upper / math.sqrt(n) <= goal:
+            return n
+    return most

@@ -41,9 +41,11 @@ from harness.measure import (
     schedule,
 )
 from harness.metadata import base_metadata
-from harness.stats.compare import AA_LABEL
+from harness.options import integer
+from harness.stats.compare import AA_LABEL, throughput_units
 from harness.stats.goodput import parse_slo
-from harness.stats.units import unit_size_of
+from harness.stats.intervals import paired_ratio_interval
+from harness.stats.units import unit_size_of, units_needed
 from policies.registry import make_policy, measure_policy
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,8 @@ class BenchSettings:
     slo: dict[str, float] = field(default_factory=dict)
     block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
     design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
+    target_mde: float | None = None  # plan the prompts from a pilot so the run resolves this speedup (0.03: 3%)
+    pilot_prompts: int = 8  # the pilot's prompts (never reused by the planned run)
 
     @property
     def unit_size(self) -> int:
@@ -107,8 +111,9 @@ class BenchSettings:
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
         block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
         design = design_option(cfg.task.get("design"), "task.design", block, rate)
+        target, pilot = _planning(cfg, baseline, unit_size_of(c, block_for(design, block, c)))
         return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
-                   warmup, repeats, noise_floor, slo, block_for(design, block, c), design)
+                   warmup, repeats, noise_floor, slo, block_for(design, block, c), design, target, pilot)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
@@ -116,6 +121,26 @@ class BenchSettings:
         if self.baseline and self.noise_floor:
             points.append((AA_LABEL, 0))
         return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
+
+
+def _planning(cfg: DictConfig, baseline: bool, unit: int) -> tuple[float | None, int]:
+    """``task.target_mde`` (null, or a relative speedup in (0, 1)) and ``task.pilot_prompts`` (at least two units)."""
+    target = cfg.task.get("target_mde")
+    pilot = cfg.task.get("pilot_prompts", 8)
+    if target is None:
+        return None, 8 if pilot is None else int(pilot)
+    if not (_finite(target) and 0 < target < 1):
+        raise SpectuneError(f"task.target_mde={target!r} is invalid: must be a relative speedup in (0, 1), e.g. 0.03, "
+                            "or null")
+    if not baseline:
+        raise SpectuneError(f"task.target_mde={target} is invalid with task.baseline=false: the plan is for speedups "
+                            "over the AR baseline")
+    if cfg.get("resume"):
+        raise SpectuneError(f"task.target_mde={target} is invalid with resume=true: a planned run starts afresh")
+    pilot = integer(pilot, "task.pilot_prompts", lo=2 * unit)
+    if pilot % unit:
+        raise SpectuneError(f"task.pilot_prompts={pilot} is invalid: must be a multiple of the unit ({unit} prompts)")
+    return float(target), pilot
 
 
 def _finite(value: Any) -> bool:
@@ -169,7 +194,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     from workloads.loader import load_workload  # heavy imports only once the config is valid
 
     models = load_models(cfg.models, cfg.hardware)
-    workload = load_workload(cfg.workload, models.tokenizer)
+    workload = load_workload(_workload_cfg(cfg, settings), models.tokenizer)
     max_context = models.max_context
     requests = build_requests(workload, settings, max_context)
     engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
@@ -183,31 +208,33 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                    if (label, r) in done]}
     rundir.METADATA.write(run_dir, metadata)
 
-    def write(grid: Grid, final: dict[str, Any] | None = None) -> None:
-        req, cyc = grid.frames()
-        body = final or {"methods": pooled(grid)}
-        with resume.deferred_signals():  # a SIGTERM now waits until the three files agree
-            if len(req):
-                rundir.REQUESTS.write(run_dir, req)
-                rundir.CYCLES.write(run_dir, cyc)
-            rundir.SUMMARY.write(run_dir, {"workload": workload.name, "repeats": settings.repeats, **body,
-                                           **conditions.summary_fields(grid.points), "points": grid.points})
+    def measure(part: list[Request], where: Path, done: Any = None) -> Grid:
+        def point(label: str, gamma: int) -> Frames:
+            return measure_policy(engine, part, settings.policy, label, gamma, concurrency=settings.concurrency,
+                                  warmup=settings.warmup, max_context=max_context)
 
-    def point(label: str, gamma: int) -> Frames:
-        return measure_policy(engine, requests, settings.policy, label, gamma, concurrency=settings.concurrency,
-                              warmup=settings.warmup, max_context=max_context)
+        def write(grid: Grid) -> None:
+            _write(where, workload.name, settings, grid)
 
-    if settings.block_prompts is None:
-        grid = run_points(points, conditions.watched(point), done=done, on_point=write)
-    else:
+        if settings.block_prompts is None:
+            return run_points(points, conditions.watched(point), done=done, on_point=write)
         block = block_runner(engine, lambda _label, gamma: make_policy(settings.policy, gamma),
                              concurrency=settings.concurrency, warmup=settings.warmup, max_context=max_context)
-        grid = run_interleaved(settings.methods(), settings.repeats, blocks_of(requests, settings.block_prompts),
-                               block, done=done, on_point=write)
+        return run_interleaved(settings.methods(), settings.repeats, blocks_of(part, settings.block_prompts), block,
+                               done=done, on_point=write)
+
+    if settings.target_mde is not None:
+        pilot, requests = requests[:settings.pilot_prompts], requests[settings.pilot_prompts:]
+        plan = plan_prompts(measure(pilot, run_dir / "pilot"), settings, available=len(requests))
+        _write(run_dir / "pilot", workload.name, settings, Grid(), {"plan": plan})
+        requests = requests[:plan["prompts"]]
+        rundir.METADATA.write(run_dir, {**metadata, "plan": plan})
+    grid = measure(requests, run_dir, done)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
     tp = ranking.get("output_throughput", {})
-    write(grid, {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"),
-                 "ranking": ranking, "methods": methods})
+    _write(run_dir, workload.name, settings, grid, {"noise_floor_pct": tp.get("noise_floor_pct"),
+                                                   "statistics": tp.get("statistics"), "ranking": ranking,
+                                                   "methods": methods})
 
     note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
@@ -216,6 +243,64 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     _log_table(methods, ranking, grid.points)
     log.info(f"results: {run_dir}")
     return _exit_code(methods)
+
+
+def _workload_cfg(cfg: DictConfig, settings: BenchSettings) -> DictConfig:
+    """The workload as configured; a planned run (task.target_mde) draws from all of its prompts, since the plan
+    decides how many it takes."""
+    if settings.target_mde is None:
+        return cfg.workload
+    node = cfg.workload.copy()
+    node.num_prompts = None
+    return node
+
+
+def _write(where: Path, workload: str, settings: BenchSettings, grid: Grid, final: dict[str, Any] | None = None
+           ) -> None:
+    """The run's three files, rewritten together after every point (``final``: the summary's body at the end; a
+    summary of ``{"plan": ...}`` alone merges the plan into the pilot's summary)."""
+    if final is not None and set(final) == {"plan"}:
+        summary = rundir.SUMMARY.read(where)
+        rundir.SUMMARY.write(where, {**summary, **final})
+        return
+    req, cyc = grid.frames()
+    body = final or {"methods": pooled(grid)}
+    with resume.deferred_signals():  # a SIGTERM now waits until the three files agree
+        if len(req):
+            rundir.REQUESTS.write(where, req)
+            rundir.CYCLES.write(where, cyc)
+        rundir.SUMMARY.write(where, {"workload": workload, "repeats": settings.repeats, **body,
+                                     **conditions.summary_fields(grid.points), "points": grid.points})
+
+
+def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[str, Any]:
+    """How many prompts the planned run takes: per method, its pilot SD of a unit's log speedup over AR, and the
+    units it needs for ``settings.target_mde`` (:func:`harness.stats.units.units_needed`); the most any method
+    needs, in prompts. More than the workload holds past the pilot is an error (the pilot's files are kept)."""
+    req, _ = pilot.frames()
+    ok = [p for p in pilot.points if p.get("status") == "ok"]
+    durations = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in ok}
+    req = req[[(m, int(r)) in durations for m, r in zip(req["method"], req["repeat"], strict=True)]]
+    units = throughput_units(req, durations, unit_size=settings.unit_size)
+    per_method: dict[str, Any] = {}
+    for label in units.num:
+        if label in ("ar", AA_LABEL):
+            continue
+        iv = paired_ratio_interval(units.num[label], units.den[label], units.num["ar"], units.den["ar"])
+        sd = (iv.se or 0.0) * math.sqrt(iv.n)  # the units' SD (a pilot's two or three repeats cannot plan the
+        # method x repeat component: the planned run's interval still adds it)
+        per_method[label] = {"pilot_sd_pct": 100 * sd, "units": units_needed(sd, iv.n, settings.target_mde)}
+    if not per_method:
+        raise SpectuneError("task.target_mde: the pilot measured no method against ar (every point failed)")
+    need = max(m["units"] for m in per_method.values()) * settings.unit_size
+    plan = {"target_mde": settings.target_mde, "pilot_prompts": settings.pilot_prompts, "pilot_units": units.n,
+            "bound": "80% upper confidence limit of the pilot SD", "per_method": per_method, "prompts": need}
+    log.info("plan: MDE %.1f%% needs %d prompts (%s)", 100 * settings.target_mde, need,
+             ", ".join(f"{m} SD {v['pilot_sd_pct']:.1f}% -> {v['units']} units" for m, v in per_method.items()))
+    if need > available:
+        raise SpectuneError(f"task.target_mde={settings.target_mde} needs {need} prompts after the pilot, the workload "
+                            f"has {available}: raise the target, or use a workload with more prompts")
+    return plan
 
 
 def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]]) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from scipy import stats
 
@@ -47,7 +48,7 @@ from harness.metadata import base_metadata
 from harness.options import integer
 from harness.stats.compare import AA_LABEL, throughput_units
 from harness.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
-from harness.stats.units import unit_size_of, units_of
+from harness.stats.units import speedup_interval, unit_size_of, units_of
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +165,28 @@ def _worker_command(cfg: DictConfig, k: int, where: Path) -> list[str]:
             f"workload.seed={int(cfg.workload.seed) + k}", f"hydra.run.dir={where}"]
 
 
-def comparison_rows(worker_dir: Path, s: CoverageSettings, k: int, seed: int) -> list[dict[str, Any]]:
-    """One row per pair of one worker's run: the product's interval and the old unit's, on the same records."""
+RECORD_COLUMNS = ("method", "repeat", "request_id", "prompt_id", "status", "output_tokens", "ttft_ms", "e2el_ms")
+
+
+def worker_records(worker_dir: Path, k: int) -> pd.DataFrame:
+    """What the coverage of one comparison is computed from, gathered into the parent's ``records.parquet``: each
+    request's method, repeat, prompt, status, tokens and latencies, and its (method, repeat) run's duration. The
+    workers' own directories (every column, the cycles) can then be left out of a committed result."""
     req = rundir.REQUESTS.read(worker_dir)
     points = rundir.SUMMARY.read(worker_dir)["points"]
     durations = {(p["method"], int(p["repeat"])): float(p["duration_s"]) for p in points if p.get("status") == "ok"}
     req = req[[(m, int(r)) in durations for m, r in zip(req["method"], req["repeat"], strict=True)]]
+    out = req[list(RECORD_COLUMNS)].copy()
+    out.insert(0, "comparison", k)
+    out["duration_s"] = [durations[m, int(r)] for m, r in zip(out["method"], out["repeat"], strict=True)]
+    return out
+
+
+def comparison_rows(records: pd.DataFrame, s: CoverageSettings, k: int, seed: int) -> list[dict[str, Any]]:
+    """One row per pair of comparison ``k`` (its rows of :func:`worker_records`): the product's interval and the
+    old unit's, on the same records."""
+    req = records[records["comparison"] == k]
+    durations = {(m, int(r)): float(d) for m, r, d in zip(req["method"], req["repeat"], req["duration_s"], strict=True)}
     units = throughput_units(req, durations, unit_size=s.unit_size)
     per_request = throughput_units(req, durations).cells  # the old unit: every (repeat, prompt) cell on its own
     width = int(per_request["unit"].max()) + 1
@@ -180,11 +197,14 @@ def comparison_rows(worker_dir: Path, s: CoverageSettings, k: int, seed: int) ->
         if a not in units.num or b not in units.num:
             rows.append({"comparison": k, "pair": pair, "status": "failed"})
             continue
-        iv = paired_ratio_interval(units.num[a], units.den[a], units.num[b], units.den[b])
+        iv = speedup_interval(units, a, b)
+        alone = paired_ratio_interval(units.num[a], units.den[a], units.num[b], units.den[b])  # no repeat component
         old = bootstrap_paired_ratio_interval(cells.num[a], cells.den[a], cells.num[b], cells.den[b], seed=seed + k)
         rows.append({"comparison": k, "pair": pair, "status": "ok", "a": a, "b": b, "units": iv.n,
                      "estimate": iv.estimate, "lo": iv.lo, "hi": iv.hi, "se_log": iv.se, "df": iv.df,
                      "contains": iv.contains(1.0), "mde_pct": 100 * (mde(iv) or float("nan")),
+                     "units_lo": alone.lo, "units_hi": alone.hi, "units_se_log": alone.se,
+                     "units_contains": alone.contains(1.0),
                      "old_cells": old.n, "old_lo": old.lo, "old_hi": old.hi, "old_contains": old.contains(1.0)})
     return rows
 
@@ -201,12 +221,15 @@ def coverage_summary(rows: list[dict[str, Any]], pairs: tuple[str, ...]) -> dict
         if not ok:
             continue
         hits, old_hits = sum(r["contains"] for r in ok), sum(r["old_contains"] for r in ok)
+        unit_hits = sum(r["units_contains"] for r in ok)
         ci = stats.binomtest(hits, len(ok)).proportion_ci(0.95, method="exact")
         logs = np.log([r["estimate"] for r in ok])
         within = float(np.mean([r["se_log"] ** 2 for r in ok if r["se_log"] is not None]))
         excess = float(np.var(logs, ddof=1)) - within if len(ok) > 1 else float("nan")
         out[name] = {"comparisons": len(ok), "contain_no_difference": hits, "coverage": hits / len(ok),
                      "coverage_ci95": [float(ci.low), float(ci.high)],
+                     "units_only_contain": unit_hits, "units_only_coverage": unit_hits / len(ok),
+                     "units_only_median_width_pct": 100 * float(np.median([r["units_hi"] - r["units_lo"] for r in ok])),
                      "old_unit_contain": old_hits, "old_unit_coverage": old_hits / len(ok),
                      "median_width_pct": 100 * float(np.median([r["hi"] - r["lo"] for r in ok])),
                      "old_unit_median_width_pct": 100 * float(np.median([r["old_hi"] - r["old_lo"] for r in ok])),
@@ -218,20 +241,22 @@ def coverage_summary(rows: list[dict[str, Any]], pairs: tuple[str, ...]) -> dict
 
 
 def format_coverage(summary: dict[str, Any]) -> list[str]:
-    head = (f"{'pair':<26} {'runs':>4} {'contain':>7} {'coverage [95% CI]':>20} {'width':>7} {'old unit':>15} "
-            f"{'floor':>6} {'MDE':>6} {'process SD':>10}")
+    head = (f"{'pair':<26} {'runs':>4} {'contain':>7} {'coverage [95% CI]':>20} {'width':>7} {'units only':>15} "
+            f"{'old unit':>15} {'floor':>6} {'MDE':>6} {'process SD':>10}")
     lines = [head, "-" * len(head)]
     for name, r in summary.items():
         lo, hi = r["coverage_ci95"]
         proc = "-" if r["between_process_sd_pct"] is None else f"{r['between_process_sd_pct']:.2f}%"
         lines.append(f"{name:<26} {r['comparisons']:>4} {r['contain_no_difference']:>7} "
                      f"{100 * r['coverage']:>5.1f}% [{100 * lo:4.1f}, {100 * hi:5.1f}] {r['median_width_pct']:>6.2f}% "
+                     f"{100 * r['units_only_coverage']:>5.1f}% {r['units_only_median_width_pct']:>6.2f}%  "
                      f"{100 * r['old_unit_coverage']:>5.1f}% {r['old_unit_median_width_pct']:>6.2f}%  "
                      f"{r['noise_floor_pct']:>5.2f}% {r['median_mde_pct']:>5.2f}% {proc:>10}")
-    lines.append("coverage: share of 95% intervals (unit: prompt, or batch block; jackknife t) containing no "
-                 "difference; old unit: (repeat, prompt) cells as independent, BCa, on the same runs; width: median "
-                 "interval width; floor: median half-width; MDE: median minimum detectable effect (80% power); "
-                 "process SD: spread of the estimates across processes beyond their own intervals")
+    lines.append("coverage: share of the product's 95% intervals (unit: prompt, or batch block; jackknife t; plus "
+                 "the method x repeat component) containing no difference; units only: the same without the repeat "
+                 "component; old unit: (repeat, prompt) cells as independent, BCa; all on the same runs. width: "
+                 "median interval width; floor: median half-width; MDE: median minimum detectable effect (80% "
+                 "power); process SD: spread of the estimates across processes beyond their own intervals")
     return lines
 
 
@@ -243,6 +268,8 @@ def _parent(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
                                     "config": OmegaConf.to_container(cfg, resolve=True),
                                     "job": resume.job_identity()})
     rows: list[dict[str, Any]] = []
+    records: list[pd.DataFrame] = []
+    workers: dict[str, Any] = {}  # where the workers measured: the first finished worker's metadata
     for k in tqdm(range(s.comparisons), desc="comparisons", unit="process"):
         where = run_dir / "comparisons" / f"{k:03d}"
         if not (where / WORKER_DONE).exists():  # a finished worker (an earlier, interrupted run) is not rerun
@@ -253,13 +280,20 @@ def _parent(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
                 log.error("comparison %d failed (exit %d): %s", k, proc.returncode, proc.stderr.strip()[-500:])
                 rows += [{"comparison": k, "pair": pair, "status": "failed"} for pair in s.pairs]
                 continue
-        new = comparison_rows(where, s, k, seed)
+        if not workers:
+            meta = rundir.METADATA.read(where)
+            workers = {key: meta.get(key) for key in ("models", "hardware", "host", "packages", "git", "workload",
+                                                      "sampling")}
+        records.append(worker_records(where, k))
+        rundir.COVERAGE_RECORDS.write(run_dir, pd.concat(records, ignore_index=True))
+        new = comparison_rows(records[-1], s, k, seed)
         rows += new
         log.info("comparison %d: %s", k, "; ".join(f"{r['pair']} {100 * (r['estimate'] - 1):+.2f}% "
                                                     f"[{100 * (r['lo'] - 1):+.2f}, {100 * (r['hi'] - 1):+.2f}]"
                                                     for r in new if r["status"] == "ok"))
         summary = coverage_summary(rows, s.pairs)
-        rundir.COVERAGE.write(run_dir, {"task": "coverage", "settings": vars(s), "summary": summary, "rows": rows})
+        rundir.COVERAGE.write(run_dir, {"task": "coverage", "settings": vars(s), "workers": workers,
+                                        "summary": summary, "rows": rows})
     summary = coverage_summary(rows, s.pairs)
     log.info(f"\ncoverage: {s.comparisons} comparisons x {', '.join(s.pairs)}; concurrency={s.concurrency} "
              f"design={s.design} repeats={s.repeats} workload={cfg.workload.name} "
