@@ -44,6 +44,12 @@ def test_a_mix_interleaves_languages_and_tasks(compose_config, tokenizer):
     assert wl.max_new_tokens == 128  # a workload with a task set answers with the task budget
 
 
+def test_all_prompts_of_several_tasks_keep_equal_shares(compose_config, tokenizer):
+    cfg = compose_config("+workload=en", "workload.tasks=[chat-lines,qa]", "workload.num_prompts=null")
+    wl = load_workload(cfg.workload, tokenizer)
+    assert Counter(p.task for p in wl.prompts) == {"chat-lines": 64, "qa": 64}  # chat lines cut to the 64 qa
+
+
 def test_splits_and_bands_select(compose_config, tokenizer):
     cfg = compose_config("+workload=es", "workload.tasks=[translate]", "workload.splits=[evaluate]",
                          "workload.task_prompt_tokens=[64,200]", "workload.num_prompts=null",

@@ -15,7 +15,8 @@ Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts as
 ``[chat-lines]``, is the prompts of ``source`` above (the bundled chat-line files); ``chat``, ``summarise``,
 ``qa``, ``translate``, ``rewrite`` and ``code`` are the task sets of ``workloads/tasks/`` in the workload's
 language(s): ``+workload=it 'workload.tasks=[summarise,qa]'``. Several tasks (and languages) are interleaved so
-that every prefix of the workload holds each (language, task) in equal shares, each shuffled with the seed.
+that every prefix of the workload holds each (language, task) in equal shares, each shuffled with the seed
+(with several tasks, each group is cut to the size of the smallest).
 Task prompts are cut to ``task_prompt_tokens`` counted on what the target is fed (rendered through its chat
 template when it has one; null = the profile's band) and answer up to ``task_max_new_tokens`` tokens (null =
 the profile's budget: 256 long, 128 short); ``max_new_tokens`` is the chat lines' own (a workload with any task
@@ -319,11 +320,15 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
         if shuffle:
             rng.shuffle(prompts)
         per_group.append(prompts)
-    # Interleave the groups (languages x tasks): every prefix holds equal shares; a single group is unchanged.
+    if len(sel.tasks) > 1:  # several tasks: every group cut to the shortest, so that every prefix has equal shares
+        shortest = min(len(g) for g in per_group)
+        per_group = [g[:shortest] for g in per_group]
+    # Interleave the groups (languages x tasks): round i holds the i-th prompt of each; a single group is unchanged.
     merged = [p for row in _zip_longest(per_group) for p in row]
     if num is not None and num > len(merged):
         raise SpectuneError(f"workload.num_prompts={num} but only {len(merged)} prompts are available"
-                            + (f" ({dropped} outside prompt_tokens={list(band)})" if dropped and band else ""))
+                            + (f" ({dropped} outside the token band)" if dropped else "")
+                            + (" (several tasks: each as many as the one with fewest)" if len(sel.tasks) > 1 else ""))
     src.update(available=len(merged), dropped_by_length=dropped, prompt_tokens_band=list(band) if band else None)
     return Workload(name=name, language=language, prompts=merged[:num] if num else merged,
                     max_new_tokens=int(max_new), sampling=sampling, seed=seed, source=src,
