@@ -131,6 +131,9 @@ def _workload(meta: dict[str, Any]) -> str:
     return f"{','.join(names)}, {wl.get('num_prompts', '?')} prompts, {mode}"
 
 
+OLD_UNIT = " [intervals over (repeat, prompt) cells: made before prompts were the unit, too narrow]"
+
+
 def _bench(run: Path) -> tuple[str, str]:
     summary = rundir.SUMMARY.read(run)
     methods = [m for m in summary.get("methods", []) if m.get("status") == "ok"]
@@ -139,13 +142,16 @@ def _bench(run: Path) -> tuple[str, str]:
         raise SpectuneError(f"{run / rundir.SUMMARY.name} has no method marked best: not a finished bench run")
     like = [m["method"] for m in methods if m.get("indistinguishable_from_best") and m is not best]
     ratio = _speedup(best["speedup"], best.get("speedup_ci95_lo"), best.get("speedup_ci95_hi"))
-    fig = f"best {best['method']}: {ratio} AR"
+    resolved = ((summary.get("ranking") or {}).get("output_throughput") or {}).get("best_resolved", True)
+    fig = f"{'best' if resolved else 'top (not resolved)'} {best['method']}: {ratio} AR"
     full = f"{fig}; indistinguishable: {', '.join(like) or 'none'}; repeats {summary.get('repeats')}"
     floor = summary.get("noise_floor_pct")
     if floor is not None:
         full += f"; noise floor {floor:.1f}%"
     flagged = (summary.get("conditions") or {}).get("flagged_repeats") or []
     full += f"; repeats flagged for other load: {len(flagged)} of {summary.get('repeats')}"
+    if "ci_method" in (summary.get("statistics") or {}):
+        full, fig = full + OLD_UNIT, fig + OLD_UNIT
     return full, fig
 
 
@@ -164,6 +170,8 @@ def _tune(run: Path) -> tuple[str, str]:
             for lang, v in sorted((rec.get("vllm") or {}).items())]
     short = "best γ by concurrency: " + "; ".join(cells)
     full = short + (f"; vLLM `num_speculative_tokens_per_batch_size` {', '.join(vllm)}" if vllm else "")
+    if any("ci_method" in (r.get("statistics") or {}) for r in rec.get("recommendations", [])):
+        full, short = full + OLD_UNIT, short + OLD_UNIT
     return full, short
 
 
@@ -192,13 +200,34 @@ def _evaluate(run: Path) -> tuple[str, str]:
             short.append(f"best adaptive {top['policy']} {_vs_best(top)} vs best fixed")
         parts_full.append("; ".join(full))
         parts_short.append("; ".join(short))
-    return " — ".join(parts_full) + " (decode tok/s, % vs best fixed γ)", " — ".join(parts_short)
+    old = "" if "unit" in frame else OLD_UNIT
+    return " — ".join(parts_full) + " (decode tok/s, % vs best fixed γ)" + old, " — ".join(parts_short) + old
 
 
 def _vs_best(row: dict[str, Any]) -> str:
     """A policy's decode tok/s against the best fixed γ, % with its paired interval."""
     ci = _interval(row["decode_vs_best_fixed_pct_ci95_lo"], row["decode_vs_best_fixed_pct_ci95_hi"], "+.1f")
     return f"{_pct(row['decode_vs_best_fixed_pct'])}{ci}"
+
+
+def _coverage(run: Path) -> tuple[str, str]:
+    """task=coverage: the share of no-difference intervals that contained it, with its exact binomial interval,
+    beside the old (repeat, prompt) unit on the same runs."""
+    result = rundir.COVERAGE.read(run)
+    summary = result.get("summary") or {}
+    name = next((k for k in summary if k.startswith("no difference")), next(iter(summary), None))
+    if name is None:
+        raise SpectuneError(f"{run / rundir.COVERAGE.name} has no comparison: not a finished coverage run")
+    r = summary[name]
+    cov = f"{r['contain_no_difference']}/{r['comparisons']} contain 0"
+    fig = f"{name}: {cov}{_interval(100 * r['coverage_ci95'][0], 100 * r['coverage_ci95'][1], '.0f')}%"
+    full = (f"{fig}; units only {r.get('units_only_contain', '?')}/{r['comparisons']}; old unit "
+            f"{r['old_unit_contain']}/{r['comparisons']}; median width {r['median_width_pct']:.1f}%, MDE "
+            f"{r['median_mde_pct']:.1f}%")
+    if "policy" in summary:
+        p = summary["policy"]
+        full += f"; policy doing γ's work {p['contain_no_difference']}/{p['comparisons']} contain 0"
+    return full, fig
 
 
 def _acceptance(result: dict[str, Any]) -> tuple[str, str]:
@@ -224,6 +253,9 @@ def describe(run: Path, root: Path) -> Run:
             full, short = _tune(run)
         elif task == "bench":
             full, short = _bench(run)
+        elif task == "coverage":
+            meta = {**meta, **(rundir.COVERAGE.read(run).get("workers") or {})}  # the workers measured
+            full, short = _coverage(run)
         else:
             full = short = f"no headline rule for task {task!r}: read the run's files"
     else:
@@ -307,6 +339,7 @@ def archive_page(archive: Path) -> str:
         "",
         "Kept for the record, not current results. Their bulky records (parquet files, policy files) left the tree",
         "on 2026-12-04 and are in git history: `git checkout 27cbd87 -- bench/results/<name>` restores one.",
+        "Every interval here treated each (repeat, prompt) cell as independent: too narrow (docs/statistics.md).",
         "Written by `python -m analysis.results_index`.",
         "",
     ]
