@@ -41,7 +41,7 @@ KIND, VERSION = "spectune-profile", 1
 MATCH_FIELDS = ("models.target.name_or_path", "models.draft.name_or_path", "hardware.device",
                 "hardware.device_name", "hardware.dtype", "hardware.execution_path", "hardware.cpu_bf16")
 # Recorded only since profiles carried them: compared where both sides have them. Two VMs that both call
-# themselves "AMD EPYC" differ in whether bfloat16 runs in hardware, and with it in every cost.
+# themselves "AMD EPYC" differ in whether bfloat16 runs in hardware, and with it in every bfloat16 cost.
 WHERE_RECORDED = ("hardware.cpu_bf16",)
 
 
@@ -269,8 +269,10 @@ def profile_mismatch(profile: Profile, run: dict[str, Any]) -> dict[str, tuple[A
     """Fields of :data:`MATCH_FIELDS` where the profile and the run (``{"models":…, "hardware":…}``) differ."""
     mine = {"models": profile.models, "hardware": profile.hardware}
     pairs = {f: (_lookup(mine, f), _lookup(run, f)) for f in MATCH_FIELDS}
+    bf16 = "bfloat16" in (_lookup(mine, "hardware.dtype"), _lookup(run, "hardware.dtype"))
     return {f: (a, b) for f, (a, b) in pairs.items()
-            if a != b and not (f in WHERE_RECORDED and (a is None or b is None))}
+            if a != b and not (f in WHERE_RECORDED and (a is None or b is None))
+            and not (f == "hardware.cpu_bf16" and not bf16)}  # bfloat16 support decides only bfloat16 costs
 
 
 def check_profile(profile: Profile, run: dict[str, Any], allow_mismatch: bool = False) -> str | None:

@@ -124,6 +124,9 @@ def test_a_profile_from_a_cpu_with_other_bfloat16_support_is_refused_where_both_
                         "cpu_bf16": "native"}}
     assert check_profile(p, run) is None  # the profile predates the field: compared only where both record it
     p = _profile(hardware={**p.hardware, "cpu_bf16": "emulated"})
+    assert check_profile(p, run) is None  # float32 on both: bfloat16 support does not decide its costs
+    p = _profile(hardware={**p.hardware, "cpu_bf16": "emulated", "dtype": "bfloat16"})
+    run["hardware"]["dtype"] = "bfloat16"
     with pytest.raises(SpectuneError, match=r"hardware\.cpu_bf16: profile 'emulated' vs run 'native'") as err:
         check_profile(p, run)
     assert "\n" not in str(err.value)
