@@ -89,8 +89,7 @@ def test_resume_reruns_only_the_missing_repeat_and_rejects_another_config(cli, t
 
     proc = cli(*args, "resume=true")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "resume: fixed:gamma=1 already complete, skipped" in proc.stdout
-    assert "resume: fixed:gamma=2 already complete, skipped" in proc.stdout
+    assert "resume: repeat 0 already complete, skipped" in proc.stdout  # interleaved: a repeat is the unit
     assert "resume: repeat 1 is partial (1 of 2 points); rerunning it whole" in proc.stdout
     methods = [m["method"] for m in json.loads((tmp_path / "summary.json").read_text())["methods"]]
     assert methods == ["fixed:gamma=1", "fixed:gamma=2"]
@@ -234,7 +233,7 @@ def test_a_requeued_submitit_job_resumes_where_it_stopped(tmp_path):
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
     log = (job_dir / "__main__.log").read_text()
-    assert "requeued job: resuming" in log and "resume: fixed:gamma=1 already complete, skipped" in log
+    assert "requeued job: resuming" in log and "resume: repeat 0 already complete, skipped" in log
     summary = json.loads((job_dir / "summary.json").read_text())
     assert [m["method"] for m in summary["methods"]] == ["fixed:gamma=1", "fixed:gamma=2"]
     resumed = json.loads((job_dir / "metadata.json").read_text())["resumed_points"]
