@@ -71,6 +71,25 @@ def test_a_planned_run_measures_a_pilot_then_the_prompts_its_target_needs(cli, t
     assert not pilot_ids & set(measured["prompt_id"])  # the planned run never reuses the pilot's prompts
 
 
+@pytest.mark.slow(reason="a bench run and its confirmation on fresh prompts through the CLI")
+def test_the_top_estimate_is_confirmed_on_prompts_the_grid_never_saw(cli, tmp_path):
+    proc = cli("+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=6", "task.repeats=2",
+               "task.warmup=0", "gamma=[2,4]", "task.confirm_prompts=2", run_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = rundir.SUMMARY.read(tmp_path)
+    top = summary["ranking"]["output_throughput"]["best"]
+    confirmation = summary["confirmation"]
+    assert confirmation["method"] == top
+    if top == "ar":
+        assert confirmation["status"] == "nothing to confirm"
+        return
+    assert confirmation["status"] == "ok" and confirmation["prompts"] == 2 and confirmation["speedup_verdict"]
+    again = rundir.REQUESTS.read(tmp_path / "confirm")
+    assert set(again["method"]) == {"ar", top} and again["prompt_id"].nunique() == 2
+    assert not set(again["prompt_id"]) & set(rundir.REQUESTS.read(tmp_path)["prompt_id"])
+    assert "confirmation on 2 fresh prompts" in proc.stdout
+
+
 @pytest.mark.parametrize(("override", "names"), [
     ("task.target_mde=1.5", "task.target_mde=1.5 is invalid"),
     ("task.pilot_prompts=1", "task.pilot_prompts=1"),

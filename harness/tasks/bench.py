@@ -67,6 +67,7 @@ class BenchSettings:
     design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
     target_mde: float | None = None  # plan the prompts from a pilot so the run resolves this speedup (0.03: 3%)
     pilot_prompts: int = 8  # the pilot's prompts (never reused by the planned run)
+    confirm_prompts: int | None = None  # confirm the top estimate against AR on this many fresh prompts
 
     @property
     def unit_size(self) -> int:
@@ -111,9 +112,11 @@ class BenchSettings:
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
         block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
         design = design_option(cfg.task.get("design"), "task.design", block, rate)
-        target, pilot = _planning(cfg, baseline, unit_size_of(c, block_for(design, block, c)))
+        unit = unit_size_of(c, block_for(design, block, c))
+        target, pilot = _planning(cfg, baseline, unit)
+        confirm = _confirming(cfg, baseline, unit)
         return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
-                   warmup, repeats, noise_floor, slo, block_for(design, block, c), design, target, pilot)
+                   warmup, repeats, noise_floor, slo, block_for(design, block, c), design, target, pilot, confirm)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
@@ -141,6 +144,21 @@ def _planning(cfg: DictConfig, baseline: bool, unit: int) -> tuple[float | None,
     if pilot % unit:
         raise SpectuneError(f"task.pilot_prompts={pilot} is invalid: must be a multiple of the unit ({unit} prompts)")
     return float(target), pilot
+
+
+def _confirming(cfg: DictConfig, baseline: bool, unit: int) -> int | None:
+    """``task.confirm_prompts``: null, or at least two units of fresh prompts on which the top estimate is measured
+    again against AR (a γ picked on some prompts is confirmed on others)."""
+    value = cfg.task.get("confirm_prompts")
+    if value is None:
+        return None
+    if not baseline:
+        raise SpectuneError(f"task.confirm_prompts={value} is invalid with task.baseline=false: the top estimate is "
+                            "confirmed against AR")
+    count = integer(value, "task.confirm_prompts", lo=2 * unit)
+    if count % unit:
+        raise SpectuneError(f"task.confirm_prompts={count} is invalid: must be a multiple of the unit ({unit} prompts)")
+    return count
 
 
 def _finite(value: Any) -> bool:
@@ -208,7 +226,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                                    if (label, r) in done]}
     rundir.METADATA.write(run_dir, metadata)
 
-    def measure(part: list[Request], where: Path, done: Any = None) -> Grid:
+    def measure(part: list[Request], where: Path, done: Any = None,
+                methods: list[tuple[str, int]] | None = None) -> Grid:
+        methods = methods or settings.methods()
+
         def point(label: str, gamma: int) -> Frames:
             return measure_policy(engine, part, settings.policy, label, gamma, concurrency=settings.concurrency,
                                   warmup=settings.warmup, max_context=max_context)
@@ -217,24 +238,33 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             _write(where, workload.name, settings, grid)
 
         if settings.block_prompts is None:
-            return run_points(points, conditions.watched(point), done=done, on_point=write)
+            return run_points(schedule(methods, settings.repeats), conditions.watched(point), done=done,
+                              on_point=write)
         block = block_runner(engine, lambda _label, gamma: make_policy(settings.policy, gamma),
                              concurrency=settings.concurrency, warmup=settings.warmup, max_context=max_context)
-        return run_interleaved(settings.methods(), settings.repeats, blocks_of(part, settings.block_prompts), block,
+        return run_interleaved(methods, settings.repeats, blocks_of(part, settings.block_prompts), block,
                                done=done, on_point=write)
 
+    fresh: list[Request] = []
+    if settings.target_mde is None and settings.confirm_prompts is not None:  # keep the configured prompt count
+        count = cfg.workload.num_prompts
+        requests, fresh = (requests, []) if count is None else (requests[:count], requests[count:])
     if settings.target_mde is not None:
         pilot, requests = requests[:settings.pilot_prompts], requests[settings.pilot_prompts:]
         plan = plan_prompts(measure(pilot, run_dir / "pilot"), settings, available=len(requests))
         _write(run_dir / "pilot", workload.name, settings, Grid(), {"plan": plan})
-        requests = requests[:plan["prompts"]]
+        requests, fresh = requests[:plan["prompts"]], requests[plan["prompts"]:]
         rundir.METADATA.write(run_dir, {**metadata, "plan": plan})
     grid = measure(requests, run_dir, done)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
     tp = ranking.get("output_throughput", {})
-    _write(run_dir, workload.name, settings, grid, {"noise_floor_pct": tp.get("noise_floor_pct"),
-                                                   "statistics": tp.get("statistics"), "ranking": ranking,
-                                                   "methods": methods})
+    final = {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"), "ranking": ranking,
+             "methods": methods}
+    _write(run_dir, workload.name, settings, grid, final)
+    if settings.confirm_prompts is not None:
+        final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
+                                         lambda part, top: measure(part, run_dir / "confirm", methods=top))
+        _write(run_dir, workload.name, settings, grid, final)
 
     note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
@@ -246,9 +276,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 
 def _workload_cfg(cfg: DictConfig, settings: BenchSettings) -> DictConfig:
-    """The workload as configured; a planned run (task.target_mde) draws from all of its prompts, since the plan
-    decides how many it takes."""
-    if settings.target_mde is None:
+    """The workload as configured; a planned or confirmed run (task.target_mde, task.confirm_prompts) draws from
+    all of its prompts: the plan decides how many it takes, the confirmation takes fresh ones after them."""
+    if settings.target_mde is None and settings.confirm_prompts is None:
         return cfg.workload
     node = cfg.workload.copy()
     node.num_prompts = None
@@ -301,6 +331,29 @@ def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[s
         raise SpectuneError(f"task.target_mde={settings.target_mde} needs {need} prompts after the pilot, the workload "
                             f"has {available}: raise the target, or use a workload with more prompts")
     return plan
+
+
+def _confirm(top: str | None, methods: list[dict[str, Any]], fresh: list[Request], settings: BenchSettings,
+             measure: Any) -> dict[str, Any]:
+    """The top estimate against AR again, on ``fresh`` prompts the grid never saw: a γ picked on some prompts is
+    confirmed (or not) on others. The confirmation run is ``RUN/confirm/``; its verdict is logged."""
+    if top is None or top == "ar":
+        log.info("confirmation: nothing to confirm (the top estimate is %s)", top or "missing")
+        return {"method": top, "status": "nothing to confirm"}
+    if len(fresh) < settings.confirm_prompts:
+        log.warning("confirmation: %d fresh prompts left, %d asked; not confirmed", len(fresh),
+                    settings.confirm_prompts)
+        return {"method": top, "status": f"not enough fresh prompts ({len(fresh)})"}
+    gamma = next(int(m["gamma"]) for m in methods if m["method"] == top)
+    grid = measure(fresh, [("ar", 0), (top, gamma)])
+    again, _ = aggregate(grid, seed=0, unit_size=settings.unit_size)
+    row = next(m for m in again if m["method"] == top)
+    out = {"method": top, "status": "ok", "prompts": len(fresh),
+           **{k: row.get(k) for k in ("speedup", "speedup_ci95_lo", "speedup_ci95_hi", "speedup_mde_pct",
+                                      "speedup_verdict")}}
+    log.info(f"confirmation on {len(fresh)} fresh prompts: {top} {out['speedup']:.2f}x "
+             f"[{out['speedup_ci95_lo']:.2f}, {out['speedup_ci95_hi']:.2f}] vs ar: {out['speedup_verdict']}")
+    return out
 
 
 def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]]) -> None:
