@@ -146,8 +146,8 @@ PER_LANGUAGE = ["language", "concurrency", "policy", "best_fixed_gamma", "hindsi
 def paired_decode(paths: Paths, a: str, b: str) -> pd.DataFrame:
     """Per run (``requests.parquet`` at or below ``paths``) and concurrency: method ``a``'s pooled decode tok/s over
     ``b``'s on the prompts both completed (each prompt's repeats together), with its paired 95% t-interval
-    (delta method) and its minimum detectable effect, in %. Runs at concurrency > 1 take one batch of
-    consecutive prompts as the unit."""
+    (jackknife over prompts, with the method × repeat component) and its minimum detectable effect, in %. Runs at
+    concurrency > 1 take one batch of consecutive prompts as the unit."""
     rows = []
     runs = find_dirs(paths, rundir.REQUESTS.name)
     if not runs:

@@ -5,8 +5,9 @@ The unit is a prompt (all of its repeats together) or, at concurrency > 1, a blo
 (:mod:`harness.stats.units`). A method's throughput over a set of units is Σ output tokens / Σ time shares,
 where a request's time share is its E2EL scaled so that the shares of one (method, repeat) add up to that run's
 measured duration (first dispatch → last completion). Over all units that is exactly the pooled throughput
-Σ tokens / Σ durations; at concurrency 1 a share is ≈ the request's own E2EL. The intervals are the delta
-method's t-intervals over the units (:mod:`harness.stats.intervals`), paired: the same units for both methods.
+Σ tokens / Σ durations; at concurrency 1 a share is ≈ the request's own E2EL. The intervals are jackknife
+t-intervals over the units, with the method × repeat component (:mod:`harness.stats.intervals`), paired: the
+same units for both methods.
 
 Each comparison says what it resolved: "faster"/"slower" where its interval excludes no difference,
 "equivalent" where the interval lies inside ± the equivalence margin, and otherwise "not resolved" with its

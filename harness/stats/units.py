@@ -49,17 +49,20 @@ class Units:
         """Σ num / Σ den of ``method`` over every unit (its pooled rate)."""
         return float(self.num[method].sum() / self.den[method].sum())
 
+    def aligned(self, method: str) -> pd.DataFrame:
+        """``method``'s per-(unit, repeat) cells over the aligned units (``keys``)."""
+        return self.cells[(self.cells["method"] == method) & self.cells["unit"].isin(self.keys)]
+
     def matrix(self, method: str) -> tuple[np.ndarray, np.ndarray]:
         """(num, den) of ``method`` as (units × repeats) arrays over the aligned units, repeats in order."""
-        mine = self.cells[(self.cells["method"] == method) & self.cells["unit"].isin(self.keys)]
+        mine = self.aligned(method)
         num = mine.pivot_table(index="unit", columns="repeat", values="num", aggfunc="sum").reindex(self.keys)
         den = mine.pivot_table(index="unit", columns="repeat", values="den", aggfunc="sum").reindex(self.keys)
         return num.to_numpy(dtype=float), den.to_numpy(dtype=float)
 
     def per_repeat(self, method: str) -> list[float]:
         """The method's pooled rate in each repeat, over the aligned units."""
-        mine = self.cells[(self.cells["method"] == method) & self.cells["unit"].isin(self.keys)]
-        sums = mine.groupby("repeat")[["num", "den"]].sum()
+        sums = self.aligned(method).groupby("repeat")[["num", "den"]].sum()
         return [float(row.num / row.den) for row in sums.itertuples() if row.den > 0]
 
 
@@ -81,12 +84,11 @@ def speedup_interval(units: Units, a: str, b: str) -> Interval:
     return paired_ratio_interval(na, da, nb, db)
 
 
-def describe_unit(unit_size: int, concurrency: int | None = None) -> str:
+def describe_unit(unit_size: int) -> str:
     """The unit's name as summaries and tables print it."""
     if unit_size <= 1:
         return "prompt (its repeats together)"
-    at = f" at concurrency {concurrency}" if concurrency else ""
-    return f"block of {unit_size} consecutive prompts{at} (its repeats together)"
+    return f"block of {unit_size} consecutive prompts (its repeats together)"
 
 
 def units_of(frame: pd.DataFrame, unit_size: int = 1) -> Units:
@@ -109,7 +111,7 @@ def units_of(frame: pd.DataFrame, unit_size: int = 1) -> Units:
 
 def _log_rates(units: Units, method: str) -> pd.DataFrame:
     """log(num/den) per (unit, repeat) of ``method`` over the aligned units (rows with no time dropped)."""
-    mine = units.cells[(units.cells["method"] == method) & units.cells["unit"].isin(units.keys)]
+    mine = units.aligned(method)
     mine = mine[(mine["den"] > 0) & (mine["num"] > 0)]
     return mine.assign(y=np.log(mine["num"] / mine["den"]))[["unit", "repeat", "y"]]
 
