@@ -252,3 +252,23 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
                 req, cyc, summary = merge_blocks(parts[label])
                 add(summary, (req, cyc), repeat)
     return grid
+
+
+def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, int]], repeats: int,
+               make: Callable[[str, int], Any], *, block_prompts: int | None, concurrency: int, warmup: int,
+               max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
+    """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
+    block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
+    rotated order (:func:`harness.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
+    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive)."""
+    from harness.conditions import watched
+    from harness.measure import measure_point, run_points, schedule
+
+    if block_prompts is None:
+        def point(label: str, gamma: int) -> Frames:
+            return measure_point(engine, requests, make(label, gamma) if gamma else None, label, gamma,
+                                 concurrency=concurrency, warmup=warmup, max_context=max_context)
+
+        return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point)
+    block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context)
+    return run_interleaved(methods, repeats, blocks_of(requests, block_prompts), block, done=done, on_point=on_point)

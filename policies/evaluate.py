@@ -43,14 +43,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import cli, conditions, rundir
 from harness.errors import SpectuneError
-from harness.interleave import block_for, block_size, design_option
-from harness.measure import Frames, Grid, aggregate, repeats_option, run_points, schedule
+from harness.interleave import block_for, block_size, design_option, run_design
+from harness.measure import Grid, aggregate, repeats_option
 from harness.metadata import finished_metadata
 from harness.options import flag, integer
 from harness.stats.compare import AA_LABEL, decode_rates
 from harness.stats.units import unit_size_of
 from policies.comparison import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
-from policies.registry import POLICIES, make_policy, measure_policy
+from policies.registry import POLICIES, make_policy
 from policies.tuning import tunable
 
 log = logging.getLogger("policies.evaluate")
@@ -245,19 +245,11 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
     per repeat and carried across its blocks, warm-up before its first block only."""
     nodes = {label: node for label, _, node in methods}
     order = [(label, gamma) for label, gamma, _ in methods]
-    if block_prompts is None:
-        def point(label: str, gamma: int) -> Frames:
-            return measure_policy(engine, requests, nodes[label], label, gamma, concurrency=concurrency,
-                                  warmup=warmup, max_context=max_context)
-
-        return run_points(schedule(order, repeats), conditions.watched(point))
-    from harness.interleave import block_runner, blocks_of, run_interleaved
-
-    block = block_runner(engine, lambda label, gamma: make_policy(nodes[label], gamma), concurrency=concurrency,
-                         warmup=warmup, max_context=max_context)
-    blocks = blocks_of(requests, block_prompts)
-    log.info("interleaving %d methods over %d blocks of <= %d prompts", len(order), len(blocks), block_prompts)
-    return run_interleaved(order, repeats, blocks, block)
+    if block_prompts is not None:
+        blocks = -(-len(requests) // block_prompts)
+        log.info("interleaving %d methods over %d blocks of <= %d prompts", len(order), blocks, block_prompts)
+    return run_design(engine, requests, order, repeats, lambda label, gamma: make_policy(nodes[label], gamma),
+                      block_prompts=block_prompts, concurrency=concurrency, warmup=warmup, max_context=max_context)
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,

@@ -12,7 +12,6 @@ from typing import Any
 
 from harness.engine.policy import DraftLengthPolicy, FixedGamma
 from harness.errors import SpectuneError
-from harness.measure import Frames, measure_point
 from policies.adaedl import AdaEDL
 from policies.bandit import UCBBandit
 from policies.classifier import AcceptanceClassifier
@@ -51,12 +50,3 @@ def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
                             "or on the command line)")
     return cls(gamma=gamma, **params)
 
-
-def measure_policy(engine: Any, requests: list, node: Mapping[str, Any], label: str, gamma: int, *, concurrency: int,
-                   warmup: int, max_context: int | None) -> Frames:
-    """One grid point, as every grid measures it: the policy ``node`` names at ``gamma`` (0: autoregressive, no
-    policy), freshly built (no state carried between points or repeats), through :func:`harness.measure.measure_point`.
-    """
-    policy = make_policy(node, gamma) if gamma else None
-    return measure_point(engine, requests, policy, label, gamma, concurrency=concurrency, warmup=warmup,
-                         max_context=max_context)

@@ -28,16 +28,14 @@ from harness import hardware as hw
 from harness.engine.policy import check_gamma
 from harness.engine.records import Request
 from harness.errors import SpectuneError
-from harness.interleave import block_for, block_runner, block_size, blocks_of, design_option, run_interleaved
+from harness.interleave import block_for, block_size, design_option, run_design
 from harness.measure import (
-    Frames,
     Grid,
     aggregate,
     load_models,
     open_engine,
     pooled,
     repeats_option,
-    run_points,
     schedule,
 )
 from harness.metadata import base_metadata
@@ -46,7 +44,7 @@ from harness.stats.compare import AA_LABEL, throughput_units
 from harness.stats.goodput import parse_slo
 from harness.stats.intervals import paired_ratio_interval
 from harness.stats.units import unit_size_of, units_needed
-from policies.registry import make_policy, measure_policy
+from policies.registry import make_policy
 
 log = logging.getLogger(__name__)
 
@@ -228,22 +226,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
     def measure(part: list[Request], where: Path, done: Any = None,
                 methods: list[tuple[str, int]] | None = None) -> Grid:
-        methods = methods or settings.methods()
-
-        def point(label: str, gamma: int) -> Frames:
-            return measure_policy(engine, part, settings.policy, label, gamma, concurrency=settings.concurrency,
-                                  warmup=settings.warmup, max_context=max_context)
-
         def write(grid: Grid) -> None:
             _write(where, workload.name, settings, grid)
 
-        if settings.block_prompts is None:
-            return run_points(schedule(methods, settings.repeats), conditions.watched(point), done=done,
-                              on_point=write)
-        block = block_runner(engine, lambda _label, gamma: make_policy(settings.policy, gamma),
-                             concurrency=settings.concurrency, warmup=settings.warmup, max_context=max_context)
-        return run_interleaved(methods, settings.repeats, blocks_of(part, settings.block_prompts), block,
-                               done=done, on_point=write)
+        return run_design(engine, part, methods or settings.methods(), settings.repeats,
+                          lambda _label, gamma: make_policy(settings.policy, gamma),
+                          block_prompts=settings.block_prompts, concurrency=settings.concurrency,
+                          warmup=settings.warmup, max_context=max_context, done=done, on_point=write)
 
     fresh: list[Request] = []
     if settings.target_mde is None and settings.confirm_prompts is not None:  # keep the configured prompt count

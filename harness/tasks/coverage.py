@@ -32,17 +32,14 @@ from scipy import stats
 from harness import conditions, resume, rundir
 from harness import hardware as hw
 from harness.errors import SpectuneError
-from harness.interleave import block_for, block_runner, block_size, blocks_of, design_option, run_interleaved
+from harness.interleave import block_for, block_size, design_option, run_design
 from harness.io import write_json
 from harness.measure import (
-    Frames,
     load_models,
     open_engine,
     pooled,
     repeats_option,
     requests_of,
-    run_points,
-    schedule,
 )
 from harness.metadata import base_metadata
 from harness.options import integer
@@ -133,18 +130,9 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
                                                                                             models.device),
                                     "workload": workload.describe(), "sampling": vars(workload.sampling),
                                     "config": OmegaConf.to_container(cfg, resolve=True)})
-    if s.block_prompts is None:
-        from policies.registry import measure_policy
-
-        def point(label: str, gamma: int) -> Frames:
-            return measure_policy(engine, requests, nodes[label] or {"name": "fixed"}, label, gamma,
-                                  concurrency=s.concurrency, warmup=s.warmup, max_context=models.max_context)
-
-        grid = run_points(schedule(order, s.repeats), conditions.watched(point))
-    else:
-        block = block_runner(engine, lambda label, gamma: make_policy(nodes[label], gamma),
-                             concurrency=s.concurrency, warmup=s.warmup, max_context=models.max_context)
-        grid = run_interleaved(order, s.repeats, blocks_of(requests, s.block_prompts), block)
+    grid = run_design(engine, requests, order, s.repeats, lambda label, gamma: make_policy(nodes[label], gamma),
+                      block_prompts=s.block_prompts, concurrency=s.concurrency, warmup=s.warmup,
+                      max_context=models.max_context)
     req, cyc = grid.frames()
     rundir.REQUESTS.write(run_dir, req)
     rundir.CYCLES.write(run_dir, cyc)

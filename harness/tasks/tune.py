@@ -26,23 +26,20 @@ from analysis.bench_table import bench_table, format_ranking, format_table
 from harness import conditions, rundir
 from harness import hardware as hw
 from harness.errors import SpectuneError
-from harness.interleave import block_for, block_runner, block_size, blocks_of, design_option, run_interleaved
+from harness.interleave import block_for, block_size, design_option, run_design
 from harness.measure import (
-    Frames,
     Grid,
     aggregate,
     load_models,
     open_engine,
     pooled,
     repeats_option,
-    run_points,
-    schedule,
 )
 from harness.metadata import base_metadata
 from harness.options import as_list, integer
 from harness.stats.goodput import parse_slo
 from harness.tasks.bench import BenchSettings, build_requests
-from policies.registry import make_policy, measure_policy
+from policies.registry import make_policy
 
 log = logging.getLogger(__name__)
 
@@ -188,18 +185,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             def write(grid: Grid, tag: dict[str, Any] = tag) -> None:
                 _write(run_dir, frames, grid, tag, cells)
 
-            def point(label: str, gamma: int, b: BenchSettings = bench, r: list = requests) -> Frames:
-                return measure_policy(engine, r, b.policy, label, gamma, concurrency=b.concurrency,
-                                      warmup=b.warmup, max_context=max_context)
-
-            if bench.block_prompts is None:
-                grid = run_points(schedule(bench.methods(), settings.repeats), conditions.watched(point),
-                                  on_point=write)
-            else:  # against a drifting machine: every method runs each block of prompts before the next block
-                block = block_runner(engine, lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
-                                     concurrency=c, warmup=bench.warmup, max_context=max_context)
-                grid = run_interleaved(bench.methods(), settings.repeats,
-                                       blocks_of(requests, bench.block_prompts), block, on_point=write)
+            grid = run_design(engine, requests, bench.methods(), settings.repeats,
+                              lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
+                              block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
+                              max_context=max_context, on_point=write)
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
                           "ranking": ranking})
