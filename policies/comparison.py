@@ -23,6 +23,12 @@ from harness.stats.units import Units, components, speedup_interval
 # Columns of comparison.parquet, in order (``format_comparison`` prints a subset).
 BEST_FIXED = "best fixed γ"  # the policy label of the grid's best fixed γ row (AR keeps "ar" when γ = 0)
 AA_POLICY = "ar (A/A)"  # the policy label of AR's second run (evaluate.noise_floor): its row vs AR is the noise floor
+# What a policy's name does not say, printed under every table where it ran: a distilled policy is not the network.
+WHAT_RAN = {
+    "ppo-distilled": "per-step q(x) thresholds fitted to mimic the ppo network's decisions (no network runs)",
+    "step-thresholds": "per-step q(x) thresholds tuned in replay for throughput (no network: ppo-distilled's "
+                       "rule without ppo)",
+}
 
 COLUMNS = (
     "language", "concurrency", "policy", "method", "gamma", "best_fixed_gamma", "repeats", "prompts",
@@ -202,6 +208,9 @@ def format_comparison(frame: pd.DataFrame) -> str:
                      f"{_num(spread['between_units_sd_pct'], '.1f')}%, between repeats "
                      f"{_num(spread['between_repeats_sd_pct'], '.1f')}%, drift of the ratio "
                      f"{_num(spread['drift_pct'], '+.1f')}%; between processes: task=coverage")
+    for name, what in WHAT_RAN.items():
+        if (frame["policy"] == name).any():
+            lines.append(f"{name}: {what}")
     for row in frame[frame["policy"] == AA_POLICY].itertuples(index=False):
         lines.append(f"noise floor ({row.language}, concurrency {row.concurrency}): AR run twice, the second against "
                      f"the first: decode {_pct(row, 'decode_vs_ar_pct')}; a difference inside it is not resolved")

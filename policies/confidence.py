@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -34,6 +36,38 @@ class ConfidenceStop(DraftLengthPolicy):
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "threshold": self.threshold}
+
+
+
+class StepThresholds(DraftLengthPolicy):
+    """A q(x) threshold per draft step: after draft step k a row continues iff q(x) ≥ ``thresholds[k]`` (the last
+    threshold beyond the list; 0: always continue, above 1: stop there, so a fixed γ below the ceiling is one
+    setting of it).
+
+    Why: ``ppo-distilled`` is this rule with thresholds fitted to mimic the PPO network's decisions. Tuned directly
+    for throughput in replay on the same training traces (:func:`policies.tuning.tune_steps`), it is the baseline
+    that tells what the network adds beyond the rule it is distilled into.
+    """
+
+    name = "step-thresholds"
+    signals = frozenset({"token_prob"})
+
+    def __init__(self, gamma: int, thresholds: Sequence[float]) -> None:
+        check_gamma(gamma, "the step-thresholds ceiling")
+        if isinstance(thresholds, str | bytes) or not isinstance(thresholds, Sequence) or not thresholds or any(
+                isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0 for t in thresholds):
+            raise SpectuneError(f"policy.thresholds={thresholds!r} is invalid: a non-empty list of numbers >= 0, "
+                                "one per draft step (0: continue, above 1: stop)")
+        self.max_gamma, self.thresholds = gamma, tuple(float(t) for t in thresholds)
+
+    def begin_cycle(self, batch_size: int) -> int:
+        return self.max_gamma
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor:
+        return step.token_prob >= self.thresholds[min(step.step, len(self.thresholds) - 1)]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "max_gamma": self.max_gamma, "thresholds": list(self.thresholds)}
 
 
 def roc_threshold(scores: np.ndarray, labels: np.ndarray, fn_weight: float = 3.0) -> float:

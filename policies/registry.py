@@ -15,7 +15,7 @@ from harness.errors import SpectuneError
 from policies.adaedl import AdaEDL
 from policies.bandit import UCBBandit
 from policies.classifier import AcceptanceClassifier
-from policies.confidence import AdaptiveConfidence, ConfidenceStop
+from policies.confidence import AdaptiveConfidence, ConfidenceStop, StepThresholds
 from policies.heuristic import HFHeuristic, HFHeuristicTransient
 from policies.model_based import ModelBased
 from policies.ppo import PPODepth
@@ -24,7 +24,7 @@ from policies.ppo_distilled import PPODistilled
 from policies.svip import SVIP
 
 POLICIES: dict[str, type[DraftLengthPolicy]] = {cls.name: cls for cls in (
-    FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, SVIP, AdaEDL,
+    FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, StepThresholds, SVIP, AdaEDL,
     AcceptanceClassifier, UCBBandit, ModelBased, PPODepth, PPODistilled, PPOCycle,
 )}
 

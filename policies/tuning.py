@@ -6,6 +6,9 @@ threshold baseline is replayed (:func:`policies.replay.replay_depths`) over the 
 of its grid, with the cost profile PPO was trained with, and the value with the highest replay decode tokens/s
 (the comparison's metric, pooled over requests; ties: the one listed first) is the one evaluated on the held-out
 prompts. Adaptive thresholds (confidence-adaptive, AdaEDL) adapt online from the tuned start.
+
+``step-thresholds`` has a threshold per draft step: too many combinations to try them all (15 values at 7 steps
+is 1.7e8), so :func:`tune_steps` searches coordinate by coordinate from the best single threshold.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "svip": ("h", (0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)),
     "adaedl": ("c_e", (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)),
     "acceptance-classifier": ("threshold", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)),
+    # per draft step: every value of THRESHOLDS, 0 (always continue) and 2 (stop: a shorter ceiling)
+    "step-thresholds": ("thresholds", (0.0, *THRESHOLDS, 2.0)),
 }
+STEP_PASSES = 2  # coordinate passes over the steps; a pass that improves nothing ends the search early
 
 
 def tunable(names: Iterable[str]) -> list[str]:
@@ -56,6 +62,10 @@ def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile
         if name not in GRIDS:
             continue
         parameter, values = GRIDS[name]
+        if name == "step-thresholds":
+            tuned[label], tried = tune_steps(label, node, traces, profile, max_depth)
+            rows.extend(tried)
+            continue
         scores = []
         for value in values:
             policy = make_policy({**node, parameter: value}, max_depth)
@@ -71,6 +81,49 @@ def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile
                  parameter, node.get(parameter))
     table = pd.DataFrame(rows)
     if len(table):
-        table["chosen"] = [tuned[p][param] == v for p, param, v in zip(table["policy"], table["parameter"],
-                                                                       table["value"], strict=True)]
+        table["chosen"] = [_same(tuned[p][param], v) for p, param, v in zip(table["policy"], table["parameter"],
+                                                                            table["value"], strict=True)]
     return tuned, table
+
+
+def _same(chosen: Any, tried: Any) -> bool:
+    """Whether a tried value is the chosen one (a vector is tried as a tuple, stored in the node as a list)."""
+    return list(chosen) == list(tried) if isinstance(tried, tuple) else chosen == tried
+
+
+def tune_steps(label: str, node: Mapping[str, Any], traces: TraceSet, profile: Profile, max_depth: int
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(``node`` with the tuned per-step thresholds, one row per setting tried).
+
+    Start from the best single threshold applied at every step, then set each step's threshold in turn to the
+    value with the best replay tokens/s, the others held (ties keep the current value), for up to
+    :data:`STEP_PASSES` passes. A step's threshold decides after that draft step, so steps 0..max_depth − 2
+    decide (the draft at the ceiling stops anyway). Rows record the whole vector as ``value`` (a tuple)."""
+    _, values = GRIDS["step-thresholds"]
+    steps = max(max_depth - 1, 1)
+    cache: dict[tuple[float, ...], float] = {}
+    rows: list[dict[str, Any]] = []
+
+    def score(thresholds: tuple[float, ...]) -> float:
+        if thresholds not in cache:
+            policy = make_policy({**node, "thresholds": list(thresholds)}, max_depth)
+            depths = replay_depths(policy, traces, max_depth, profile)
+            cache[thresholds] = float(replay_scores(traces, profile, max_depth, depths, rate="request",
+                                                    oracles=False)["policy_tok_s"])
+            rows.append({"policy": label, "parameter": "thresholds", "value": thresholds,
+                         "replay_tok_s": cache[thresholds], "mean_depth": float(np.mean(depths)), "default": False})
+        return cache[thresholds]
+
+    best = max(((value,) * steps for value in values), key=score)  # first maximum: the lowest value
+    for _ in range(STEP_PASSES):
+        start = best
+        for step in range(steps):
+            for value in values:
+                candidate = (*best[:step], value, *best[step + 1:])
+                if score(candidate) > score(best):
+                    best = candidate
+        if best == start:
+            break
+    log.info("tuned %s: thresholds=%s (replay %.1f tok/s, %d settings tried)", label, list(best), score(best),
+             len(cache))
+    return {**node, "thresholds": list(best)}, rows

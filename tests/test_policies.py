@@ -46,6 +46,7 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
         ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 5, "scope": "run"}, 4, 4),
         ({"name": "confidence-adaptive", "threshold": 0.05, "fn_weight": 3.0, "min_samples": 2,
           "scope": "request"}, 4, 4),
+        ({"name": "step-thresholds", "thresholds": [0.0, 0.05, 2.0]}, 4, 4),
         ({"name": "svip", "h": 1.5}, 4, 4),
         ({"name": "adaedl", "c_e": 0.1, "lam": 0.3, "epsilon": 0.05, "beta": 0.9, "lam_min": 0.0, "lam_max": 0.95},
          4, 4),

@@ -55,3 +55,33 @@ def test_the_chosen_value_is_the_best_replay_and_scores_what_a_replay_gives(trac
 
 def test_only_policies_with_a_grid_are_tunable():
     assert tunable(["hf-heuristic", "confidence", "ppo", "adaedl", "bandit"]) == ["confidence", "adaedl"]
+
+
+def test_step_thresholds_search_is_at_least_the_best_single_threshold_and_scores_its_replay(traces):
+    """The per-step search starts from the best threshold applied at every step, so its choice never replays below
+    it; the chosen vector is marked once and its score is what a replay of it gives (tiny pair, 4 requests)."""
+    profile = load_profile(PROFILE)
+    node = {"name": "step-thresholds", "thresholds": [0.4]}
+    tuned, table = tune({"step-thresholds": node}, traces, profile, DEPTH)
+    chosen = tuned["step-thresholds"]["thresholds"]
+    assert len(chosen) == DEPTH - 1 and table["chosen"].sum() == 1
+    _, values = GRIDS["step-thresholds"]
+    uniform = table[[len(set(v)) == 1 for v in table["value"]]]
+    assert len(uniform) == len(values)  # every single threshold tried at every step
+    best = table.loc[table["chosen"], "replay_tok_s"].item()
+    assert best >= uniform["replay_tok_s"].max() and best == table["replay_tok_s"].max()
+    depths = replay_depths(make_policy(tuned["step-thresholds"], DEPTH), traces, DEPTH, profile)
+    assert replay_scores(traces, profile, DEPTH, depths)["policy_tok_s"] == pytest.approx(best, rel=1e-12)
+
+
+def test_step_thresholds_stop_where_a_threshold_is_above_one_and_refuse_bad_values(traces):
+    """[0, 2]: continue after step 0 always, stop after step 1: every cycle drafts at most 2 (ceiling 4)."""
+    from harness.errors import SpectuneError
+
+    profile = load_profile(PROFILE)
+    depths = replay_depths(make_policy({"name": "step-thresholds", "thresholds": [0.0, 2.0]}, DEPTH), traces, DEPTH,
+                           profile)
+    assert depths.max() == 2
+    for bad in ([], "0.4", [-0.1], [True]):
+        with pytest.raises(SpectuneError, match=r"policy\.thresholds="):
+            make_policy({"name": "step-thresholds", "thresholds": bad}, DEPTH)
