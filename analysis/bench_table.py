@@ -168,3 +168,46 @@ def statistics_lines(st: dict[str, Any], methods: list[dict[str, Any]]) -> list[
         lines.append(f"smallest speedup this run resolves (MDE, {100 * st['power']:.0f}% power, median over "
                      f"methods): {_pct(get['mde_pct'])}")
     return lines
+
+
+TASK_COLUMNS = {
+    "prompts": "prompts",
+    "requests": "requests",
+    "output_tokens": "out tokens",
+    "decode_s": "decode s",
+    "wall_s": "wall s",
+    "acceptance_length": "acc_len",
+    "decode_throughput": "decode tok/s",
+    "output_throughput": "tok/s",
+    "speedup": "speedup",
+    "speedup_ci": "95% CI",
+    "speedup_verdict": "vs ar",
+    "token_share": "tokens %",
+    "time_share": "time %",
+}
+
+
+def task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """The per-task breakdown (:func:`harness.stats.by_task.by_task`, or ``summary.json``'s ``by_task``) as
+    printed: one row per (method, task), the method's ``all`` row last; shares in percent."""
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame["speedup_ci"] = [_ci(lo, hi) for lo, hi in zip(frame["speedup_ci95_lo"], frame["speedup_ci95_hi"],
+                                                          strict=True)]
+    frame["speedup_verdict"] = frame["speedup_verdict"].fillna("-")
+    for key in ("token_share", "time_share"):
+        frame[key] = frame[key].astype(float) * 100
+    for key in ("acceptance_length", "decode_throughput", "output_throughput", "speedup"):
+        frame[key] = frame[key].astype(float)
+    return frame.set_index(["method", "task"])[list(TASK_COLUMNS)].rename(columns=TASK_COLUMNS)
+
+
+def format_task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> str:
+    """The per-task table with the line that says how to read it."""
+    table = task_table(rows)
+    if table.empty:
+        return ""
+    return ("per task (Spec-Bench style): tokens and seconds summed over repeats, the 'all' row their sums; wall s: "
+            "each request's share of its run's duration; decode s: E2EL - TTFT; speedup: paired vs ar over the "
+            "task's prompts\n" + format_table(table))

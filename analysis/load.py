@@ -22,6 +22,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from harness import rundir
+from harness.engine.records import DEFAULT_TASK
 from harness.errors import SpectuneError
 from harness.rundir import read_json, read_parquet
 
@@ -210,8 +211,20 @@ def load_table(paths: Paths, file: rundir.RunFile, allow_mixed: bool, marker: st
 
 
 def load_requests(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
-    """One row per (run, method, request) from ``requests.parquet``, with the run context."""
-    return load_table(paths, rundir.REQUESTS, allow_mixed)
+    """One row per (run, method, request) from ``requests.parquet``, with the run context. Runs recorded before
+    requests carried their task get their workload's task (:func:`default_task`) in the ``task`` column."""
+    frame = load_table(paths, rundir.REQUESTS, allow_mixed)
+    defaults = frame["run"].map({run: default_task(rundir.METADATA.read_if_present(Path(run), {}))
+                                 for run in frame["run"].unique()})
+    frame["task"] = frame["task"].fillna(defaults) if "task" in frame else defaults
+    return frame
+
+
+def default_task(meta: dict[str, Any]) -> str:
+    """The task of a run's requests where they do not say: the workload's only task, else the dialogue lines
+    (``chat-lines``, every workload's task before ``workload.tasks`` existed)."""
+    tasks = ((meta.get("workload") or {}).get("source") or {}).get("tasks") or []
+    return str(tasks[0]) if len(tasks) == 1 else DEFAULT_TASK
 
 
 def load_cycles(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:

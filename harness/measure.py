@@ -101,8 +101,9 @@ def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: in
 
 
 def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
-    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``), in order."""
-    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens) for i, p in enumerate(prompts)]
+    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``task``), in order."""
+    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, task=p.task)
+            for i, p in enumerate(prompts)]
 
 
 def check_depth(requests: list[Request], max_depth: int, max_context: int | None, key: str = "task.max_depth") -> None:
@@ -139,7 +140,7 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     if warmup and not reset_policy:
         raise ValueError("measure_point: a run that keeps the policy's state takes no warm-up (warmup=0)")
     if warmup:
-        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)
+        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens, task=r.task)
                 for i, r in enumerate(requests[:warmup])]
         engine.run(warm, policy, concurrency)
     # Garbage left by the previous point is collected now, not inside this point's timing; what survives is frozen

@@ -97,7 +97,7 @@ def measure_profile(engine: Any, requests: list[Request], models: Models, sizes:
     try:
         positions = max_depth + 1
         max_new = (warmup + repeats) * positions + 1  # enough tokens for warm-up + repeats at the deepest depth
-        rows = [Request(i, r.prompt_id, r.language, r.input_ids, max_new)
+        rows = [Request(i, r.prompt_id, r.language, r.input_ids, max_new, task=r.task)
                 for i, r in enumerate(requests[i % len(requests)] for i in range(max(sizes)))]
         check_depth(rows, max_depth, models.max_context)
         draft, verify, overhead, first, fit = measure_costs(engine, rows, sizes, max_depth, warmup, repeats)

@@ -11,11 +11,16 @@ of the run (one method, ``--method``, default ``ar``), from its recorded output 
   language, or the target language of a ``translate`` prompt;
 - **repetition**: the share of the output's token 4-grams that already occurred earlier in the same output
   (0: no loop; near 1: the answer repeats itself);
-- **output tokens**.
+- **output tokens**;
+- **draft-vocabulary coverage** (a draft with a reduced vocabulary, :mod:`harness.models.draft_vocab`, only): the
+  share of output tokens the draft can propose at all; the rest can only come from the residual, so it bounds
+  what acceptance can reach on that task.
 
-A request's task comes from its prompt id (the task sets' ids name it; other prompts are ``chat-lines``). The
-table per (language, task) is logged and, with ``--out FILE.csv``, written per request. On the tiny pair (a
-base model) these describe plumbing only: it does not follow instructions.
+A request's task is its recorded ``task`` (runs before requests carried it: from its prompt id; other prompts are
+``chat-lines``). The table per (language, task) is logged and, with ``--out FILE.csv``, written per request;
+``task=bench`` puts it in ``summary.json`` (``answers_by_task``) and says under its tables which tasks the target
+did not perform (:func:`warnings`). On the tiny pair (a base model) these describe plumbing only: it does not
+follow instructions.
 """
 
 from __future__ import annotations
@@ -86,31 +91,76 @@ def task_index(languages: Iterable[str]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for lang in languages if lang in LANGUAGES for r in read_task_file(lang)}
 
 
+def draft_vocabulary(draft: Any) -> frozenset[int] | None:
+    """The target ids a draft can propose: those of its reduced vocabulary's map
+    (:class:`harness.models.draft_vocab.ScatterHead`), None for a draft over the whole vocabulary."""
+    head = getattr(draft, "lm_head", None)
+    ids = getattr(head, "draft_to_target", None)
+    return None if ids is None else frozenset(int(i) for i in ids.tolist())
+
+
 def describe_answers(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max_new_tokens: int,
-                     index: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per request: language, task, finish reason, output and expected language, repetition, length."""
+                     index: dict[str, dict[str, Any]], draft_ids: frozenset[int] | None = None) -> pd.DataFrame:
+    """One row per request: language, task, finish reason, output and expected language, repetition, length and,
+    with ``draft_ids`` (:func:`draft_vocabulary`), the share of its output tokens the draft can propose."""
     rows = []
+    recorded = "task" in requests
     for r in requests.itertuples(index=False):
         rec = index.get(str(r.prompt_id))
         ids = [int(i) for i in r.output_ids]
         body = ids[:-1] if ids and ids[-1] in set(eos_ids) else ids
+        task = r.task if recorded and isinstance(r.task, str) else rec["task"] if rec else "chat-lines"
         rows.append({
-            "prompt_id": r.prompt_id, "language": r.language, "task": rec["task"] if rec else "chat-lines",
+            "prompt_id": r.prompt_id, "language": r.language, "task": task,
             "finish": finish_reason(ids, max_new_tokens, eos_ids),
             "output_language": output_language(decode(body)),
             "expected_language": (rec or {}).get("target_language", r.language),
-            "repetition": repetition_rate(body), "output_tokens": len(ids)})
+            "repetition": repetition_rate(body), "output_tokens": len(ids),
+            "draft_vocab_coverage": (sum(i in draft_ids for i in ids) / len(ids) if ids else None)
+            if draft_ids is not None else None})
     return pd.DataFrame(rows)
 
 
 def by_task(answers: pd.DataFrame) -> pd.DataFrame:
-    """Per (language, task): requests, shares of stop / length, share in the expected language, medians."""
+    """Per (language, task): requests, shares of stop / length, share in the expected language, medians, and the
+    draft's vocabulary coverage of the output tokens (NaN for a draft over the whole vocabulary)."""
     g = answers.assign(stop=answers.finish == "stop", length=answers.finish == "length",
-                       in_language=answers.output_language == answers.expected_language)
+                       in_language=answers.output_language == answers.expected_language,
+                       coverage=answers.get("draft_vocab_coverage", pd.Series(None, index=answers.index))
+                       .astype(float))
     return g.groupby(["language", "task"], sort=False).agg(
         requests=("prompt_id", "size"), stop=("stop", "mean"), length=("length", "mean"),
         in_expected_language=("in_language", "mean"), repetition_p50=("repetition", "median"),
-        output_tokens_p50=("output_tokens", "median")).round(3)
+        output_tokens_p50=("output_tokens", "median"), draft_vocab_coverage=("coverage", "mean")).round(3)
+
+
+IN_LANGUAGE_MIN = 0.5  # below: most answers are not in the language the task asks for
+REPETITION_MAX = 0.3  # above (median 4-gram repetition): most answers loop
+
+
+def warnings(table: pd.DataFrame) -> list[str]:
+    """One line per (language, task) whose answers show that the target does not perform the task: most answers
+    in another language than asked, or looping; its speed-ups then describe that text, not the task."""
+    lines = []
+    for (lang, task), row in table.iterrows():
+        if task == "chat-lines":
+            continue
+        why = []
+        if row["in_expected_language"] < IN_LANGUAGE_MIN:
+            why.append(f"{100 * row['in_expected_language']:.0f}% of answers in the expected language")
+        if row["repetition_p50"] > REPETITION_MAX:
+            why.append(f"median 4-gram repetition {row['repetition_p50']:.2f}")
+        if why:
+            lines.append(f"{task} ({lang}): the target does not seem to perform this task ({'; '.join(why)}): its "
+                         "numbers describe what it wrote instead")
+    return lines
+
+
+def answers_by_task(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max_new_tokens: int,
+                    draft_ids: frozenset[int] | None = None) -> pd.DataFrame:
+    """:func:`by_task` of one method's requests of one repeat (a bench run's ``ar``, repeat 0)."""
+    index = task_index(set(requests["language"]))
+    return by_task(describe_answers(requests, decode, eos_ids, max_new_tokens, index, draft_ids))
 
 
 def _tokenizer(models: dict[str, Any]) -> Any:

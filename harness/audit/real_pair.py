@@ -184,7 +184,8 @@ def engine_level(pair: Any, prompt: Any, sampling: SamplingParams, samplers: dic
     for name, sampler in samplers.items():
         engine = Engine(pair.target, pair.draft, sampling=sampling, sampler=sampler, device=pair.target.device,
                         eos_token_ids=[eos] if eos is not None else [], seed=seed, vocab_size=pair.vocab_size)
-        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2) for i in range(opts["requests"])]
+        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2, task=prompt.task)
+                    for i in range(opts["requests"])]
         start = time.perf_counter()
         records = engine.run(requests, FixedGamma(opts["gamma"]), opts["concurrency"])
         runs[name] = (*_pairs(records, eos), time.perf_counter() - start)

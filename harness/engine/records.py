@@ -14,6 +14,7 @@ import pandas as pd
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "numpy.percentile, method='linear'"
+DEFAULT_TASK = "chat-lines"  # workloads.task_sets.CHAT_LINES: the bundled dialogue lines, and the task of old runs
 
 
 @dataclass
@@ -22,6 +23,8 @@ class Request:
 
     ``arrival_s`` is its send time in seconds after the run starts (open loop). ``None`` means a
     closed-loop client that sends the request when a slot frees, so its latency excludes queueing.
+    ``task`` is what the prompt asks for (``workloads.task_sets``: chat-lines, chat, summarise, ...), carried into
+    its record so that a run's tables can be broken down per task.
     """
 
     request_id: int
@@ -30,6 +33,7 @@ class Request:
     input_ids: list[int]
     max_new_tokens: int
     arrival_s: float | None = None
+    task: str = DEFAULT_TASK
 
 
 @dataclass
@@ -39,6 +43,7 @@ class RequestRecord:
     language: str
     prompt_tokens: int
     arrival_s: float | None
+    task: str = DEFAULT_TASK
     admitted_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None

@@ -145,7 +145,7 @@ class Session:
         self.memory = MemoryTracker(self.device)
         self.waiting = deque(sorted(requests, key=lambda r: (r.arrival_s or 0.0, r.request_id)))
         self.records = {r.request_id: RequestRecord(r.request_id, r.prompt_id, r.language, len(r.input_ids),
-                                                    r.arrival_s) for r in requests}
+                                                    r.arrival_s, r.task) for r in requests}
         self.slots: list[Request | None] = [None] * concurrency
         self.last = torch.zeros(concurrency, dtype=torch.long, device=self.device)
         self.position = torch.zeros(concurrency, dtype=torch.long, device=self.device)  # tokens emitted per row

@@ -65,24 +65,34 @@ def rotation(methods: Sequence[T], repeat: int) -> list[T]:
     return [*methods[k:], *methods[:k]]
 
 
-def throughput_units(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
-                     value: str = "output_tokens", unit_size: int = 1) -> Units:
-    """The unit table of throughput from ``requests`` (columns method, repeat, request_id, status, e2el_ms and
-    ``value``) and each (method, repeat) run's duration in seconds. Failed requests count 0 and take no time."""
-    frame = requests[["method", "repeat", "request_id", "status", "e2el_ms", value]].copy()
+def throughput_terms(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
+                     value: str = "output_tokens") -> pd.DataFrame:
+    """Per request: ``num`` its ``value`` and ``den`` its time share, the E2EL scaled so that the shares of one
+    (method, repeat) add up to that run's duration. A subset of the rows (one task's) keeps the shares it had in
+    the whole run, so subsets' sums add up to the run's. Failed requests count 0 and take no time."""
+    keep = [c for c in ("method", "repeat", "request_id", "status", "e2el_ms", value, "task") if c in requests]
+    frame = requests[list(dict.fromkeys(keep))].copy()
     ok = frame["status"] == "ok"
     frame["num"] = np.where(ok, frame[value].astype(float), 0.0)
     frame["e2el"] = np.where(ok, frame["e2el_ms"].astype(float).fillna(0.0), 0.0)
     total = frame.groupby(["method", "repeat"])["e2el"].transform("sum")
     scale = np.array([durations.get((m, r), np.nan) for m, r in zip(frame["method"], frame["repeat"], strict=True)])
     frame["den"] = np.where(total > 0, frame["e2el"] / total.where(total > 0, 1.0) * scale, 0.0)
-    return units_of(frame, unit_size)
+    return frame
 
 
-def _decode_terms(requests: pd.DataFrame) -> pd.DataFrame:
+def throughput_units(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
+                     value: str = "output_tokens", unit_size: int = 1) -> Units:
+    """The unit table of throughput from ``requests`` (columns method, repeat, request_id, status, e2el_ms and
+    ``value``) and each (method, repeat) run's duration in seconds (:func:`throughput_terms`)."""
+    return units_of(throughput_terms(requests, durations, value), unit_size)
+
+
+def decode_terms(requests: pd.DataFrame) -> pd.DataFrame:
     """Per request: ``num`` the tokens after the first, ``den`` the seconds they took (E2EL − TTFT); failed requests
     and those with fewer than two tokens count 0 and take no time."""
-    frame = requests[["method", "repeat", "request_id", "status", "output_tokens", "ttft_ms", "e2el_ms"]].copy()
+    keep = ["method", "repeat", "request_id", "status", "output_tokens", "ttft_ms", "e2el_ms"]
+    frame = requests[keep + (["task"] if "task" in requests else [])].copy()
     ok = (frame["status"] == "ok") & (frame["output_tokens"] > 1)
     frame["num"] = np.where(ok, frame["output_tokens"].astype(float) - 1.0, 0.0)
     decode_ms = frame["e2el_ms"].astype(float) - frame["ttft_ms"].astype(float)
@@ -95,13 +105,13 @@ def decode_units(requests: pd.DataFrame, unit_size: int = 1) -> Units:
     (E2EL − TTFT), every repeat summed. Σ over units gives tokens per second after the first token — 1 / TPOT
     pooled over requests, the rate a reader sees once the answer has started; prefill and queueing are left out,
     so a policy is judged on the cycles it chose. Requests with fewer than two tokens, or failed, count 0."""
-    return units_of(_decode_terms(requests), unit_size)
+    return units_of(decode_terms(requests), unit_size)
 
 
 def decode_rates(requests: pd.DataFrame) -> dict[str, float]:
     """Per method, pooled decode tok/s over all of its requests (:func:`decode_units`' terms summed, without
     aligning units across methods: a method whose run failed does not drop the others' requests)."""
-    sums = _decode_terms(requests).groupby("method")[["num", "den"]].sum()
+    sums = decode_terms(requests).groupby("method")[["num", "den"]].sum()
     return {str(m): float(row.num / row.den) for m, row in sums.iterrows() if row.den > 0}
 
 

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.bench_table import bench_table, format_ranking, format_table
+from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
 from harness import conditions, resume, rundir
 from harness import hardware as hw
 from harness.engine.policy import check_gamma
@@ -40,11 +41,13 @@ from harness.measure import (
 )
 from harness.metadata import base_metadata
 from harness.options import integer
+from harness.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from harness.stats.compare import AA_LABEL, throughput_units
 from harness.stats.goodput import parse_slo
 from harness.stats.intervals import paired_ratio_interval
 from harness.stats.units import unit_size_of, units_needed
 from policies.registry import make_policy
+from workloads.task_sets import CHAT_LINES
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +189,7 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
                                 f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
                                 "shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                arrival))
+                                arrival, prompt.task))
     return requests
 
 
@@ -203,7 +206,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         grid = Grid([done.summaries[k] for k in keys], [done.requests[k] for k in keys],
                     [done.cycles[k] for k in keys])
         methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
-        _log_table(methods, ranking, grid.points)
+        _log_table(methods, ranking, grid.points, task_breakdown(grid, settings.unit_size))
         log.info(f"results: {run_dir}")
         return _exit_code(methods)
 
@@ -249,6 +252,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     tp = ranking.get("output_throughput", {})
     final = {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"), "ranking": ranking,
              "methods": methods}
+    per_task = task_breakdown(grid, settings.unit_size)
+    answers = target_answers(grid, models, workload.max_new_tokens)
+    if per_task is not None:
+        final["by_task"] = per_task
+    if answers is not None:
+        final["answers_by_task"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
     if settings.confirm_prompts is not None:
         final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
@@ -259,7 +268,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
              f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
-    _log_table(methods, ranking, grid.points)
+    _log_table(methods, ranking, grid.points, per_task, answers)
     log.info(f"results: {run_dir}")
     return _exit_code(methods)
 
@@ -345,10 +354,47 @@ def _confirm(top: str | None, methods: list[dict[str, Any]], fresh: list[Request
     return out
 
 
-def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]]) -> None:
+def task_breakdown(grid: Grid, unit_size: int) -> list[dict[str, Any]] | None:
+    """Per (method, task) rows (:func:`harness.stats.by_task.by_task`) when the run holds several tasks, else
+    None: one task's breakdown is the overall table again."""
+    req, cyc = grid.frames()
+    if not several_tasks(req):
+        return None
+    return records(by_task(req, cyc, durations_of(grid.points), unit_size=unit_size))
+
+
+def target_answers(grid: Grid, models: Any, max_new_tokens: int) -> pd.DataFrame | None:
+    """What the target answered per (language, task) (:mod:`workloads.answers`), from the baseline's first repeat
+    (the first method's where the run has no baseline); None for a run of dialogue lines only, which ask for no
+    task the target could fail to perform."""
+    from workloads.answers import answers_by_task, draft_vocabulary
+
+    req, _ = grid.frames()
+    if not len(req) or set(tasks_of(req)) <= {CHAT_LINES}:
+        return None
+    method = "ar" if "ar" in set(req["method"]) else str(req["method"].iloc[0])
+    mine = req[req["method"] == method]
+    mine = mine[mine["repeat"] == mine["repeat"].min()]
+    tok = models.tokenizer
+    eos = tok.eos_token_id
+    eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
+    return answers_by_task(mine, lambda ids: tok.decode(ids, skip_special_tokens=True), eos_ids, max_new_tokens,
+                           draft_vocabulary(models.pair.draft))
+
+
+def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]],
+               per_task: list[dict[str, Any]] | None = None, answers: pd.DataFrame | None = None) -> None:
     log.info(format_table(bench_table(methods, ranking)))
     for line in format_ranking(ranking, methods):
         log.info(line)
+    if per_task:
+        log.info(format_task_table(per_task))
+    if answers is not None:
+        from workloads.answers import warnings
+
+        log.info("what the target answered per task (ar, first repeat):\n%s", answers.to_string())
+        for line in warnings(answers):
+            log.warning(line)
     conditions.warn_flagged(conditions.assess(points))
 
 
