@@ -18,11 +18,12 @@ from typing import Any
 import pandas as pd
 
 from analysis import plots
-from analysis.bench_table import bench_table
+from analysis.bench_table import bench_table, task_table
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
 from harness import cli, rundir
 from harness.errors import SpectuneError
 from harness.metadata import base_metadata
+from harness.stats.by_task import by_task, durations_of, several_tasks
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +114,17 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
     for run, rows in summaries.groupby("run", sort=False):
         context = ", ".join(f"{k.removeprefix('cfg.')}={rows.iloc[0][k]}" for k in varied)
         report.text(f"**{run}** {context}", "", markdown_table(bench_table(rows.to_dict("records"))), "")
-        for metric, rank in (rundir.SUMMARY.read(run).get("ranking") or {}).items():
+        summary = rundir.SUMMARY.read(run)
+        for metric, rank in (summary.get("ranking") or {}).items():
             if isinstance(rank, dict) and rank.get("best"):
                 report.text(f"Best by {metric}: **{rank['best']}**; indistinguishable from it (paired 95% CI of the "
                             f"difference contains 0): {', '.join(rank.get('indistinguishable') or []) or 'none'}; "
                             f"median − 1.4826·MAD pick: {rank.get('mad_pick')}.", "")
+        per_task = _per_task(summary, requests, cycles, run)
+        if per_task is not None:
+            report.text("Per task (Spec-Bench style; tokens and seconds summed over repeats, the `all` row their "
+                        "sums; speed-up paired vs ar over the task's prompts):", "",
+                        markdown_table(task_table(per_task)), "")
     failed = summaries[summaries["status"] != "ok"]
     for row in failed.itertuples(index=False):
         report.text(f"- failed: {row.run} {row.method}: {getattr(row, 'error', '?')}")
@@ -173,6 +180,21 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
     out = report.write()
     log.info(f"wrote {out} and {len(report.figures)} figures")
     return out
+
+
+def _per_task(summary: dict[str, Any], requests: pd.DataFrame, cycles: pd.DataFrame, run: str
+              ) -> list[dict[str, Any]] | pd.DataFrame | None:
+    """A run's per-task rows: its summary's ``by_task``, else computed from its records when they hold several
+    tasks (a run written before the summary kept them); None for a run of one task."""
+    if summary.get("by_task"):
+        return summary["by_task"]
+    mine = requests[requests["run"] == run] if len(requests) else requests
+    if not len(mine) or not several_tasks(mine):
+        return None
+    cyc = cycles[cycles["run"] == run] if len(cycles) else None
+    unit_size = int((summary.get("statistics") or {}).get("unit_size") or 1)
+    table = by_task(mine, cyc, durations_of(summary.get("points") or []), unit_size=unit_size)
+    return table if len(table) else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from harness.engine.records import DEFAULT_TASK
 from harness.stats.compare import BASELINE, EQUIVALENCE_MARGIN, decode_terms, throughput_terms
-from harness.stats.intervals import Interval, mde, verdict
+from harness.stats.intervals import Interval, mde, ratio_interval, verdict
 from harness.stats.units import speedup_interval, units_of
 
 log = logging.getLogger(__name__)
@@ -156,4 +156,19 @@ def records(table: pd.DataFrame) -> list[dict[str, Any]]:
     for row in table.to_dict("records"):
         out.append({k: (None if isinstance(v, float) and not np.isfinite(v) else
                         v.item() if isinstance(v, np.generic) else v) for k, v in row.items()})
+    return out
+
+
+def alpha_by_task(tasks: Sequence[str], sums: Sequence[float], counts: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """``task=acceptance`` per task: per prompt its task, Σ min(p, q) over its positions and their number; per task
+    α = Σ sums / Σ counts with its interval over the task's prompts, its prompts, positions and share of positions
+    (the shares add up to 1, as the bench's per-task tokens add up to the run's)."""
+    total = sum(counts)
+    out: dict[str, dict[str, Any]] = {}
+    for task in dict.fromkeys(tasks):
+        pick = [i for i, t in enumerate(tasks) if t == task]
+        iv = ratio_interval(np.array([sums[i] for i in pick]), np.array([counts[i] for i in pick], dtype=float))
+        positions = int(sum(counts[i] for i in pick))
+        out[task] = {"alpha": iv.estimate, "alpha_ci95_lo": iv.lo, "alpha_ci95_hi": iv.hi, "prompts": len(pick),
+                     "positions": positions, "position_share": positions / total if total else None}
     return out

@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from analysis.acceptance import format_alpha_by_task
 from harness import rundir
 from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
@@ -33,7 +34,9 @@ from harness.metadata import base_metadata
 from harness.models.feature_draft import HiddenTap, reads_features, unrolled
 from harness.options import integer, required
 from harness.sampling import SamplingParams, sample, warp
+from harness.stats.by_task import alpha_by_task
 from harness.stats.intervals import ratio_interval
+from workloads.answers import finish_reason, repetition_rate
 
 PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
 log = logging.getLogger(__name__)
@@ -161,6 +164,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     draft_pass(first, warm)
 
     per_prompt, per_position, by_language, deeper = [], [], {}, []
+    finishes: list[str] = []  # what the target answered: stop / length, and how much it repeats itself
+    repetition: list[float] = []
     target_times: list[float] = []
     draft_times: list[float] = []
     for prompt in tqdm(wl.prompts, desc=f"acceptance {wl.name}", unit="prompt"):
@@ -174,6 +179,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         per_position.append(a)
         per_prompt.append(float(a.mean()))
         by_language.setdefault(prompt.language, []).append(a)
+        finishes.append(finish_reason(cont, wl.max_new_tokens, [eos] if eos is not None else []))
+        repetition.append(repetition_rate(cont))
 
     pooled = torch.cat(per_position)
     sums = [float(a.sum()) for a in per_position]
@@ -192,8 +199,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         # α pools positions, so its interval treats prompts as the units of the pooled ratio
         "alpha_ci95_over_prompts": ratio_interval(sums, counts).as_dict(),
         # one row per prompt, in workload order: two drafts measured on the same prompts compare paired
-        "alpha_per_prompt": [{"id": p.id, "language": p.language, "positions": int(n), "alpha": a}
-                             for p, n, a in zip(wl.prompts, counts, per_prompt, strict=True)],
+        "alpha_per_prompt": [{"id": p.id, "language": p.language, "task": p.task, "positions": int(n), "alpha": a,
+                              "finish": f, "repetition": r}
+                             for p, n, a, f, r in zip(wl.prompts, counts, per_prompt, finishes, repetition,
+                                                      strict=True)],
         "alpha_by_position_index": by_index,
         "alpha_by_language": {lang: float(torch.cat(v).mean()) for lang, v in sorted(by_language.items())},
         # a draft that reads the target's features sees them only at a cycle's first step: α by draft step
@@ -213,6 +222,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "metadata": base_metadata(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    tasks = [p.task for p in wl.prompts]
+    if len(set(tasks)) > 1:
+        result["alpha_by_task"] = alpha_by_task(tasks, sums, counts)
+        for task, entry in result["alpha_by_task"].items():  # what the target did on the task
+            mine = [i for i, t in enumerate(tasks) if t == task]
+            entry["stop_share"] = sum(finishes[i] == "stop" for i in mine) / len(mine)
+            entry["repetition_p50"] = float(torch.tensor([repetition[i] for i in mine]).median())
     path = rundir.ACCEPTANCE.write(run_dir, result)
     sp = result["alpha_spread_over_positions"]
     if pair.metadata.get("weights_note"):
@@ -224,6 +240,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
              f"positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, p90 {sp['p90']:.3f})")
     if len(by_language) > 1:
         log.info("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
+    if "alpha_by_task" in result:
+        log.info(format_alpha_by_task(result["alpha_by_task"]))
     if features:
         log.info("alpha by draft step: " + ", ".join(f"{k + 1}: {v:.4f}"
                                                      for k, v in enumerate(result["alpha_by_draft_step"])))

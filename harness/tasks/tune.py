@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.bench_table import bench_table, format_ranking, format_table
+from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
 from harness import conditions, rundir
 from harness import hardware as hw
 from harness.errors import SpectuneError
@@ -38,7 +38,7 @@ from harness.measure import (
 from harness.metadata import base_metadata
 from harness.options import as_list, integer
 from harness.stats.goodput import parse_slo
-from harness.tasks.bench import BenchSettings, build_requests
+from harness.tasks.bench import BenchSettings, build_requests, task_breakdown
 from policies.registry import make_policy
 
 log = logging.getLogger(__name__)
@@ -190,8 +190,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                               block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
                               max_context=max_context, on_point=write)
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
+            per_task = task_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
-                          "ranking": ranking})
+                          "ranking": ranking, **({"by_task": per_task} if per_task else {})})
             frames.append(_tagged(grid, tag))
             _write(run_dir, frames, None, tag, cells)
             log.info(f"\nworkload={workload.name}  concurrency={c}  repeats={settings.repeats}  "
@@ -199,6 +200,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             log.info(format_table(bench_table(methods, ranking)))
             for line in format_ranking(ranking, methods):
                 log.info(line)
+            if per_task:
+                log.info(format_task_table(per_task))
             conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)

@@ -1,0 +1,111 @@
+"""Per-task tables (harness.stats.by_task): every request carries its task into requests.parquet, and a run of
+several tasks is broken down per (method, task) in rows that add up to the overall row, on a real tiny run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from analysis.load import load_requests
+from analysis.report import build
+from harness import rundir
+from harness.stats.by_task import ALL, SUMS, alpha_by_task, by_task, durations_of, several_tasks
+
+MIXED = ["+workload=en", "workload.tasks=[chat-lines,qa]", "workload.num_prompts=4", "workload.max_new_tokens=8",
+         "workload.task_max_new_tokens=8", "task.warmup=1", "task.repeats=2", "gamma=[2]"]
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    """A real bench run of two tasks (chat lines and qa, interleaved) on the tiny pair: AR and γ = 2, two repeats."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.tasks import run_task
+    from tests.conftest import REPO
+
+    run_dir = tmp_path_factory.mktemp("mixed") / "run"
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=MIXED)
+    run_dir.mkdir()
+    assert run_task(cfg, run_dir) == 0
+    return run_dir
+
+
+def test_requests_record_their_task_in_workload_order(mixed_run):
+    requests = rundir.REQUESTS.read(mixed_run)
+    first = requests[(requests["method"] == "ar") & (requests["repeat"] == 0)].sort_values("request_id")
+    assert first["task"].tolist() == ["chat-lines", "qa"] * 2
+
+
+def test_task_rows_add_up_to_the_overall_row_whose_rates_come_from_the_sums(mixed_run):
+    summary = rundir.SUMMARY.read(mixed_run)
+    table = pd.DataFrame(summary["by_task"])
+    assert set(table["task"]) == {"chat-lines", "qa", ALL}
+    requests, cycles = rundir.REQUESTS.read(mixed_run), rundir.CYCLES.read(mixed_run)
+    durations = durations_of(summary["points"])
+    methods = {m["method"]: m for m in summary["methods"]}
+    for method, rows in table.groupby("method"):
+        tasks, overall = rows[rows["task"] != ALL], rows[rows["task"] == ALL].iloc[0]
+        for key in SUMS:
+            assert tasks[key].sum() == overall[key], (method, key)  # exactly: the overall row is their sum
+        assert overall["output_throughput"] == overall["output_tokens"] / overall["wall_s"]
+        assert overall["decode_throughput"] == overall["decode_tokens"] / overall["decode_s"]
+        assert tasks["token_share"].sum() == pytest.approx(1.0) and tasks["time_share"].sum() == pytest.approx(1.0)
+        mine = requests[requests["method"] == method]
+        assert overall["output_tokens"] == mine["output_tokens"].sum() and overall["requests"] == len(mine) == 8
+        # wall seconds are each request's share of its run: they add up to the runs' measured durations
+        assert overall["wall_s"] == pytest.approx(sum(d for (m, _), d in durations.items() if m == method))
+        # the overall speed-up is the run's own comparison, interval and all
+        assert overall["speedup"] == pytest.approx(methods[method]["speedup"])
+        if method != "ar":
+            spec = cycles[(cycles["method"] == method) & (cycles["num_drafts"] > 0)]
+            assert overall["acceptance_length"] == pytest.approx(1 + spec["accepted"].sum() / len(spec))
+            assert overall["speedup_ci95_lo"] == pytest.approx(methods[method]["speedup_ci95_lo"])
+            assert all(r["speedup_ci95_lo"] <= r["speedup"] <= r["speedup_ci95_hi"] for r in rows.to_dict("records"))
+        else:
+            assert (rows["speedup"] == 1.0).all() and rows["acceptance_length"].isna().all()
+
+
+def test_the_summary_says_what_the_target_answered_per_task(mixed_run):
+    answers = rundir.SUMMARY.read(mixed_run)["answers_by_task"]
+    assert [(a["language"], a["task"]) for a in answers] == [("en", "chat-lines"), ("en", "qa")]
+    assert all(a["requests"] == 2 and a["stop"] + a["length"] <= 1 for a in answers)
+
+
+def test_the_report_shows_the_per_task_table(mixed_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(mixed_run, copy)
+    summary = rundir.SUMMARY.read(copy)
+    del summary["by_task"]  # recomputed from the records where the summary lacks it
+    rundir.SUMMARY.write(copy, summary)
+    text = build(copy).read_text()
+    assert "Per task (Spec-Bench style" in text and "| fixed:gamma=2 | qa |" in text
+
+
+def test_a_run_recorded_before_tasks_loads_as_its_workloads_task(tiny_sweep, tmp_path):
+    copy = tmp_path / "old"
+    shutil.copytree(tiny_sweep / "0", copy)
+    old = rundir.REQUESTS.read(copy).drop(columns="task", errors="ignore")
+    rundir.REQUESTS.write(copy, old)
+    loaded = load_requests(copy)
+    assert set(loaded["task"]) == {"chat-lines"}
+    assert not several_tasks(old)
+    summary = rundir.SUMMARY.read(copy)
+    table = by_task(old, rundir.CYCLES.read(copy), durations_of(summary["points"]))
+    assert set(table["task"]) == {"chat-lines", ALL}
+
+
+def test_one_task_runs_write_no_breakdown(tiny_sweep):
+    summary = json.loads((tiny_sweep / "0" / "summary.json").read_text())
+    assert "by_task" not in summary and "answers_by_task" not in summary
+    assert not several_tasks(rundir.REQUESTS.read(tiny_sweep / "0"))
+
+
+def test_alpha_by_task_pools_positions_and_shares_add_up():
+    out = alpha_by_task(["qa", "code", "qa"], [3.0, 1.0, 1.0], [4, 4, 2])
+    assert out["qa"]["alpha"] == pytest.approx(4 / 6) and out["code"]["alpha"] == pytest.approx(0.25)
+    assert out["qa"]["prompts"] == 2 and out["qa"]["positions"] == 6
+    assert sum(e["position_share"] for e in out.values()) == pytest.approx(1.0)
