@@ -109,3 +109,29 @@ def test_alpha_by_task_pools_positions_and_shares_add_up():
     assert out["qa"]["alpha"] == pytest.approx(4 / 6) and out["code"]["alpha"] == pytest.approx(0.25)
     assert out["qa"]["prompts"] == 2 and out["qa"]["positions"] == 6
     assert sum(e["position_share"] for e in out.values()) == pytest.approx(1.0)
+
+
+def test_tune_breaks_each_cell_down_per_task(harness_in_process, tmp_path):
+    code = harness_in_process(tmp_path / "run", "task=tune", "+workload=en", "workload.tasks=[qa,code]",
+                              "workload.num_prompts=4", "workload.task_max_new_tokens=4", "task.warmup=0",
+                              "task.concurrency=[1]", "gamma=[1]", "task.repeats=1")
+    assert code == 0
+    (cell,) = rundir.SUMMARY.read(tmp_path / "run")["cells"]
+    table = pd.DataFrame(cell["by_task"])
+    assert list(table[table["method"] == "fixed:gamma=1"]["task"]) == ["qa", "code", ALL]
+    overall = table[table["task"] == ALL].set_index("method")
+    assert (overall["requests"] == 4).all()
+
+
+def test_acceptance_reports_alpha_per_task(harness_in_process, tmp_path):
+    code = harness_in_process(tmp_path / "run", "task=acceptance", "+workload=en", "workload.tasks=[chat-lines,code]",
+                              "workload.num_prompts=4", "workload.max_new_tokens=6", "workload.task_max_new_tokens=6")
+    assert code == 0
+    result = rundir.ACCEPTANCE.read(tmp_path / "run")
+    per_task = result["alpha_by_task"]
+    assert list(per_task) == ["chat-lines", "code"]
+    assert sum(e["positions"] for e in per_task.values()) == sum(r["positions"] for r in result["alpha_per_prompt"])
+    positions = sum(e["positions"] for e in per_task.values())
+    pooled = sum(e["alpha"] * e["positions"] for e in per_task.values()) / positions
+    assert pooled == pytest.approx(result["alpha"], rel=1e-6)
+    assert [r["task"] for r in result["alpha_per_prompt"]] == ["chat-lines", "code"] * 2
