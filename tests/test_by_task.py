@@ -135,3 +135,15 @@ def test_acceptance_reports_alpha_per_task(harness_in_process, tmp_path):
     pooled = sum(e["alpha"] * e["positions"] for e in per_task.values()) / positions
     assert pooled == pytest.approx(result["alpha"], rel=1e-6)
     assert [r["task"] for r in result["alpha_per_prompt"]] == ["chat-lines", "code"] * 2
+
+
+@pytest.mark.slow(reason="a Hydra multirun of two jobs through the CLI")
+def test_a_multirun_over_languages_composes_each_job_with_its_task(cli, tmp_path):
+    """With ``+workload`` swept, Hydra composes the sweep without a workload: further workload keys take ``++``."""
+    out = cli("-m", "+workload=it,en", "workload.tasks=[qa]", "++workload.num_prompts=2",
+              "++workload.task_max_new_tokens=4", "gamma=[1]", "task.repeats=1", "task.warmup=0",
+              f"hydra.sweep.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    for job, lang in ((0, "it"), (1, "en")):
+        requests = rundir.REQUESTS.read(tmp_path / str(job))
+        assert set(zip(requests["language"], requests["task"], strict=True)) == {(lang, "qa")}
