@@ -139,11 +139,36 @@ def test_acceptance_reports_alpha_per_task(harness_in_process, tmp_path):
 
 @pytest.mark.slow(reason="a Hydra multirun of two jobs through the CLI")
 def test_a_multirun_over_languages_composes_each_job_with_its_task(cli, tmp_path):
-    """With ``+workload`` swept, Hydra composes the sweep without a workload: further workload keys take ``++``."""
-    out = cli("-m", "+workload=it,en", "workload.tasks=[qa]", "++workload.num_prompts=2",
+    """With ``+workload`` swept, Hydra composes the sweep without a workload: workload keys that are not swept take
+    ``++`` (``workload.tasks=[qa],[code]``, swept, composes per job as it is)."""
+    out = cli("-m", "+workload=it,en", "++workload.tasks=[qa]", "++workload.num_prompts=2",
               "++workload.task_max_new_tokens=4", "gamma=[1]", "task.repeats=1", "task.warmup=0",
               f"hydra.sweep.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     for job, lang in ((0, "it"), (1, "en")):
         requests = rundir.REQUESTS.read(tmp_path / str(job))
         assert set(zip(requests["language"], requests["task"], strict=True)) == {(lang, "qa")}
+
+
+def test_draft_vocabulary_coverage_counts_the_tokens_a_reduced_draft_can_propose(feature_pair, pair):
+    from workloads import answers
+
+    _, draft = feature_pair
+    ids = answers.draft_vocabulary(draft)
+    assert ids == frozenset(range(48)) and answers.draft_vocabulary(pair[1]) is None
+    requests = pd.DataFrame([{"prompt_id": "p0", "language": "en", "task": "qa", "output_ids": [1, 2, 50, 60]}])
+    out = answers.describe_answers(requests, lambda _: "", [63], 8, {}, ids)
+    assert out["draft_vocab_coverage"].tolist() == [0.5] and out["task"].tolist() == ["qa"]
+
+
+def test_a_task_the_target_does_not_perform_is_named():
+    from workloads import answers
+
+    rows = [{"prompt_id": f"p{i}", "language": "it", "task": task, "finish": "length", "output_language": out,
+             "expected_language": "it", "repetition": rep, "output_tokens": 8}
+            for i, (task, out, rep) in enumerate([("qa", "en", 0.0), ("qa", "en", 0.1), ("code", "it", 0.6),
+                                                  ("code", "it", 0.7), ("summarise", "it", 0.0)])]
+    lines = answers.warnings(answers.by_task(pd.DataFrame(rows)))
+    assert len(lines) == 2
+    assert lines[0].startswith("qa (it): the target does not seem to perform this task (0% of answers in the")
+    assert lines[1].startswith("code (it):") and "repetition 0.65" in lines[1]
