@@ -190,7 +190,7 @@ def format_comparison(frame: pd.DataFrame) -> str:
     for row in frame.itertuples(index=False):
         lines.append(f"{row.language:<4} {row.concurrency:>4} {str(row.method)[:24]:<24} "
                      f"{_num(row.decode_tok_s, '.1f'):>7} {_num(row.decode_speedup_vs_ar, '.2f'):>6} "
-                     f"{_pct(row, 'decode_vs_best_fixed_pct'):>24} {row.decode_vs_best_fixed_verdict or '–'!s:<26} "
+                     f"{_pct(row, 'decode_vs_best_fixed_pct'):>24} {_text(row.decode_vs_best_fixed_verdict):<26} "
                      f"{_pct(row, 'decode_vs_hindsight_pct'):>22} "
                      f"{_num(row.tok_s, '.1f'):>9} {_pct(row, 'vs_best_fixed_pct'):>24} "
                      f"{_num(row.acceptance_length, '.2f'):>7} {_num(row.tpot_p50_ms, '.2f'):>8} "
@@ -215,6 +215,11 @@ def format_comparison(frame: pd.DataFrame) -> str:
         lines.append(f"noise floor ({row.language}, concurrency {row.concurrency}): AR run twice, the second against "
                      f"the first: decode {_pct(row, 'decode_vs_ar_pct')}; a difference inside it is not resolved")
     return "\n".join(lines)
+
+
+def _text(value: Any) -> str:
+    """A text cell; a missing one (None, or NaN once a frame has held it) prints as a dash, never as "nan"."""
+    return "–" if value is None or (isinstance(value, float) and not np.isfinite(value)) else str(value)
 
 
 def _pct(row: Any, key: str) -> str:
