@@ -197,7 +197,10 @@ def _evaluate(run: Path) -> tuple[str, str]:
             full.append(f"{r['policy']} {_vs_best(r)}")
         if adaptive:
             top = max(adaptive, key=lambda r: r["decode_vs_best_fixed_pct"])
-            short.append(f"best adaptive {top['policy']} {_vs_best(top)} vs best fixed")
+            verdict = top.get("decode_vs_best_fixed_verdict")
+            rank = "faster" if verdict == "faster" else "top estimate"  # "best" only where its interval says so
+            short.append(f"{rank}: {top['policy']} {_vs_best(top)} vs best fixed"
+                         + (f", {verdict}" if isinstance(verdict, str) and verdict != "faster" else ""))
         parts_full.append("; ".join(full))
         parts_short.append("; ".join(short))
     old = "" if "unit" in frame else OLD_UNIT
