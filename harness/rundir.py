@@ -205,6 +205,8 @@ COMPARISON = RunFile("comparison.parquet", "parquet",
                      ("language", "concurrency", "policy", "method", "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo",
                       "vs_best_fixed_pct_ci95_hi"))
 COMPARISON_MD = RunFile("comparison.md", "text")
+# A run over several tasks: per (concurrency, method, task) tokens, seconds and speed-up over the best fixed γ.
+BY_TASK = RunFile("by_task.parquet", "parquet", ("concurrency", "method", "task"))
 CONDITIONS = RunFile("conditions.json", "json")  # policies.evaluate: what else ran during each measured point
 # A job of a multirun that failed on bad input (harness.cli): the sweep goes on, the sweep's end reports it.
 ERROR = RunFile("error.json", "json")

@@ -47,6 +47,7 @@ from harness.interleave import block_for, block_size, design_option, run_design
 from harness.measure import Grid, aggregate, repeats_option
 from harness.metadata import finished_metadata
 from harness.options import flag, integer
+from harness.stats.by_task import by_task, durations_of, several_tasks
 from harness.stats.compare import AA_LABEL, decode_rates
 from harness.stats.units import unit_size_of
 from policies.comparison import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
@@ -300,6 +301,13 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profil
     return out
 
 
+def _task_lines(table: pd.DataFrame) -> str:
+    """The per-task rows in a few columns (``by_task.parquet`` holds them all)."""
+    columns = ["method", "task", "prompts", "output_tokens", "decode_s", "time_share", "acceptance_length",
+               "decode_speedup", "decode_speedup_ci95_lo", "decode_speedup_ci95_hi", "decode_speedup_verdict"]
+    return table[[c for c in columns if c in table]].to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from harness.measure import check_depth, requests_of
     from policies.training import split_requests
@@ -325,6 +333,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     measured_conditions: dict[str, Any] = {}  # per concurrency: what else ran during each held-out repeat
     tunings: list[pd.DataFrame] = []  # the threshold baselines' replay scores per value tried
     tuned_values: dict[str, dict] = {}  # per concurrency: the value each threshold baseline ran with
+    per_task: list[pd.DataFrame] = []  # a run over several tasks: each method per task against the best fixed γ
 
     def write() -> None:
         if grids:
@@ -338,6 +347,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             rundir.COMPARISON_MD.write(run_dir, format_comparison(table) + "\n")
         if measured_conditions:
             rundir.CONDITIONS.write(run_dir, measured_conditions)
+        if per_task:
+            rundir.BY_TASK.write(run_dir, pd.concat(per_task, ignore_index=True))
 
     seed = int(cfg.seed)
     for concurrency in settings.concurrency:
@@ -395,6 +406,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
                                 concurrency=concurrency, best_gamma=best, replay=replay, fixed=fixed,
                                 unit_size=unit_size_of(concurrency, block))
+        if several_tasks(req):  # Spec-Bench's view: every method per task, against the best fixed γ
+            table = by_task(req, cyc, durations_of(measured.points), baseline=best_label,
+                            unit_size=unit_size_of(concurrency, block))
+            per_task.append(table.assign(concurrency=concurrency))
+            log.info("per task, decode tok/s against the best fixed γ (%s):\n%s", best_label, _task_lines(table))
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
     rundir.METADATA.write(run_dir, finished_metadata(metadata, tuned=tuned_values))
