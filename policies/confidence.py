@@ -158,11 +158,8 @@ class AdaptiveConfidence(DraftLengthPolicy):
         return None
 
     def observe(self, feedback: CycleFeedback) -> None:
-        rows = self.rows.observe(feedback)
-        if rows is None:
-            return
         touched = set()
-        for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
+        for row, _, drafts, accepted in self.rows.outcomes(feedback):
             probs, labels = self.labels.setdefault(self._key(row), ([], []))
             for position in range(1, min(accepted + 1, drafts) + 1):
                 prob = self.rows.signal("token_prob", row, position)

@@ -84,10 +84,7 @@ class HFHeuristicTransient(DraftLengthPolicy):
         return limit > step.step + 1
 
     def observe(self, feedback: CycleFeedback) -> None:
-        rows = self.rows.observe(feedback)
-        if rows is None:
-            return
-        for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
+        for row, _, drafts, accepted in self.rows.outcomes(feedback):
             current = self.gammas.get(row, self.start)
             self.gammas[row] = min(self.max_gamma, current + 2) if accepted == drafts else max(1, current - 1)
 

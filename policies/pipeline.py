@@ -58,7 +58,7 @@ from harness.metadata import base_metadata
 from harness.options import flag, integer
 from harness.profile import Profile, load_profile
 from policies.envs.data import TraceSet, read_traces
-from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
+from policies.envs.observation import CYCLE, DEPTH
 from policies.ppo_distilled import distill_into
 from policies.training import CycleTraining, DepthTraining, save_policy, split_requests
 
@@ -247,7 +247,7 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
         final = depth.evaluate(depth.model.num_timesteps, "live")
     synthetic = depth.env.synthetic
     path = rundir.DEPTH_POLICY.path(run_dir)
-    extra = {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"], "profile": profile.to_json(),
+    extra = {"observation": DEPTH.schema(), "actions": ["stop", "continue"], "profile": profile.to_json(),
              "max_depth": settings.max_depth, "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
              "validation": final}
     save_policy(depth.model, settings.ppo, path, extra)
@@ -281,7 +281,7 @@ def _cycle_policy(settings: TrainSettings, seed: int, run_dir: Path, profile: Pr
     cycle.evaluate(0, 1)
     final = cycle.train(settings.cycle_timesteps, settings.eval_every, 1)
     path = rundir.CYCLE_POLICY.path(run_dir)
-    save_policy(cycle.model, settings.ppo, path, {"observation": list(CYCLE_FIELDS), "actions": "depth",
+    save_policy(cycle.model, settings.ppo, path, {"observation": CYCLE.schema(), "actions": "depth",
                                                   "profile": profile.to_json(), "max_depth": settings.max_depth,
                                                   "synthetic": cycle.env.synthetic,
                                                   "trained_on": trace_meta.get("workload"), "validation": final})

@@ -23,9 +23,7 @@ run's ``policy.profile`` (other models or hardware, :data:`harness.profile.MATCH
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -39,8 +37,8 @@ from harness.engine.policy import (
     check_gamma,
 )
 from harness.errors import SpectuneError
-from harness.profile import Profile, load_profile, profile_mismatch
-from policies.envs.observation import OBS_FIELDS, OBS_HIGH, scale_rows, scales
+from harness.profile import CycleCosts, Profile, load_profile, profile_mismatch
+from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH, read_schema, scales
 from policies.numpy_actor import NumpyActor, SplitActor
 from policies.ppo_size import PPOSize
 from policies.rows import RowTracker
@@ -91,11 +89,8 @@ class PPODepth(DraftLengthPolicy):
         self.max_gamma, self.deterministic, self.seed = gamma, deterministic, int(seed)
         self.file: PolicyFile = policy_file or read_policy_file(depth_path, "policy.depth_path", trust_pickle)
         extra = self.file.extra
-        self.features = tuple(extra.get("observation", DEFAULT_OBSERVATION))
-        unknown = [f for f in self.features if f not in FEATURES]
-        if unknown:
-            raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: observation features {unknown} are "
-                                f"not computed by the engine (known: {', '.join(FEATURES)})")
+        self.obs = read_schema(extra, DEPTH, f"policy.depth_path={depth_path!r}")  # the file's features' builder
+        self.features = self.obs.features
         if self.file.observation_space.shape != (len(self.features),):
             raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: observation shape "
                                 f"{self.file.observation_space.shape} does not match its {len(self.features)} "
@@ -116,10 +111,9 @@ class PPODepth(DraftLengthPolicy):
         self.profile_arg = profile
         self.network_signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
         self.signals = self.network_signals  # what the engine computes for continue_drafting
-        self._scales = scales(self.features).tolist()
         # deterministic steps decide through the split first layer (sampled ones need every logit)
-        self.split = SplitActor(self.actor.layers, self.features, scales(self.features), self.network_signals, PER_STEP,
-                                self.continue_action) if deterministic else None
+        self.split = SplitActor(self.actor.layers, self.features, scales(self.features), self.network_signals,
+                                self.obs.step_fields, self.continue_action) if deterministic else None
         self.size = PPOSize(size_path, trust_pickle, self.profile, deterministic) if size_path else None
         if self.size is not None:
             self.signals = self.signals | {"cum_prob"}
@@ -130,7 +124,8 @@ class PPODepth(DraftLengthPolicy):
         self.rows.reset()
         self.history = AcceptanceHistory()  # per slot, over its request's cycles
         self.generator = torch.Generator().manual_seed(self.seed)
-        self._constant: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._constant: dict[tuple[int, int, int], dict[str, float]] = {}  # (batch, drafted, slots) -> constants
+        self._costs: dict[int, CycleCosts] = {}  # rows in flight -> the profile's costs
         self._step_share: dict[tuple[int, int, int], np.ndarray] = {}  # SplitActor.step_share per step shape
         self._row_share: np.ndarray | None = None  # SplitActor.row_share of this cycle, from its step 0
         self._recent: list[float] | None = None
@@ -141,15 +136,35 @@ class PPODepth(DraftLengthPolicy):
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
 
-    # -- features ----------------------------------------------------------------------------------------
+    # -- the observation (built by policies.envs.observation.DEPTH; this policy only hands it the engine's values) --
     def recent_acceptance(self, batch: int) -> np.ndarray:
         """Accepted / acceptance trials over each row's previous cycles of its request (0.5 before any; see
         :func:`harness.engine.policy.acceptance_trials`), as the traces record it."""
         return np.asarray([self.history.rate(row) for row in range(batch)], dtype=np.float64)
 
+    def _recent_of(self, slots: int) -> list[float]:
+        """Each slot's recent acceptance as floats, once per cycle (empty when the file does not read it)."""
+        if "recent_acceptance" not in self.obs.row_fields:
+            return []
+        if self._recent is None or len(self._recent) != slots:
+            self._recent = self.recent_acceptance(slots).tolist()
+        return self._recent
+
+    def _constants(self, drafted: int, batch: int, busy: int, slots: int) -> dict[str, float]:
+        """The builder's per-step fields after ``drafted`` drafts, cached per (batch, drafted, slots); their values
+        are taken at the ``busy`` rows with a sequence (the environment's rows in flight)."""
+        key = (batch, drafted, slots)
+        constant = self._constant.get(key)
+        if constant is None:
+            costs = self._costs.get(busy)
+            if costs is None and self.profile is not None:
+                costs = self._costs[busy] = self.profile.costs(busy)
+            constant = self._constant[key] = self.obs.constants(drafted, busy, costs)
+        return constant
+
     def observation(self, step: DraftStep) -> np.ndarray:
-        """[B, F] float32: every row's features after draft step ``step``, scaled as the environment's own
-        :func:`~policies.envs.observation.scale_depth` does (float64 division, then float32: bit for bit).
+        """[B, F] float32: every row's features after draft step ``step`` (``step.step + 1`` drafts), built by
+        :data:`~policies.envs.observation.DEPTH`, bit for bit the environment's.
 
         Built from Python floats with one array construction at the end: the decision runs between forwards, on
         caches the models have just evicted, where each numpy or torch call costs tens of µs (measured: 241 µs for
@@ -157,26 +172,21 @@ class PPODepth(DraftLengthPolicy):
         the same for every row of a step (position, batch, c, g) are computed once per (rows in flight, step,
         slots) and cached; recent acceptance once per cycle."""
         slots = step.active.shape[0]
-        key = (self._in_flight or _busy(step), step.step, slots)
-        constant = self._constant.get(key)
-        if constant is None:
-            constant = self._constant[key] = {name: float(FEATURES[name](self, step)[0])
-                                              for name in self.features if name in PER_STEP}
-        lengths = self.rows.lengths  # this cycle's contexts, read once at its step 0
+        constant = self._constants(step.step + 1, self._in_flight or _busy(step), _busy(step), slots)
+        return self.obs.build(constant, slots, self._column(step, slots))
 
-        def column(name: str) -> list:
-            return lengths if name == "context_length" and lengths else FEATURES[name](self, step).tolist()
+    def start_observation(self, context: list[int], batch_size: int) -> np.ndarray:
+        """[slots, F] float32: the step-0 observation, before anything is drafted (the signals' values then), of
+        the slots at ``context`` (0: not decided)."""
+        slots = len(context)
+        constant = self._constants(0, batch_size, max(1, sum(1 for n in context if n > 0)), slots)
+        return self.obs.build(constant, slots, self.obs.step_column(None, context, self._recent_of(slots)))
 
-        return self._assemble(constant, slots, column)
-
-    def _assemble(self, constant: dict[str, float], slots: int, column: Callable[[str], list]) -> np.ndarray:
-        """The scaled [slots, F] float32 observation from the step's constants, the cycle's recent acceptance and
-        ``column(name)`` for the per-row features (the draft signals and the context length)."""
-        if "recent_acceptance" in self.features and (self._recent is None or len(self._recent) != slots):
-            self._recent = self.recent_acceptance(slots).tolist()
-        return scale_rows([(constant[name],) * slots if name in constant else
-                           self._recent if name == "recent_acceptance" else column(name) for name in self.features],
-                          self._scales)
+    def _column(self, step: DraftStep, slots: int):
+        """The per-row columns of ``step``: its signals, the cycle's contexts (read once at its step 0) and recent
+        acceptance."""
+        context = self.rows.lengths or step.context_length.tolist()
+        return self.obs.step_column(step, context, self._recent_of(slots))
 
     def act(self, obs: np.ndarray) -> torch.Tensor:
         """[B] bool: rows whose action is "continue" (one actor call for all rows, in numpy)."""
@@ -222,18 +232,7 @@ class PPODepth(DraftLengthPolicy):
         context = [0] * width
         for row in known:
             context[row] = lengths[row]
-        before = {name: 1.0 if name == "cum_prob" else 0.0 for name in self.network_signals}  # the env's step-0 values
-        constant = self._constant.get((batch_size, -1, width))
-        if constant is None:  # first time at this shape: through a DraftStep, which computes and caches the constants
-            active = torch.zeros(width, dtype=torch.bool)
-            active[known] = True
-            start = DraftStep(step=-1, active=active, context_length=torch.tensor(context), batch_size=width,
-                              **{name: torch.full((width,), value, dtype=torch.float64)
-                                 for name, value in before.items()})
-            obs = self.observation(start)
-        else:  # the same values without building tensors (the step's signals and context as plain lists)
-            obs = self._assemble(constant, width,
-                                 lambda name: context if name == "context_length" else [before[name]] * width)
+        obs = self.start_observation(context, batch_size)
         actions = self.actor.actions(obs, self.deterministic, self.generator).tolist()  # no torch op between forwards
         return {row: actions[row] == self.continue_action for row in known}
 
@@ -261,18 +260,13 @@ class PPODepth(DraftLengthPolicy):
         split = self.split
         slots = step.active.shape[0]
         if step.step == 0 or self._row_share is None or self._row_share.shape[0] != slots:
-            lengths = self.rows.lengths
-            if "recent_acceptance" in split.row_fields and (self._recent is None or len(self._recent) != slots):
-                self._recent = self.recent_acceptance(slots).tolist()
-            columns = {name: self._recent if name == "recent_acceptance" else
-                       lengths if name == "context_length" and lengths else FEATURES[name](self, step).tolist()
-                       for name in split.row_fields}
-            self._row_share = split.row_share(columns, slots)
+            column = self._column(step, slots)
+            self._row_share = split.row_share({name: column(name) for name in split.row_fields}, slots)
         key = (self._in_flight or _busy(step), step.step, slots)
         share = self._step_share.get(key)
         if share is None:
             share = self._step_share[key] = split.step_share(
-                {name: float(FEATURES[name](self, step)[0]) for name in split.step_fields})
+                self._constants(step.step + 1, self._in_flight or _busy(step), _busy(step), slots))
         if split.signals:
             signals = torch.stack([getattr(step, name) for name in split.signals], 1)
             signals = (signals if signals.is_cpu else signals.cpu()).numpy()
@@ -298,11 +292,8 @@ class PPODepth(DraftLengthPolicy):
 
     def observe(self, feedback: CycleFeedback) -> None:
         self._recent = self._row_share = None
-        rows = self.rows.observe(feedback)
-        if rows is None:
-            return
-        for row, drafts, accepted in zip(rows, feedback.num_drafts, feedback.num_accepted, strict=True):
-            self.history.add(row, accepted, drafts)
+        for outcome in self.rows.outcomes(feedback):
+            self.history.add(outcome.slot, outcome.accepted, outcome.drafts)
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "depth": self.file.describe(),
@@ -332,37 +323,12 @@ def resolve_profile(file: PolicyFile, key: str, path: str, profile: str | None,
     return bool(diff), run
 
 
-def _signal(name: str, policy: PPODepth, step: DraftStep) -> torch.Tensor:
-    return getattr(step, name)
-
-
 def _busy(step: DraftStep) -> int:
     """Rows in flight (the environment's batch_size): the slots with a sequence (context > 0)."""
     return max(1, int((step.context_length > 0).sum()))
 
 
-def _full(step: DraftStep, value: float) -> torch.Tensor:
-    return torch.full(step.active.shape, float(value), dtype=torch.float64)
-
-
-def _g(policy: PPODepth, step: DraftStep) -> torch.Tensor:
-    """Verification of one more position after ``step + 1`` drafts, g(depth + 1, b), as the environment."""
-    profile = policy.profile
-    return _full(step, profile.g(min(step.step + 2, profile.max_positions - 1), _busy(step)))
-
-
-# name -> the raw value the engine-side policy computes from a draft step (scaled by envs.observation.SCALE)
-FEATURES: dict[str, Callable[[PPODepth, DraftStep], torch.Tensor]] = {
-    **{name: functools.partial(_signal, name) for name in DRAFT_SIGNALS},
-    "position": lambda policy, step: _full(step, step.step + 1),
-    "context_length": lambda policy, step: step.context_length,
-    "batch_size": lambda policy, step: _full(step, _busy(step)),
-    "recent_acceptance": lambda policy, step: torch.from_numpy(policy.recent_acceptance(step.active.shape[0])),
-    "c": lambda policy, step: _full(step, policy.profile.c(_busy(step))),
-    "g": _g,
-}
-assert set(OBS_FIELDS) <= set(FEATURES)
-PER_STEP = frozenset({"position", "batch_size", "c", "g"})  # the same for every row of a draft step
+FEATURES = OBS_FIELDS  # what a depth policy file may observe (policies.envs.observation.DEPTH's fields)
 
 
 def observation_low_high(features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -3,8 +3,8 @@
 The comparison piece for :class:`policies.ppo.PPODepth`: that policy decides after every draft step (one host sync
 per step); this one reads no draft signal and makes no per-step decision, so the difference between the two is
 what per-step stopping buys. It is trained on ``spectune/CycleDepth-v0`` (``train.cycle_timesteps``), whose
-observation it builds bit for bit as :func:`~policies.envs.observation.cycle_observation` does (the tests hold the
-two equal): context length, rows in flight, the request's recent acceptance, the profile's c(b) and g(1, b).
+observation it builds with that environment's builder, :data:`~policies.envs.observation.CYCLE` (one definition):
+context length, rows in flight, the request's recent acceptance, the profile's c(b) and g(1, b).
 
 Per cycle: :meth:`PPOCycle.begin_cycle` runs the actor (numpy, deterministic argmax by default) once for all rows
 it knows (their context is the previous cycle's plus its emitted tokens) and returns the deepest choice, capped at
@@ -29,7 +29,8 @@ import torch
 
 from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from harness.errors import SpectuneError
-from policies.envs.observation import CYCLE_FIELDS, scale_rows, scales
+from harness.profile import CycleCosts
+from policies.envs.observation import CYCLE, CYCLE_FIELDS, read_schema
 from policies.numpy_actor import NumpyActor
 from policies.ppo import check_flags, resolve_profile
 from policies.rows import RowTracker
@@ -74,7 +75,6 @@ class PPOCycle(DraftLengthPolicy):
             raise SpectuneError(f"{KEY}={path!r} reads the costs c and g: give policy.profile=PROFILE (the file "
                                 "names no profile of its own)")
         self.profile_arg = profile
-        self._scales = scales(CYCLE_FIELDS).tolist()
         self.rows = RowTracker()
         self.reset()
 
@@ -84,11 +84,10 @@ class PPOCycle(DraftLengthPolicy):
         if extra.get("actions") == ["stop", "continue"]:
             raise SpectuneError(f"{KEY}={path!r} is invalid: it is a per-step depth policy file (stop/continue); "
                                 "load it with policy=ppo policy.depth_path=...")
-        features = tuple(extra.get("observation", CYCLE_FIELDS))
-        if features != CYCLE_FIELDS or self.file.observation_space.shape != (len(CYCLE_FIELDS),):
-            raise SpectuneError(f"{KEY}={path!r} is invalid: observation {list(features)} of shape "
-                                f"{self.file.observation_space.shape} is not the cycle environment's "
-                                f"{list(CYCLE_FIELDS)}")
+        self.obs = read_schema(extra, CYCLE, f"{KEY}={path!r}")
+        if self.file.observation_space.shape != (len(self.obs.features),):
+            raise SpectuneError(f"{KEY}={path!r} is invalid: observation shape {self.file.observation_space.shape} "
+                                f"is not the cycle environment's {list(CYCLE_FIELDS)}")
         max_depth = extra.get("max_depth", n - 1)
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1 \
                 or n != max_depth + 1 or self.file.action_space.start != 0:
@@ -103,23 +102,22 @@ class PPOCycle(DraftLengthPolicy):
         self._new: set[int] = set()  # slots whose request is new this cycle (before_cycle)
         self._depths: dict[int, int] = {}  # slot -> depth chosen this cycle
         self._in_flight = 0
-        self._costs: dict[int, tuple[float, float, float]] = {}  # batch -> (batch, c, g(1)) as floats
+        self._constants: dict[int, dict[str, float]] = {}  # batch -> the builder's constants (batch, c, g(1))
 
     # -- the observation and the actor -------------------------------------------------------------------
     def observation(self, context: list[int], slots: list[int]) -> np.ndarray:
-        """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot), equal bit
-        for bit to :func:`~policies.envs.observation.cycle_observation`'s, built by
-        :func:`~policies.envs.observation.scale_rows` (cheap on cold caches). c and g are looked up once per batch
-        size."""
+        """[R, 5] float32: the cycle observation of ``slots`` at the given context lengths (one per slot), built by
+        :data:`~policies.envs.observation.CYCLE` as the environment's (cheap on cold caches: one array built). The
+        constants (batch, c, g) are computed once per batch size."""
         batch = self._in_flight
-        costs = self._costs.get(batch)
-        if costs is None:
-            costs = self._costs[batch] = (float(batch), self.profile.c(batch), self.profile.g(1, batch))
-        rows = len(slots)
+        constants = self._constants.get(batch)
+        if constants is None:
+            costs: CycleCosts = self.profile.costs(batch)
+            constants = self._constants[batch] = self.obs.constants(0, batch, costs)
         serving = self.rows.serving
         recent = [self.history.rate(serving.get(slot, -1 - slot)) for slot in slots]
-        return scale_rows([[float(length) for length in context], (costs[0],) * rows, recent, (costs[1],) * rows,
-                           (costs[2],) * rows], self._scales)
+        return self.obs.build(constants, len(slots),
+                              self.obs.step_column(None, [float(length) for length in context], recent))
 
     def choose(self, context: list[int], slots: list[int]) -> None:
         """Each slot's depth (≤ γ) from the actor, one call for all of them."""
@@ -161,12 +159,8 @@ class PPOCycle(DraftLengthPolicy):
         return [self._depths.get(slot, 0) for slot in range(step.active.shape[0])]
 
     def observe(self, feedback: CycleFeedback) -> None:
-        rows = self.rows.observe(feedback)
-        if rows is None:
-            return
-        ids = feedback.request_ids or [self.rows.serving.get(row, -1 - row) for row in rows]
-        for rid, drafts, accepted in zip(ids, feedback.num_drafts, feedback.num_accepted, strict=True):
-            self.history.add(rid, accepted, drafts)
+        for outcome in self.rows.outcomes(feedback):
+            self.history.add(outcome.request_id, outcome.accepted, outcome.drafts)
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "max_depth": self.max_depth,

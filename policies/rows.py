@@ -1,26 +1,40 @@
 """Per-slot bookkeeping for policies that learn per row (per request) from what the engine tells them.
 
-The protocol reports a cycle's outcome as lists over the *busy* rows (:class:`CycleFeedback`), without their
-slot numbers, and does not announce new requests. Both can be recovered from what a policy is shown: an empty
-slot has context length 0 (its cache was cleared), so the busy slots are the rows with a positive context at the
-first draft step, in slot order — the order the engine lists them in. A row whose context is not the one its
-previous cycle led to (context + accepted + 1) holds a new request. This needs the first :class:`DraftStep` of
-every cycle, so policies using this tracker ask for a ceiling of at least 2 and stop rows themselves: a row that
-stops at step 0 costs no extra draft forward (the proposer breaks when no row is left drafting).
+The protocol reports a cycle's outcome as lists over the busy rows (:class:`CycleFeedback`) with the slot of each
+(``rows``) and its request (``request_ids``): the engine's session and the replay both give them, and a feedback
+without ``rows`` is refused (:meth:`RowTracker.observe`) rather than its slots guessed. :meth:`RowTracker.outcomes`
+is the one opening of every per-row policy's ``observe``: (slot, request, drafts, accepted) per listed row.
 
-When the engine reports ``CycleFeedback.rows`` (the slot of each listed row, as Session does), those are used.
+New requests are announced by ``before_cycle`` (:meth:`RowTracker.see_cycle`); a caller that does not call it
+leaves them to be recovered from what a policy is shown: an empty slot has context length 0 (its cache was
+cleared), so the busy slots are the rows with a positive context at the first draft step, and a row whose context
+is not the one its previous cycle led to (context + accepted + 1) holds a new request. That needs the first
+:class:`DraftStep` of every cycle, so policies using this tracker ask for a ceiling of at least 2 and stop rows
+themselves: a row that stops at step 0 costs no extra draft forward (the proposer breaks when no row is left
+drafting).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import torch
 
 from harness.engine.policy import CycleFeedback, DraftStep
+from harness.errors import SpectuneError
 
 log = logging.getLogger(__name__)
+
+
+class RowOutcome(NamedTuple):
+    """One listed row of a cycle's feedback: its slot, the request it served, its drafts and accepted drafts."""
+
+    slot: int
+    request_id: int
+    drafts: int
+    accepted: int
 
 
 class RowTracker:
@@ -83,35 +97,25 @@ class RowTracker:
     def busy_rows(self) -> list[int]:
         return [] if self.context is None else [row for row, length in enumerate(self._lengths) if length > 0]
 
-    def rows_of(self, feedback: CycleFeedback) -> list[int] | None:
-        """Slot of each row listed in ``feedback``; None when this cycle cannot be mapped (then learn nothing)."""
-        explicit = getattr(feedback, "rows", None)
-        if explicit is not None:
-            return list(explicit)
-        rows = self.busy_rows()
-        if len(rows) == len(feedback.num_drafts):
-            return rows
-        log.debug("cycle feedback lists %d rows, %d busy slots seen: not learning from it",
-                  len(feedback.num_drafts), len(rows))
-        return None
-
-    def observe(self, feedback: CycleFeedback) -> list[int] | None:
-        """Map the feedback to slots and remember where each slot's next cycle should start.
-
-        A cycle that showed no draft step (γ ≤ 1, or no speculation) is mapped to the slots of the previous
-        cycle when their number matches (a request that ended and one admitted into its slot in between look
-        the same: an approximation only such cycles make)."""
-        explicit = getattr(feedback, "rows", None) is not None
-        rows = self.rows_of(feedback) if self.context is not None or explicit else None
-        if rows is None and self.context is None and len(self.expected) == len(feedback.num_drafts):
-            rows = sorted(self.expected)
-        if rows is None:
-            self.expected = {}
-            return None
+    def observe(self, feedback: CycleFeedback) -> list[int]:
+        """The slot of each row listed in ``feedback`` (its ``rows``, mandatory), remembering where each slot's next
+        cycle should start (a cycle that showed no draft step starts where the previous one led)."""
+        if feedback.rows is None:
+            raise SpectuneError("CycleFeedback.rows is None: a per-row policy needs the slot of each listed row "
+                                "(the engine's session and the replay give it; hand-built feedback must too)")
+        rows = [int(row) for row in feedback.rows]
         start = {row: self._lengths[row] if self.context is not None else self.expected.get(row) for row in rows}
         self.expected = {row: start[row] + accepted + 1
                          for row, accepted in zip(rows, feedback.num_accepted, strict=True) if start[row] is not None}
         return rows
+
+    def outcomes(self, feedback: CycleFeedback) -> list[RowOutcome]:
+        """:meth:`observe`, then each listed row's outcome; its request is ``feedback.request_ids``' (else the one
+        ``see_cycle`` named for the slot, else -1 - slot: a slot's own stream)."""
+        rows = self.observe(feedback)
+        ids = feedback.request_ids or [self.serving.get(row, -1 - row) for row in rows]
+        return [RowOutcome(row, int(rid), int(drafts), int(accepted)) for row, rid, drafts, accepted
+                in zip(rows, ids, feedback.num_drafts, feedback.num_accepted, strict=True)]
 
     def signal(self, name: str, row: int, position: int) -> float | None:
         """The signal ``name`` of slot ``row`` at 1-based draft ``position``, if the policy was shown it."""

@@ -1,6 +1,7 @@
-"""One definition each, checked where the copies used to drift: what the depth environment observes on a
-recorded cycle is, bit for bit, what ``policy=ppo`` builds inside the engine on the same cycle; and the replay
-driver shows a policy the same draft steps, and takes the same decisions, as the live session.
+"""One definition each, checked where its two sources meet: the depth observation has one builder
+(``policies.envs.observation.DEPTH``), fed by a trace row in the environment and by the engine's draft step in
+``policy=ppo``; from the same recorded step the two give the same vector, bit for bit. And the replay driver shows
+a policy the same draft steps, and takes the same decisions, as the live session.
 
 Tiny random pair (tests/tiny_models.py), T = 1 with keyed streams, seed 5, concurrency 2, 3 requests × 14 tokens,
 depth 4: every recorded cycle is replayed; exact equality, no tolerance.
@@ -49,7 +50,8 @@ def _always_continue(path, traces: TraceSet) -> str:
 
 
 class Watched(PPODepth):
-    """PPODepth that keeps every observation it builds: (cycle, draft step, [slots, F] float32)."""
+    """PPODepth that keeps every observation it builds: (cycle, draft step, [slots, F] float32); step -1 is the
+    step-0 decision's, before drafting."""
 
     def reset(self) -> None:
         super().reset()
@@ -64,6 +66,11 @@ class Watched(PPODepth):
         self.seen.append((self.cycle, step.step, obs.copy()))
         return obs
 
+    def start_observation(self, context, batch_size):
+        obs = super().start_observation(context, batch_size)
+        self.seen.append((self.cycle, -1, obs.copy()))
+        return obs
+
     def decide(self, step):
         """The deterministic steps decide through the split first layer, which builds no observation (its
         decisions are the actor's on this observation: test_policy_files.py::test_the_split_decision_is_the_actors_
@@ -72,7 +79,9 @@ class Watched(PPODepth):
         return super().decide(step)
 
 
-def test_the_environment_observes_what_policy_ppo_builds_in_the_engine_bit_for_bit(recorded, tmp_path):
+def test_the_live_and_the_replay_builder_give_the_same_vector_from_the_same_recorded_step(recorded, tmp_path):
+    """The live source (the engine's DraftStep, the policy's history) and the replay source (the trace row in
+    spectune/DraftDepth-v0) feed the one builder; every recorded (cycle, row, step) compared bytes to bytes."""
     engine, requests, traces, outputs = recorded
     path = _always_continue(tmp_path / "depth.zip", traces)
     policy = Watched(DEPTH, path, False, None, False, True, 0)

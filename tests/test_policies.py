@@ -177,24 +177,40 @@ def test_adaptive_confidence_refits_from_labels_and_restarts_per_request():
     assert policy.begin_cycle(1) == 4
     for step, prob in enumerate([0.9, 0.8, 0.35]):  # all above 0.3: keep drafting
         assert policy.continue_drafting(_step(step, batch=1, context=[10], token_prob=[prob])).tolist() == [True]
-    policy.observe(CycleFeedback([4], [2], 0.1, 0.1, 0.2))  # labels 1, 1, 0 -> threshold 0.8 (see above)
+    policy.observe(CycleFeedback([4], [2], 0.1, 0.1, 0.2, rows=[0]))  # labels 1, 1, 0 -> threshold 0.8 (see above)
     assert policy.threshold_of(0) == 0.8
     policy.begin_cycle(1)  # the same request goes on at context 10 + 2 + 1
     assert policy.continue_drafting(_step(0, batch=1, context=[13], token_prob=[0.5])).tolist() == [False]
-    policy.observe(CycleFeedback([1], [1], 0.1, 0.1, 0.2))
+    policy.observe(CycleFeedback([1], [1], 0.1, 0.1, 0.2, rows=[0]))
     policy.begin_cycle(1)  # context 20 is not 13 + 1 + 1: a new request, back to the configured 0.3
     assert policy.continue_drafting(_step(0, batch=1, context=[20], token_prob=[0.5])).tolist() == [True]
 
 
-def test_adaptive_confidence_maps_feedback_to_busy_slots():
-    """An empty slot (context 0) is not listed in the feedback: labels go to the right rows."""
+def test_adaptive_confidence_labels_the_slots_the_feedback_names():
+    """An empty slot (context 0) is not listed in the feedback; its ``rows`` name the slots: labels go to them."""
     policy = AdaptiveConfidence(gamma=3, threshold=0.1, fn_weight=3.0, min_samples=1, scope="request")
     policy.begin_cycle(2)
     policy.continue_drafting(_step(0, batch=3, context=[12, 0, 9], token_prob=[0.9, 0.5, 0.2]))
     policy.continue_drafting(_step(1, batch=3, context=[12, 0, 9], token_prob=[0.3, 0.5, 0.7]))
-    policy.observe(CycleFeedback([3, 3], [1, 2], 0.1, 0.1, 0.2))  # slot 0: 0.9 ok, 0.3 rejected; slot 2: 0.2, 0.7 ok
+    # slot 0: 0.9 ok, 0.3 rejected; slot 2: 0.2, 0.7 ok
+    policy.observe(CycleFeedback([3, 3], [1, 2], 0.1, 0.1, 0.2, rows=[0, 2]))
     assert policy.labels[0] == ([0.9, 0.3], [1, 0]) and policy.labels[2] == ([0.2, 0.7], [1, 1])
     assert policy.threshold_of(0) == 0.9 and policy.threshold_of(2) == 0.1  # slot 2 has no rejection yet
+
+
+@pytest.mark.parametrize("make", [
+    lambda: AdaptiveConfidence(gamma=3, threshold=0.1, fn_weight=3.0, min_samples=1, scope="request"),
+    lambda: HFHeuristicTransient(gamma=2, max_gamma=6),
+], ids=["confidence", "heuristic"])
+def test_a_per_row_policy_refuses_feedback_without_its_rows_slots_in_one_line(make):
+    """The slots are the feedback's (the engine's session and the replay give them), never guessed from the busy
+    rows a policy was shown."""
+    policy = make()
+    policy.reset()
+    policy.begin_cycle(2)
+    with pytest.raises(SpectuneError, match=r"CycleFeedback\.rows is None") as err:
+        policy.observe(CycleFeedback([3, 3], [1, 2], 0.1, 0.1, 0.2))
+    assert "\n" not in str(err.value)
 
 
 def test_classifier_stops_when_the_chance_of_a_rejection_exceeds_the_threshold(tmp_path):

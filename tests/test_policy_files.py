@@ -394,3 +394,38 @@ def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_sa
         # At concurrency 3 a finished request changes the batch's row count: the policy speculates (1 draft) then.
         assert {drafts[0] for drafts in by_request.values()} == {1}, by_request
         assert later == {0} if concurrency == 1 else 0 in later <= {0, 1}, by_request
+
+
+def test_a_policy_file_names_its_observation_schema_and_one_without_a_version_is_version_1(trained, tmp_path):
+    """A file written from now on stores {"kind", "version", "features"}; an older one (a bare list of names) is
+    read as version 1 with those names: the two build the same observation and decide alike."""
+    from policies.envs.observation import DEPTH
+    from policies.ppo import PPODepth
+
+    source, _ = trained
+    old, new = tmp_path / "old.zip", tmp_path / "new.zip"
+    shutil.copy(source, old)
+    shutil.copy(source, new)
+    annotate_policy_file(old, {"observation": list(FEATURES), "actions": ["stop", "continue"]})
+    annotate_policy_file(new, {"observation": DEPTH.of(FEATURES).schema(), "actions": ["stop", "continue"]})
+    assert read_policy_file(new).extra["observation"] == {"kind": "depth", "version": 1, "features": list(FEATURES)}
+    step = _step(0, token_prob=[0.1, 0.6, 0.95])
+    a, b = (PPODepth(4, str(p), False, None, False, True, 0) for p in (old, new))
+    assert a.features == b.features == FEATURES
+    assert a.observation(step).tobytes() == b.observation(step).tobytes()
+
+
+@pytest.mark.parametrize("observation", [
+    ["token_prob", "speed_of_light"],
+    {"kind": "depth", "version": 2, "features": list(FEATURES)},
+    {"kind": "cycle", "version": 1, "features": list(FEATURES)},
+], ids=["unknown-name", "newer-version", "other-kind"])
+def test_a_file_whose_observation_the_builder_does_not_make_fails_in_one_line(trained, tmp_path, observation):
+    source, _ = trained
+    path = tmp_path / "depth.zip"
+    shutil.copy(source, path)
+    annotate_policy_file(path, {"observation": observation, "actions": ["stop", "continue"]})
+    with pytest.raises(SpectuneError, match="are not the depth observation's") as err:
+        make_policy(_node(str(path)), 4)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and "'token_prob'" in message and "'g'" in message

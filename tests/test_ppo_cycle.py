@@ -225,7 +225,8 @@ def test_the_pipeline_writes_a_cycle_policy_that_runs_in_the_engine(pair, tmp_pa
     assert train_policies(cfg, tmp_path) == 0
     with zipfile.ZipFile(tmp_path / "cycle.zip") as archive:
         extra = json.loads(archive.read("spectune.json"))
-    assert extra["observation"] == list(CYCLE_FIELDS) and extra["max_depth"] == 4
+    assert extra["observation"] == {"kind": "cycle", "version": 1, "features": list(CYCLE_FIELDS)}
+    assert extra["max_depth"] == 4
     curves = pd.read_csv(tmp_path / "curves.csv")
     cycle = curves[curves["policy"] == "cycle"]
     assert cycle["timesteps"].tolist()[0] == 0 and cycle["timesteps"].max() >= 128

@@ -151,7 +151,8 @@ def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
         assert (tmp_path / name).is_file(), name
     with zipfile.ZipFile(tmp_path / "depth.zip") as archive:
         extra = json.loads(archive.read("spectune.json"))
-    assert extra["profile"]["kind"] == "spectune-profile" and len(extra["observation"]) == 10
+    assert extra["profile"]["kind"] == "spectune-profile" and extra["observation"]["version"] == 1 \
+        and len(extra["observation"]["features"]) == 10
     policy = make_policy({"name": "ppo", "depth_path": str(tmp_path / "depth.zip"), "trust_pickle": False,
                           "profile": None, "allow_profile_mismatch": False, "deterministic": True, "seed": 0}, 4)
     assert policy.describe()["profile"] == extra["profile"]["label"]

@@ -7,8 +7,7 @@ drafting, so the difference between the two policies is what per-step stopping b
 One episode is one recorded cycle of one row (replay only). Action: Discrete(max_depth + 1), the depth d to
 draft (0 = a plain target step, one token). Observation: :data:`~policies.envs.observation.CYCLE_FIELDS`
 (context, batch, recent acceptance, the profile's c and g(1)), built by
-:func:`~policies.envs.observation.cycle_observation`, the function :class:`policies.ppo_cycle.PPOCycle` calls in
-the engine.
+:data:`~policies.envs.observation.CYCLE`, the builder :class:`policies.ppo_cycle.PPOCycle` calls in the engine.
 
 Reward and costs are :class:`~policies.envs.depth.DraftDepthEnv`'s, inherited rather than copied: the same
 profile sampling (list, jitter), the same running rate ρ and ``tokens − ρ·time`` (or ``"ratio"``), the same 1/b
@@ -26,7 +25,7 @@ import numpy as np
 
 from harness.errors import SpectuneError
 from policies.envs.depth import DraftDepthEnv
-from policies.envs.observation import CYCLE_FIELDS, OBS_HIGH, cycle_observation
+from policies.envs.observation import CYCLE, CYCLE_FIELDS, OBS_HIGH
 
 
 class CycleDepthEnv(DraftDepthEnv):
@@ -48,7 +47,7 @@ class CycleDepthEnv(DraftDepthEnv):
         """A new episode: the profile of this episode and the row's observation before drafting."""
         self._index, self._costs = self.profiles.sample(self.np_random, batch)
         self._batch, self._depth = batch, 0
-        self._obs[:] = cycle_observation(context, batch, recent, self._costs.c, self._costs.g(1))
+        self._obs[:] = CYCLE.from_trace(0, batch, self._costs, context, recent)
 
     def step(self, action):
         depth = int(action)

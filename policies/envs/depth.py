@@ -2,8 +2,9 @@
 
 One episode is one draft-and-verify cycle of one row. Actions (Discrete(2)): 0 = stop and verify now,
 1 = draft one more. At step 0 (nothing drafted) stop means "don't speculate this cycle": a plain target
-step, one token. At ``max_depth`` the cycle is verified whatever the action. Observation: the vector of
-``observation.py`` (draft signals, position, context, batch, recent acceptance, the profile's c and g).
+step, one token. At ``max_depth`` the cycle is verified whatever the action. Observation: built by
+``observation.py``'s :data:`~policies.envs.observation.DEPTH` from the recorded row (draft signals, position,
+context, batch, recent acceptance, the profile's c and g), the builder ``policy=ppo`` calls in the engine.
 
 Reward, at verification only (0 after a draft step): ``tokens − ρ·time`` where ρ is the running tokens/s
 of this environment over about its last 2000 cycles (per profile and batch size, started at the autoregressive
@@ -34,7 +35,7 @@ import torch
 from harness.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
 from harness.errors import SpectuneError
 from policies.envs.data import attach_source, check_backend
-from policies.envs.observation import FIELD, OBS_FIELDS, OBS_HIGH, scale_depth
+from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH
 from policies.envs.rate import RunningRate
 
 REWARDS = ("throughput", "ratio")
@@ -80,30 +81,20 @@ class DraftDepthEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32)
         self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
-        self._raw = np.zeros(len(OBS_FIELDS), dtype=np.float64)  # unscaled, in OBS_FIELDS order
+        self._given = (0.0, 0.0)  # the episode row's (context length, recent acceptance)
         self._rate = RunningRate()
 
     # -- shared ------------------------------------------------------------------------------------------
     def _start(self, batch: int, context: float, recent: float) -> None:
-        """A new episode: the row's raw observation before any draft (the signals' step-0 values: 0, cum_prob 1)."""
+        """A new episode: the row's observation before any draft (the builder's step-0 signal values)."""
         self._index, self._costs = self.profiles.sample(self.np_random, batch)
         self._batch, self._depth = batch, 0
-        raw = self._raw
-        raw[:] = 0.0
-        raw[FIELD["cum_prob"]] = 1.0
-        raw[FIELD["context_length"]], raw[FIELD["batch_size"]] = context, batch
-        raw[FIELD["recent_acceptance"]] = recent
-        raw[FIELD["c"]] = self._costs.c
-        raw[FIELD["g"]] = self._costs.g(1)
-        scale_depth(raw, out=self._obs)
+        self._given = (context, recent)
+        self._obs[:] = DEPTH.from_trace(0, batch, self._costs, context, recent)
 
     def _signals(self, values) -> None:
-        """After draft step ``self._depth``: that step's signals (DRAFT_SIGNALS order), the position, g of one more."""
-        raw = self._raw
-        raw[: len(DRAFT_SIGNALS)] = values
-        raw[FIELD["position"]] = self._depth
-        raw[FIELD["g"]] = self._costs.g(min(self._depth + 1, len(self._costs.t_verify) - 1))
-        scale_depth(raw, out=self._obs)
+        """After draft step ``self._depth`` (the drafts so far): that step's signals (DRAFT_SIGNALS order)."""
+        self._obs[:] = DEPTH.from_trace(self._depth, self._batch, self._costs, *self._given, values)
 
     def _reward(self, tokens: float, time_s: float) -> float:
         key = (self._index, self._batch)

@@ -1,5 +1,13 @@
 """The observations of the environments and of the PPO policies inside the engine — their one definition.
 
+Each observation kind has one builder here (:class:`Observation`): :data:`DEPTH` (per draft step) and :data:`CYCLE`
+(once per cycle, before drafting). Its sources only hand it what they hold: the environments and the replay a trace
+row (:meth:`Observation.from_trace`), the live policies the engine's :class:`DraftStep` and their own history
+(:meth:`Observation.from_step`, or :meth:`Observation.constants` and :meth:`Observation.build` with cached
+columns). What each field means is written once, in :data:`STEP_FEATURES`, :data:`ROW_FEATURES` and
+:data:`BEFORE_DRAFTING`, so adding a feature is one edit in this module (:data:`VERSION` changes only with a
+field's meaning).
+
 **Depth** (``spectune/DraftDepth-v0``, :class:`policies.ppo.PPODepth`): the raw values of :data:`OBS_FIELDS`
 (any subset, in a policy file's order) become the vector with :func:`scale_depth` — divided by :data:`SCALE` in
 float64, then float32 — whether they come from a recorded cycle, the live session or a :class:`DraftStep` inside
@@ -25,15 +33,24 @@ Indices 0–3 are :data:`harness.engine.policy.DRAFT_SIGNALS` (same names, same 
 **Cycle** (``spectune/CycleDepth-v0``, :class:`policies.ppo_cycle.PPOCycle`): the depth is chosen once, before
 drafting, so the observation holds only what is known then: :data:`CYCLE_FIELDS`, the depth observation's
 fields 5–9 with their values at step 0 (g is g(1, b)), scaled alike (:func:`cycle_observation`).
+
+A policy file names its observation in ``spectune.json`` (:meth:`Observation.schema`: kind, version, features);
+:func:`read_schema` reads it back, a file without a version as version 1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.engine.policy import DRAFT_SIGNALS
+from harness.errors import SpectuneError
+
+if TYPE_CHECKING:
+    from harness.engine.policy import DraftStep
+    from harness.profile import CycleCosts
 
 OBS_FIELDS: tuple[str, ...] = (*DRAFT_SIGNALS, "position", "context_length", "batch_size", "recent_acceptance",
                                "c", "g")
@@ -70,6 +87,124 @@ def scale_rows(columns: Sequence[Sequence[float]], divisors: Sequence[float]) ->
                      for row in range(rows)], dtype=np.float32)
 
 
+# -- what each field is, once ------------------------------------------------------------------------------
+def _g_of_one_more(drafted: int, batch: int, costs: CycleCosts) -> float:
+    """g of verifying one more position than the ``drafted`` drafts so far, capped at the profile's deepest.
+
+    :meth:`CycleCosts.g` (k) is the verification of k drafts (k + 1 positions) over one position. The environment
+    counts its drafts as ``depth`` (after k draft steps, depth = k) and used g(depth + 1); the engine's
+    :class:`DraftStep` is 0-based (after ``step`` s, s + 1 drafts exist) and used g(step + 2). Both are g(drafted + 1):
+    the same quantity, ``drafted = depth = step + 1``. Sources give ``drafted``; only this function adds the 1."""
+    return costs.g(min(drafted + 1, len(costs.t_verify) - 1))
+
+
+# fields the same for every row at a point of a cycle: name -> raw value from (drafts so far, rows in flight, costs)
+STEP_FEATURES: dict[str, Callable[[int, int, CycleCosts], float]] = {
+    "position": lambda drafted, batch, costs: drafted,
+    "batch_size": lambda drafted, batch, costs: batch,
+    "c": lambda drafted, batch, costs: costs.c,
+    "g": _g_of_one_more,
+}
+# fields per row and constant over its cycle: the source hands their raw values (contexts, its acceptance history)
+ROW_FEATURES: tuple[str, ...] = ("context_length", "recent_acceptance")
+# the draft signals' values before anything is drafted (the environment's step 0, the policy's begin_cycle)
+BEFORE_DRAFTING: dict[str, float] = {"token_prob": 0.0, "entropy": 0.0, "margin": 0.0, "cum_prob": 1.0}
+VERSION = 1  # of the fields' definitions: bump it when a field's meaning changes, not when one is added
+assert set(OBS_FIELDS) == set(STEP_FEATURES) | set(ROW_FEATURES) | set(DRAFT_SIGNALS)
+assert set(BEFORE_DRAFTING) == set(DRAFT_SIGNALS)
+
+Column = Callable[[str], Sequence[float]]  # a per-row field's raw values over the rows, by name
+
+
+class Observation:
+    """The one builder of an observation kind, for a policy file's ``features`` (a subset of the kind's fields, in
+    the file's order). ``exact``: the kind takes only its whole field list (the cycle policy's files)."""
+
+    def __init__(self, kind: str, fields: tuple[str, ...], drafts: bool, exact: bool,
+                 features: tuple[str, ...] | None = None) -> None:
+        self.kind, self.fields, self.drafts, self.exact = kind, fields, drafts, exact
+        self.features = fields if features is None else tuple(features)
+        assert set(self.features) <= set(fields), (kind, self.features)
+        self.divisors = scales(self.features).tolist()
+        self.step_fields = frozenset(f for f in self.features if f in STEP_FEATURES)
+        self.signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
+        self.row_fields = frozenset(self.features) - self.step_fields - self.signals
+
+    def of(self, features: Sequence[str]) -> Observation:
+        """This kind's builder for a file's ``features``."""
+        return Observation(self.kind, self.fields, self.drafts, self.exact, tuple(features))
+
+    def schema(self) -> dict[str, Any]:
+        """What a policy file stores under ``spectune.json``'s ``observation``."""
+        return {"kind": self.kind, "version": VERSION, "features": list(self.features)}
+
+    def constants(self, drafted: int, batch: int, costs: CycleCosts) -> dict[str, float]:
+        """The raw values of the fields the same for every row after ``drafted`` drafts at ``batch`` rows in
+        flight (cache them per (batch, drafted): they are all a step needs besides the per-row columns)."""
+        return {name: float(STEP_FEATURES[name](drafted, batch, costs)) for name in self.features
+                if name in STEP_FEATURES}
+
+    def build(self, constants: Mapping[str, float], rows: int, column: Column) -> np.ndarray:
+        """[rows, F] float32: the scaled observation from the step's ``constants`` and ``column(name)`` for the
+        per-row fields (signals, context, recent acceptance), by :func:`scale_rows` (bit for bit
+        :func:`scale_depth`)."""
+        return scale_rows([(constants[name],) * rows if name in constants else column(name)
+                           for name in self.features], self.divisors)
+
+    def from_trace(self, drafted: int, batch: int, costs: CycleCosts, context: float, recent: float,
+                   signals: Sequence[float] | None = None) -> np.ndarray:
+        """[F] float32 of one recorded row (an environment, the replay): after ``drafted`` drafts whose last
+        position's ``signals`` (DRAFT_SIGNALS order; None before drafting) were recorded."""
+        values = {"context_length": (float(context),), "recent_acceptance": (float(recent),),
+                  **{name: (float(value),) for name, value in (zip(DRAFT_SIGNALS, signals, strict=True)
+                                                               if signals is not None else BEFORE_DRAFTING.items())}}
+        return self.build(self.constants(drafted, batch, costs), 1, values.__getitem__)[0]
+
+    def step_column(self, step: DraftStep | None, context: Sequence[float], recent: Sequence[float]) -> Column:
+        """The per-row columns of the engine's draft ``step`` (its signals; None: before drafting, the signals'
+        :data:`BEFORE_DRAFTING` values), with the rows' ``context`` and ``recent`` acceptance."""
+        def column(name: str) -> Sequence[float]:
+            if name == "context_length":
+                return context
+            if name == "recent_acceptance":
+                return recent
+            value = None if step is None else getattr(step, name)
+            return value.tolist() if value is not None else [BEFORE_DRAFTING[name]] * len(context)
+        return column
+
+    def from_step(self, step: DraftStep, batch: int, costs: CycleCosts, context: Sequence[float],
+                  recent: Sequence[float]) -> np.ndarray:
+        """[slots, F] float32 of the engine's draft ``step`` (0-based: ``step.step + 1`` drafts so far) at ``batch``
+        rows in flight."""
+        return self.build(self.constants(step.step + 1, batch, costs), len(context),
+                          self.step_column(step, context, recent))
+
+
+def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> Observation:
+    """The builder of a policy file's observation (``extra``: its ``spectune.json``; ``where``: ``key='path'``).
+    A file without ``observation`` is version 1 with the kind's fields; a list of names (files before the
+    version) is version 1 with those. A kind, version or names the builder does not make fail in one line."""
+    entry = extra.get("observation")
+    if entry is None:
+        kind, version, features = builder.kind, 1, list(builder.fields)
+    elif isinstance(entry, list):
+        kind, version, features = builder.kind, 1, entry
+    elif isinstance(entry, dict):
+        kind, version, features = entry.get("kind"), entry.get("version", 1), entry.get("features")
+    else:
+        kind, version, features = None, None, entry
+    known = isinstance(features, list) and all(isinstance(f, str) for f in features) and (
+        tuple(features) == builder.fields if builder.exact else set(features) <= set(builder.fields))
+    if kind != builder.kind or version != VERSION or not known:
+        raise SpectuneError(f"{where} is invalid: its observation {kind!r} version {version!r} features {features} "
+                            f"are not the {builder.kind} observation's version {VERSION} features "
+                            f"{list(builder.fields)}{'' if builder.exact else ' (any of them, in any order)'}")
+    return builder.of(features)
+
+
+DEPTH = Observation("depth", OBS_FIELDS, drafts=True, exact=False)
+
+
 def depth_observation(token_prob, entropy, margin, cum_prob, position, context_length, batch_size,
                       recent_acceptance, c, g) -> np.ndarray:
     """:func:`scale_depth` by name, for one row (scalars → [10]) or many rows (arrays [B] → [B, 10])."""
@@ -80,11 +215,12 @@ def depth_observation(token_prob, entropy, margin, cum_prob, position, context_l
 # -- the cycle observation --------------------------------------------------------------------------------
 CYCLE_FIELDS: tuple[str, ...] = ("context_length", "batch_size", "recent_acceptance", "c", "g")
 assert set(CYCLE_FIELDS) < set(OBS_FIELDS)
+CYCLE = Observation("cycle", CYCLE_FIELDS, drafts=False, exact=True)  # at drafted = 0: g is g(1, b)
 
 
 def cycle_observation(context_length, batch_size, recent_acceptance, c, g) -> np.ndarray:
-    """The cycle policy's observation, known before drafting (g = g(1, b): verifying one drafted position), scaled
-    by :func:`scale_depth`'s scales; one row (scalars → [5]) or many (arrays [B] → [B, 5])."""
+    """The cycle observation from its raw values by name (tests; the sources call :data:`CYCLE`), scaled by
+    :func:`scale_depth`'s scales; one row (scalars → [5]) or many (arrays [B] → [B, 5])."""
     values = (context_length, batch_size, recent_acceptance, c, g)
     return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in values]), axis=-1),
                        CYCLE_FIELDS)
