@@ -37,6 +37,7 @@ def test_the_headline_is_read_from_the_run_not_typed(tmp_path):
     src = next(p for p in results_index.find_runs(RESULTS) if (p / "acceptance.json").is_file())
     run = tmp_path / "results" / "one"
     shutil.copytree(src, run)
+    (run / ".hydra" / "overrides.yaml").unlink(missing_ok=True)  # the case under test: a command rebuilt (†)
     data = json.loads((run / "acceptance.json").read_text(encoding="utf-8"))
     data["alpha"] = 0.123456
     data["alpha_ci95_over_prompts"].update(lo=0.1, hi=0.2)
