@@ -4,27 +4,29 @@ python bench/results/alpha-tasks-cpu-20261204/spread.py   # prints the markdown 
 
 Per (pair, language, task) α and its interval are the product's own (`alpha_by_task`), per (pair, language) the run's
 `alpha` / `alpha_ci95_over_prompts`. The spreads (max − min) and their intervals are the registered percentile
-bootstrap: 10,000 resamples of prompts within each (language, task) stratum, seed 0 per pair, every statistic on the same
-resample. `tiny48` is the amendment's larger tiny set (8 prompts per task, 128 new tokens). The basic-bootstrap column
-(2·estimate − the percentile bounds) is a sensitivity check added after the runs, not registered: it reflects the
+bootstrap: 10,000 resamples of prompts within each (language, task) stratum, seed 0 per pair, every statistic on the
+same resample. `tiny48` is the amendment's larger tiny set (8 prompts per task, 128 new tokens). The basic-bootstrap
+column (2·estimate − the percentile bounds) is a sensitivity check added after the runs, not registered: it reflects the
 upward bias of a max − min statistic, which the percentile interval does not.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from harness import rundir
+
 HERE = Path(__file__).resolve().parent
 TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code"]
-PAIRS = {"tiny": ["it", "en", "zh", "es"], "tiny48": ["it", "en", "zh", "es"], "smollm2": ["en", "it"], "smollm2-eagle": ["en", "it"]}
+PAIRS = {"tiny": ["it", "en", "zh", "es"], "tiny48": ["it", "en", "zh", "es"], "smollm2": ["en", "it"],
+         "smollm2-eagle": ["en", "it"]}
 B = 10_000
 
 
 def load(pair: str, lang: str) -> dict | None:
-    path = HERE / f"{pair}-{lang}" / "acceptance.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    run = HERE / f"{pair}-{lang}"
+    return rundir.ACCEPTANCE.read(run) if rundir.ACCEPTANCE.exists(run) else None
 
 
 def fmt(a: float, lo: float, hi: float) -> str:
@@ -70,7 +72,7 @@ def main() -> None:
             reps[key] = (s[idx].sum(1), c[idx].sum(1))
         point = {k: (s.sum(), c.sum()) for k, (s, c) in strata.items()}
 
-        def stats(src: dict) -> dict:
+        def stats(src: dict, runs: list = runs) -> dict:
             out = {}
             lang_alpha = []
             for lang in runs:
