@@ -345,7 +345,7 @@ def policy_file_pins(relative: str) -> dict[str, Any]:
         replay[name] = {"describe": jsonable(described),
                         "depths": replay_depths(policy, traces, max_depth, profile).tolist()}
     return {"file": jsonable(description), "spectune_keys": sorted(key_paths(file.extra)),
-            "observation": list(file.extra.get("observation", [])),
+            "observation": _feature_names(file.extra.get("observation", [])),
             "actions": file.extra.get("actions"), "max_depth": max_depth,
             "hidden": list(file.hidden), "activation": file.activation,
             "observation_space": {"shape": list(file.observation_space.shape),
@@ -360,6 +360,11 @@ def policies() -> dict[str, Any]:
 
 
 # ---- all of it -----------------------------------------------------------------------------------------------
+
+def _feature_names(entry: Any) -> list[str]:
+    """A file's observation names: a bare list (files before the schema) or the schema's ``features``."""
+    return list(entry.get("features", [])) if isinstance(entry, dict) else list(entry)
+
 
 def jsonable(value: Any) -> Any:
     """Plain JSON types (numpy scalars → Python)."""
