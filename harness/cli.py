@@ -75,8 +75,25 @@ def check_override_syntax(argv: list[str], config_name: str = "config") -> None:
             first = str(err).strip().splitlines()[0]
             raise SpectuneError(f"{override} is not a valid override: {first} (quote lists: 'key=[a,b]'; "
                                 "grammar: https://hydra.cc/docs/advanced/override_grammar/basic)") from None
+    if args.multirun:
+        check_swept_groups(parsed)
     # A sweep's jobs share their keys: the first job's overrides stand for all of them.
     check_keys_exist([_first_job(o) for o in parsed], config_name)
+
+
+def check_swept_groups(parsed: list[Any]) -> None:
+    """``-m +workload=it,en workload.num_prompts=2`` fails in one line: Hydra composes a multirun once without its
+    swept overrides, where the appended group (and so its keys) does not exist yet, and stops with a several-line
+    "Could not override". ``++`` (add or override) is what such a key needs; a swept key composes per job as is."""
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override() and o.is_add()}
+    for override in parsed:
+        key = override.key_or_group
+        if override.is_sweep_override() or override.is_add() or override.is_force_add():
+            continue
+        group = next((g for g in swept if key.startswith(f"{g}.")), None)
+        if group is not None:
+            raise SpectuneError(f"{override.input_line} cannot be set while +{group}=... is swept (Hydra composes "
+                                f"the sweep once without +{group} first): write ++{override.input_line}")
 
 
 def _first_job(override: Any) -> str:
