@@ -26,6 +26,7 @@ from env_speed import TINY, workload_cfg  # a sibling script (run as python benc
 from scipy import stats
 
 from harness.engine import Engine
+from harness.engine.policy import FixedGamma
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.engine.traces import record
 from harness.measure import requests_of
@@ -33,7 +34,7 @@ from harness.models.loading import load_pair
 from harness.profile import Profile
 from harness.profiling import measure_costs
 from harness.sampling.rejection import get_sampler
-from policies import ConfidenceStop, FixedGamma
+from policies.confidence import ConfidenceStop
 from workloads.loader import load_workload
 
 DEPTH = 8

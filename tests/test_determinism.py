@@ -13,7 +13,8 @@ from harness.engine import Engine, Request
 from harness.engine.policy import FixedGamma
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler
-from policies import ConfidenceStop, HFHeuristic
+from policies.confidence import ConfidenceStop
+from policies.heuristic import HFHeuristic
 from tests.tiny_models import perturbed, tiny_llama
 
 SAMPLED = SamplingParams(temperature=1.0)

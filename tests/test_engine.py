@@ -11,11 +11,13 @@ import torch
 from scipy.stats import chisquare
 
 from harness.engine import Engine, Request
+from harness.engine.policy import FixedGamma
 from harness.engine.records import cycles_frame, requests_frame, summarise
 from harness.hardware import ExecutionPath
 from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import get_sampler
-from policies import ConfidenceStop, FixedGamma, HFHeuristic
+from policies.confidence import ConfidenceStop
+from policies.heuristic import HFHeuristic
 from tests.tiny_models import random_requests, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)

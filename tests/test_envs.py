@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
@@ -53,7 +52,7 @@ def setup():
 @pytest.mark.parametrize("env_id", list(ENV_IDS))
 def test_replay_envs_pass_the_checker_and_are_deterministic(setup, env_id):
     _, _, traces = setup
-    env = gym.make(env_id, backend="replay", traces=traces, profile=_profile()).unwrapped
+    env = make_env(env_id, backend="replay", traces=traces, profile=_profile()).unwrapped
     check_env(env)
 
     def rollout(seed: int) -> list:
@@ -150,7 +149,7 @@ def test_bad_input_is_one_line_naming_what_is_allowed(setup, tmp_path):
 
 def test_verify_size_keeps_prefixes_by_cumulative_probability(setup):
     _, _, traces = setup
-    env = gym.make("spectune/VerifySize-v0", traces=traces, profile=_profile(), levels=DEPTH + 1).unwrapped
+    env = make_env("spectune/VerifySize-v0", traces=traces, profile=_profile(), levels=DEPTH + 1).unwrapped
     env.reset(seed=0)
     kept = [int(env.cut(a)[0]) for a in range(DEPTH + 1)]
     assert kept == list(range(DEPTH + 1))  # batch 1: budget a keeps the first a drafts
@@ -164,7 +163,7 @@ def test_live_verify_size_env_passes_the_checker_and_keeps_greedy_output(setup):
     engine, requests, _ = setup
     greedy = Engine(engine.target, engine.draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
                     device="cpu", seed=0)
-    env = gym.make("spectune/VerifySize-v0", backend="live", engine=greedy, requests=requests, profile=_profile(),
+    env = make_env("spectune/VerifySize-v0", backend="live", engine=greedy, requests=requests, profile=_profile(),
                    concurrency=2, draft_depth=DEPTH, levels=5, live_time="profile").unwrapped
     check_env(env, skip_render_check=True)
     reference = {r.request_id: r.output_ids for r in greedy.run(requests, None, 1).requests}

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from harness.engine import Engine
+from harness.engine.policy import FixedGamma
 from harness.models import feature_draft
 from harness.models.feature_draft import HiddenTap
 from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import get_sampler
-from policies import FixedGamma, HFHeuristic
+from policies.heuristic import HFHeuristic
 from tests.test_engine import RaggedStop, SkipEveryOther
 from tests.tiny_models import random_requests
 

@@ -74,9 +74,9 @@ def test_padded_lm_head_samples_over_the_tokenizer_ids(tmp_path):
     """Qwen-style padding: a draft with 64 extra LM-head rows is the same vocabulary (those rows are no
     token); the pair samples over the tokenizer's ids, and greedy speculative output equals AR's."""
     from harness.engine import Engine, Request
+    from harness.engine.policy import FixedGamma
     from harness.sampling import SamplingParams
     from harness.sampling.rejection import get_sampler
-    from policies import FixedGamma
 
     pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "harness/models/tiny/draft"))
     save_llama(tmp_path / "padded", pair_tok, len(pair_tok) + 64)

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from harness.engine import Engine
+from harness.engine.policy import FixedGamma
 from harness.errors import SpectuneError
 from harness.models import draft_vocab, gguf
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler
-from policies import FixedGamma
 from tests.conftest import REPO
 from tests.tiny_models import random_requests, tiny_llama
 from workloads.loader import load_workload

@@ -20,9 +20,9 @@ import torch
 from omegaconf import OmegaConf
 
 from harness.engine import Engine, Request
+from harness.engine.policy import FixedGamma
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler
-from policies import FixedGamma
 from tests.conftest import REPO
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""Gymnasium environments for draft-length policies (registered when ``policies`` is imported).
+"""Gymnasium environments for draft-length policies, registered explicitly (:func:`register_envs`, :func:`make_env`).
 
 - ``spectune/DraftDepth-v0``: after each draft step, stop (verify now) or draft one more; at step 0, stop
   means "don't speculate this cycle". One episode is one cycle of one row (``depth.py``).
