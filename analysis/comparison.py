@@ -32,7 +32,7 @@ from harness.io import write_text
 from harness.stats.compare import EQUIVALENCE_MARGIN, decode_units
 from harness.stats.intervals import mde, verdict
 from harness.stats.units import components, speedup_interval, unit_size_of
-from harness.tasks.tune import vllm_schedule
+from harness.vllm_export import vllm_schedule
 from policies.comparison import AA_POLICY, BEST_FIXED
 
 log = logging.getLogger(__name__)
