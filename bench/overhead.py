@@ -31,11 +31,11 @@ import torch
 from env_speed import pair_and_engine  # a sibling script (run as python bench/overhead.py)
 
 from harness.engine import Engine, Request
+from harness.engine.features import reads_features
 from harness.engine.kv import cache_argument
 from harness.engine.policy import DraftLengthPolicy, FixedGamma
 from harness.io import write_json
 from harness.metadata import base_metadata
-from harness.models.feature_draft import reads_features
 from harness.sampling import inverse_cdf, sample
 from policies.confidence import ConfidenceStop
 

@@ -31,10 +31,10 @@ from hydra import compose, initialize_config_dir
 
 from harness import hardware as hw
 from harness.engine import Engine, Request
+from harness.engine.features import reads_features
 from harness.engine.policy import FixedGamma
 from harness.io import write_json
 from harness.metadata import base_metadata
-from harness.models.feature_draft import reads_features
 from harness.models.loading import load_pair
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import get_sampler

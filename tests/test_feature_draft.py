@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from harness.engine import Engine
+from harness.engine.features import HiddenTap
 from harness.engine.policy import FixedGamma
 from harness.models import feature_draft
-from harness.models.feature_draft import HiddenTap
 from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import get_sampler
 from policies.heuristic import HFHeuristic

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.engine.features import HiddenTap
 from harness.models import feature_draft
-from harness.models.feature_draft import HiddenTap
 from tests.test_feature_draft import VOCAB
 
 

@@ -28,9 +28,9 @@ from harness.audit.fit import FitResult, FitRule, fit, fmt
 from harness.audit.laws import PositionLaws
 from harness.audit.montecarlo import first_token_counts
 from harness.engine import Engine, Request
+from harness.engine.features import HiddenTap, reads_features
 from harness.engine.kv import cache_argument
 from harness.engine.policy import FixedGamma
-from harness.models.feature_draft import HiddenTap, reads_features
 from harness.sampling import SamplingParams, warp
 from harness.sampling.rejection import RejectionSampler
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from harness.engine.clock import DeviceClock
+from harness.engine.features import reads_features
 from harness.engine.kv import SlotKV
 from harness.engine.policy import DraftLengthPolicy
 from harness.engine.records import Request, RequestRecord
@@ -21,7 +22,6 @@ from harness.engine.session import RunRecords, Session
 from harness.engine.static_kv import StaticSlotKV
 from harness.errors import SpectuneError
 from harness.hardware import ExecutionPath
-from harness.models.feature_draft import reads_features
 from harness.sampling import SamplingParams
 from harness.sampling.rejection import RejectionSampler
 

@@ -1,4 +1,4 @@
-"""The proposer for a draft that reads the target's features (EAGLE-style: :mod:`harness.models.feature_draft`).
+"""The proposer for a draft that reads the target's features (EAGLE-style drafts).
 
 The draft's cache holds *entries*: entry j pairs token x_j with the feature f_{j-1} of the position before it,
 and its output predicts f_j, hence the law of x_{j+1}. At a cycle's first draft step every feature fed is the
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from harness.engine.features import HiddenTap, reads_features
 from harness.engine.kv import SlotKV, prefill_slots
 from harness.engine.proposer import DraftProposer
-from harness.models.feature_draft import HiddenTap
 from harness.sampling import SamplingParams
 
 
@@ -86,3 +86,10 @@ class FeatureProposer(DraftProposer):
         self.pending_features = torch.cat([self.pending_features, features[:, -1:].to(self.pending_features.dtype)],
                                           dim=1)
         self.any_pending = True
+
+
+def proposer_for(model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams,
+                 vocab_size: int | None = None) -> DraftProposer:
+    """The proposer a draft model needs: the feature proposer where the draft reads the target's features."""
+    proposer = FeatureProposer if reads_features(model) else DraftProposer
+    return proposer(model, kv, sampling, vocab_size)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.engine.features import HiddenTap
 from harness.engine.kv import SlotKV, prefill_slots
-from harness.models.feature_draft import HiddenTap
 from harness.sampling import SamplingParams, warp
 
 

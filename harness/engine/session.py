@@ -30,14 +30,14 @@ from typing import Protocol
 import torch
 
 from harness.engine.clock import DeviceClock, MemoryTracker
-from harness.engine.feature_proposer import FeatureProposer
+from harness.engine.feature_proposer import proposer_for
+from harness.engine.features import reads_features
 from harness.engine.kv import SlotKV
 from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
-from harness.engine.proposer import DraftProposer, Proposal
+from harness.engine.proposer import Proposal
 from harness.engine.randomness import KeyedUniforms
 from harness.engine.records import CycleRecord, Request, RequestRecord
 from harness.engine.scorer import TargetScorer
-from harness.models.feature_draft import reads_features
 from harness.sampling import SamplingParams, draw
 from harness.sampling.rejection import RejectionSampler
 
@@ -136,9 +136,8 @@ class Session:
         features = reads_features(engine.draft)  # an EAGLE-style draft: the scorer keeps the target's features
         self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size, keep_features=features)
-        proposer = FeatureProposer if features else DraftProposer
-        self.proposer = (proposer(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
-                                  engine.vocab_size) if self.speculative else None)
+        self.proposer = (proposer_for(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
+                                      engine.vocab_size) if self.speculative else None)
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
         if policy is not None and reset_policy:
             policy.reset()

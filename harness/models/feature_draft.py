@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from transformers import LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaModel, LlamaRMSNorm
 
+from harness.engine.kv import cache_argument
 from harness.models import draft_vocab
 
 CONFIG_KEY = "spectune_feature_draft"
@@ -39,37 +40,6 @@ WEIGHTS = "model.safetensors"
 def is_feature_draft(directory: str | Path) -> bool:
     config = Path(directory) / "config.json"
     return config.is_file() and CONFIG_KEY in json.loads(config.read_text(encoding="utf-8"))
-
-
-def reads_features(model: nn.Module | None) -> bool:
-    """Whether a draft model wants the target's features beside its tokens."""
-    return isinstance(model, FeatureDraft)
-
-
-class HiddenTap:
-    """Keeps the output of a Llama-style model's final norm (the features its LM head reads) from each forward.
-
-    A forward hook works the same on every transformers version (the engine runs on 5.17 and 5.24) and costs no
-    extra computation: the norm runs over every position fed, also when only the last position's logits are kept.
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        self.last: torch.Tensor | None = None
-        self._handle = model.model.norm.register_forward_hook(self._keep)
-
-    @classmethod
-    def on(cls, model: nn.Module) -> HiddenTap:
-        """The model's one tap (made at the first call): sessions come and go, hooks must not pile up."""
-        tap = model.__dict__.get("_spectune_tap")
-        if tap is None:
-            tap = model.__dict__["_spectune_tap"] = cls(model)
-        return tap
-
-    def _keep(self, module: nn.Module, args: Any, out: torch.Tensor) -> None:
-        self.last = out
-
-    def remove(self) -> None:
-        self._handle.remove()
 
 
 @dataclass
@@ -85,6 +55,7 @@ class FeatureDraft(nn.Module):
     """
 
     forward_like = LlamaForCausalLM  # whose forward's cache arguments this one passes on (harness.engine.kv)
+    reads_target_features = True  # the engine asks this (harness.engine.features), never for the class
 
     def __init__(self, config: Any, draft_to_target: torch.Tensor, full_vocab_size: int) -> None:
         super().__init__()
@@ -167,8 +138,6 @@ def unrolled(draft: FeatureDraft, ids: torch.Tensor, features: torch.Tensor, mas
     j−k+1 (where that cycle began) and to its own chain: step m's entry j−(k−m) for m = 2..k. One pass per step,
     each appending to the KV cache, so the cost is ``depth`` forwards, not one per position.
     """
-    from harness.engine.kv import cache_argument
-
     out = draft.model(inputs_embeds=draft.entries(ids, features), attention_mask=mask, use_cache=True)
     cache_name = cache_argument(draft.model)
     cache, steps = out[cache_name], [out.last_hidden_state]

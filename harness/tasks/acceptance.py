@@ -28,10 +28,11 @@ from tqdm import tqdm
 
 from analysis.acceptance import format_alpha_by_task
 from harness import rundir
+from harness.engine.features import HiddenTap, reads_features
 from harness.engine.kv import cache_argument
 from harness.errors import SpectuneError
 from harness.metadata import base_metadata
-from harness.models.feature_draft import HiddenTap, reads_features, unrolled
+from harness.models.feature_draft import unrolled
 from harness.options import integer, required
 from harness.sampling import SamplingParams, sample, warp
 from harness.stats.by_task import alpha_by_task

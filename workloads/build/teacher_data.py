@@ -193,7 +193,7 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
                  ) -> list[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Sample continuations of left-padded prompts at T = 1 (``greedy``: the argmax) with a KV cache; keep each
     step's top-k law at T = 1 (and, with ``features``, the target's last hidden state at every position fed)."""
-    from harness.models.feature_draft import HiddenTap
+    from harness.engine.features import HiddenTap
 
     tap = HiddenTap(model) if features else None
     batch, width = len(prompts), max(map(len, prompts))
