@@ -3,7 +3,7 @@
 ``task=acceptance`` samples the target's continuations from the workload's seed, so two drafts measured with the
 same target, workload and sampling settings are scored on the same positions. Their difference is then read
 paired: prompts are the units (a prompt's positions are not independent), and the interval of the difference of the
-two pooled α is taken over the same prompts (:func:`harness.stats.intervals.paired_difference_interval`), which is
+two pooled α is taken over the same prompts (:func:`spectune.stats.intervals.paired_difference_interval`), which is
 much tighter than comparing two separate intervals. Runs whose prompts or continuations differ are refused: their
 α are not paired.
 """
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from harness import cli, rundir
-from harness.errors import SpectuneError
-from harness.stats.intervals import paired_difference_interval
+from spectune import cli, rundir
+from spectune.errors import SpectuneError
+from spectune.stats.intervals import paired_difference_interval
 
 log = logging.getLogger(__name__)
 

@@ -188,7 +188,7 @@ TASK_COLUMNS = {
 
 
 def task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
-    """The per-task breakdown (:func:`harness.stats.by_task.by_task`, or ``summary.json``'s ``by_task``) as
+    """The per-task breakdown (:func:`spectune.stats.by_task.by_task`, or ``summary.json``'s ``by_task``) as
     printed: one row per (method, task), the method's ``all`` row last; shares in percent."""
     frame = pd.DataFrame(rows)
     if frame.empty:

@@ -25,15 +25,15 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.load import Paths, find_dirs, load_table
+from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.report import markdown_table
-from harness import cli, rundir
-from harness.errors import SpectuneError
-from harness.io import write_text
-from harness.stats.compare import EQUIVALENCE_MARGIN, decode_units
-from harness.stats.intervals import mde, verdict
-from harness.stats.units import components, speedup_interval, unit_size_of
-from harness.vllm_export import vllm_schedule
-from policies.comparison import AA_POLICY, BEST_FIXED
+from spectune import cli, rundir
+from spectune.errors import SpectuneError
+from spectune.io import write_text
+from spectune.stats.compare import EQUIVALENCE_MARGIN, decode_units
+from spectune.stats.intervals import mde, verdict
+from spectune.stats.units import components, speedup_interval, unit_size_of
+from spectune.vllm_export import vllm_schedule
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ import pandas as pd
 from analysis import plots
 from analysis.bench_table import bench_table, task_table
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
-from harness import cli, rundir
-from harness.errors import SpectuneError
-from harness.metadata import base_metadata
-from harness.stats.by_task import by_task, durations_of, several_tasks
+from spectune import cli, rundir
+from spectune.errors import SpectuneError
+from spectune.metadata import base_metadata
+from spectune.stats.by_task import by_task, durations_of, several_tasks
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import rundir
-from harness.errors import SpectuneError
+from spectune import rundir
+from spectune.errors import SpectuneError
 
 logger = logging.getLogger(__name__)
 

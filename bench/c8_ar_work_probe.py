@@ -26,10 +26,10 @@ repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
     cfg = compose(config_name="config", overrides=["+workload=en", "models=smollm2-eagle", "hardware.threads=2",
                                                    "hardware.dtype=bfloat16", "workload.num_prompts=40"])
-from harness.measure import measure_point, requests_of  # noqa: E402
 from policies.evaluate import learned_files, policy_node  # noqa: E402
 from policies.registry import make_policy  # noqa: E402
-from policies.training import split_requests  # noqa: E402
+from policies.train.ppo import split_requests  # noqa: E402
+from spectune.measure import measure_point, requests_of  # noqa: E402
 from workloads.setup import open_setup  # noqa: E402
 
 setup = open_setup(cfg, "probe")

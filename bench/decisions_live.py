@@ -21,9 +21,9 @@ import torch
 from env_speed import ROOT, pair_and_engine, workload_cfg  # a sibling script (python bench/decisions_live.py)
 from omegaconf import OmegaConf
 
-from harness.engine.records import cycles_frame
-from harness.measure import requests_of
 from policies.registry import make_policy
+from spectune.engine.records import cycles_frame
+from spectune.measure import requests_of
 from workloads.loader import load_workload
 
 PROTOCOL = ("before_cycle", "begin_cycle", "continue_drafting", "end_drafting", "observe")

@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import rundir  # noqa: E402
-from harness.io import write_json  # noqa: E402
-from harness.metadata import base_metadata  # noqa: E402
+from spectune import rundir  # noqa: E402
+from spectune.io import write_json  # noqa: E402
+from spectune.metadata import base_metadata  # noqa: E402
 
 log = logging.getLogger("bench.default_agreement")
 

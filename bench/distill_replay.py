@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import rundir
 from policies.envs.data import TraceSet
+from policies.envs.replay import replay_depths, replay_scores
 from policies.evaluate import learned_profile
 from policies.ppo_distilled import distill
 from policies.registry import make_policy
-from policies.replay import replay_depths, replay_scores
+from spectune import rundir
 
 
 def study(run: Path) -> list[dict]:

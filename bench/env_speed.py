@@ -18,18 +18,18 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from harness.engine import Engine
-from harness.engine.traces import record
-from harness.measure import requests_of
-from harness.models.loading import load_pair
-from harness.profile import Profile
-from harness.sampling.rejection import get_sampler
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
+from spectune.engine import Engine
+from spectune.engine.traces import record
+from spectune.measure import requests_of
+from spectune.models.loading import load_pair
+from spectune.profile import Profile
+from spectune.sampling.rejection import get_sampler
 from workloads.loader import load_workload
 
-TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target"},
-        "draft": {"name_or_path": "harness/models/tiny/draft"}}
+TINY = {"name": "tiny", "target": {"name_or_path": "spectune/models/tiny/target"},
+        "draft": {"name_or_path": "spectune/models/tiny/draft"}}
 DEPTH = 8
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def pair_and_engine(models: str, temperature: float = 1.0, draft: str | None = N
     float32 on the CPU and an engine on it (exact sampler, seed 1): what the engine benchmarks measure."""
     from omegaconf import OmegaConf
 
-    from harness.sampling import SamplingParams
+    from spectune.sampling import SamplingParams
 
     node = TINY if models == "tiny" else OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml")
     if draft is not None:

@@ -28,12 +28,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.engine import Engine, Request
-from harness.engine.kv import model_kwargs
-from harness.engine.policy import FixedGamma
-from harness.hardware import ExecutionPath
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
+from spectune.engine import Engine, Request
+from spectune.engine.kv import model_kwargs
+from spectune.engine.policy import FixedGamma
+from spectune.hardware import ExecutionPath
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocab
     "llama3-1b": (2048, 16, 32, 8, 8192, 128256),

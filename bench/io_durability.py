@@ -1,4 +1,4 @@
-"""What durability costs: harness.io's writers (fsync the file, chmod to the umask, rename, fsync the directory)
+"""What durability costs: spectune.io's writers (fsync the file, chmod to the umask, rename, fsync the directory)
 against the same atomic write without the fsyncs, side by side, on result files of a bench run's size.
 
     python bench/io_durability.py --repeats 50 --dir /tmp/io-bench
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.io import write_json, write_parquet
+from spectune.io import write_json, write_parquet
 
 
 def plain_atomic(path: Path, write) -> None:

@@ -30,14 +30,14 @@ from pathlib import Path
 import torch
 from env_speed import pair_and_engine  # a sibling script (run as python bench/overhead.py)
 
-from harness.engine import Engine, Request
-from harness.engine.features import reads_features
-from harness.engine.kv import cache_argument
-from harness.engine.policy import DraftLengthPolicy, FixedGamma
-from harness.io import write_json
-from harness.metadata import base_metadata
-from harness.sampling import inverse_cdf, sample
 from policies.confidence import ConfidenceStop
+from spectune.engine import Engine, Request
+from spectune.engine.features import reads_features
+from spectune.engine.kv import cache_argument
+from spectune.engine.policy import DraftLengthPolicy, FixedGamma
+from spectune.io import write_json
+from spectune.metadata import base_metadata
+from spectune.sampling import inverse_cdf, sample
 
 
 def inputs(model, tokens: torch.Tensor) -> dict:

@@ -26,19 +26,19 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from harness import hardware as hw
-from harness import rundir
-from harness.engine import Engine, Request
-from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftStep, FixedGamma, draft_signals
-from harness.io import write_json
-from harness.metadata import base_metadata
-from harness.models.loading import load_pair
-from harness.sampling import SamplingParams, warp
-from harness.sampling.rejection import get_sampler
 from policies.classifier import AcceptanceModel, save_classifier
 from policies.ppo import DEFAULT_OBSERVATION, observation_low_high
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
+from spectune import hardware as hw
+from spectune import rundir
+from spectune.engine import Engine, Request
+from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftStep, FixedGamma, draft_signals
+from spectune.io import write_json
+from spectune.metadata import base_metadata
+from spectune.models.loading import load_pair
+from spectune.sampling import SamplingParams, warp
+from spectune.sampling.rejection import get_sampler
 from workloads.loader import load_workload
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

@@ -7,16 +7,16 @@ In one run on the embedded tiny pair (CPU, T = 1, concurrency 1):
    training part too (for the language transfer).
 2. Per profile (``h200-llama3-8b-1b``, ``h200-llama3-8b-160m``: the tiny pair's acceptance × H200 costs, labelled
    synthetic; ``tiny-cpu-2core-vm``): a PPO depth policy trained in replay on the English training traces with
-   ``policies.pipeline.train_policies`` (``--timesteps`` steps, conf/train.yaml's PPO settings); for
+   ``policies.train.pipeline.train_policies`` (``--timesteps`` steps, conf/train.yaml's PPO settings); for
    ``--language-profiles`` also one trained on the Italian training traces.
-3. Per profile, on the held-out English traces, :func:`policies.replay.replay_table`: every baseline at its
+3. Per profile, on the held-out English traces, :func:`policies.envs.replay.replay_table`: every baseline at its
    conf/policy defaults with the γ ceiling ``--max-depth`` (hf-heuristic and its transient variant start at the
    ceiling, as transformers' 20 would, and cap there; the acceptance classifier fitted on the English training
    traces), the fixed depth that is best on the TRAINING traces (the reference), the PPO trained for this profile,
    the PPOs trained for the other profiles (hardware transfer: they read this profile's c and g) and, where trained,
    the PPO trained on Italian (language transfer); plus the best fixed depth in hindsight and the oracle.
 
-Replay tok/s is on realised outcomes (see ``policies.replay`` for what is exact and what is approximate).
+Replay tok/s is on realised outcomes (see ``policies.envs.replay`` for what is exact and what is approximate).
 Writes ``bench/results/replay-comparison.md`` and ``.csv``.
 
     python bench/replay_comparison.py --train 48 --heldout 16 --timesteps 20000
@@ -40,17 +40,17 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from harness import rundir
-from harness.engine.traces import record
-from harness.io import write_csv, write_text
-from harness.measure import requests_of
-from harness.profile import check_profile, load_profile
 from policies.classifier import fit_classifier, save_classifier
 from policies.envs.data import TraceSet
-from policies.pipeline import train_policies
+from policies.envs.replay import replay_scores, replay_table
 from policies.registry import make_policy
-from policies.replay import replay_scores, replay_table
-from policies.training import split_requests
+from policies.train.pipeline import train_policies
+from policies.train.ppo import split_requests
+from spectune import rundir
+from spectune.engine.traces import record
+from spectune.io import write_csv, write_text
+from spectune.measure import requests_of
+from spectune.profile import check_profile, load_profile
 from workloads.setup import open_setup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ def record_splits(language: str, args: argparse.Namespace, work: Path) -> dict[s
 
 
 def train_ppo(traces: Path, profile: str, language: str, args: argparse.Namespace, work: Path) -> Path:
-    """policies.pipeline.train_policies on recorded traces for one profile; returns its depth.zip."""
+    """policies.train.pipeline.train_policies on recorded traces for one profile; returns its depth.zip."""
     run_dir = work / f"ppo-{language}-{profile}"
     cfg = config(language, args, f"train.traces={traces}", f"train.profile={profile}",
                  "train.allow_profile_mismatch=true", f"train.timesteps={args.timesteps}",

@@ -25,16 +25,16 @@ import torch
 from env_speed import TINY, workload_cfg  # a sibling script (run as python bench/replay_fidelity.py)
 from scipy import stats
 
-from harness.engine import Engine
-from harness.engine.policy import FixedGamma
-from harness.engine.records import cycles_frame, requests_frame, summarise
-from harness.engine.traces import record
-from harness.measure import requests_of
-from harness.models.loading import load_pair
-from harness.profile import Profile
-from harness.profiling import measure_costs
-from harness.sampling.rejection import get_sampler
 from policies.confidence import ConfidenceStop
+from spectune.engine import Engine
+from spectune.engine.policy import FixedGamma
+from spectune.engine.records import cycles_frame, requests_frame, summarise
+from spectune.engine.traces import record
+from spectune.measure import requests_of
+from spectune.measure.profiling import measure_costs
+from spectune.models.loading import load_pair
+from spectune.profile import Profile
+from spectune.sampling.rejection import get_sampler
 from workloads.loader import load_workload
 
 DEPTH = 8

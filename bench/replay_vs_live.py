@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import rundir
 from policies.envs.data import TraceSet
+from policies.envs.replay import replay_depths, replay_scores
 from policies.evaluate import learned_files, learned_profile, policy_node
 from policies.registry import make_policy
-from policies.replay import replay_depths, replay_scores
+from spectune import rundir
 
 AR_LABELS = ("ar", "ar (A/A)")
 

@@ -5,7 +5,7 @@ and smollm2 on the same workload); the table has one row per (label, signal) wit
 signal (q(x), −entropy, margin, cum_prob) for "this draft was accepted" over the positions the verification
 tested, its 95% request-bootstrap interval and the counts (:mod:`analysis.signals`). With ``--profile LABEL=PATH``
 (a ``task=profile`` result of the same pair and hardware) the traces of that label are also replayed
-(:func:`policies.replay.replay_scores`): the best fixed depth in hindsight and the hindsight oracle (the best depth
+(:func:`policies.envs.replay.replay_scores`): the best fixed depth in hindsight and the hindsight oracle (the best depth
 per cycle), i.e. the headroom an adaptive policy has over the best fixed γ on these prompts.
 
     python bench/signal_auc.py --traces tiny-en=RUN1/traces.parquet smollm2-en=RUN2/traces.parquet \
@@ -25,9 +25,9 @@ import pandas as pd
 
 from analysis.report import markdown_table
 from analysis.signals import signal_auc
-from harness import rundir
-from harness.io import write_csv, write_text
-from harness.metadata import base_metadata
+from spectune import rundir
+from spectune.io import write_csv, write_text
+from spectune.metadata import base_metadata
 
 log = logging.getLogger("bench.signal_auc")
 
@@ -47,9 +47,9 @@ def parse_pairs(values: list[str], flag: str) -> dict[str, Path]:
 def oracle_headroom(frame: pd.DataFrame, meta: dict, label: str, profile_path: Path) -> dict:
     """Replay tok/s of the best fixed depth, of the hindsight oracle and of the informed oracle (choosing on the
     drafted tokens' acceptance probabilities, not on the acceptance coin) on these traces, with the profile's costs."""
-    from harness.profile import load_profile
     from policies.envs.data import TraceSet
-    from policies.replay import replay_scores
+    from policies.envs.replay import replay_scores
+    from spectune.profile import load_profile
 
     traces = TraceSet(frame, meta, label)
     profile = load_profile(profile_path)

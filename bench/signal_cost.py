@@ -3,7 +3,7 @@ models run, for a policy that reads all four signals and never stops (fixed γ),
 
 A policy that decides after every draft step reads the draft law's signals (q(x), entropy, top-2 margin,
 cumulative q); the engine computes them in the draft step, so their cost is part of c for that policy. This
-script wraps :func:`harness.engine.policy.draft_signals` as the proposer calls it and prints the median µs a call
+script wraps :func:`spectune.engine.policy.draft_signals` as the proposer calls it and prints the median µs a call
 and the mean draft step beside it. Run each tree on its own ``PYTHONPATH`` to compare two versions.
 
     python bench/signal_cost.py --models smollm2 --rows 1 8
@@ -18,10 +18,10 @@ import time
 import torch
 from env_speed import pair_and_engine, workload_cfg  # a sibling script (python bench/signal_cost.py)
 
-import harness.engine.proposer as proposer
-from harness.engine.policy import DRAFT_SIGNALS, DraftLengthPolicy, DraftStep
-from harness.engine.records import cycles_frame
-from harness.measure import requests_of
+import spectune.engine.proposer as proposer
+from spectune.engine.policy import DRAFT_SIGNALS, DraftLengthPolicy, DraftStep
+from spectune.engine.records import cycles_frame
+from spectune.measure import requests_of
 from workloads.loader import load_workload
 
 

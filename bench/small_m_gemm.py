@@ -24,8 +24,8 @@ import torch
 from gpu_check import timed  # a sibling script (run as python bench/small_m_gemm.py)
 from omegaconf import OmegaConf
 
-from harness.io import write_text
-from harness.metadata import base_metadata
+from spectune.io import write_text
+from spectune.metadata import base_metadata
 
 log = logging.getLogger("bench.small_m_gemm")
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,14 +36,14 @@ def target_shapes(models: str) -> dict[str, tuple[int, int]]:
     """(in, out) of the target's linear layers, read from its config (no weights loaded)."""
     from transformers import AutoConfig
 
-    from harness.engine.static_kv import _kv_shape
-    from harness.models import gguf
-    from harness.models.loading import resolve
+    from spectune.engine.static_kv import kv_shape
+    from spectune.models import gguf
+    from spectune.models.loading import resolve
 
     name = str(OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml").target.name_or_path)
     cfg = AutoConfig.from_pretrained(gguf.materialise(name)[0] if gguf.is_gguf(name) else resolve(name)[0])
     hidden, inter = cfg.hidden_size, cfg.intermediate_size
-    kv_heads, head_dim = _kv_shape(cfg)  # the KV cache's own reading of the config (head_dim may be None)
+    kv_heads, head_dim = kv_shape(cfg)  # the KV cache's own reading of the config (head_dim may be None)
     kv = kv_heads * head_dim
     return {"q, o": (hidden, hidden), "k, v": (hidden, kv), "gate, up": (hidden, inter), "down": (inter, hidden),
             "lm head": (hidden, cfg.vocab_size)}

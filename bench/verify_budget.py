@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.profile import load_profile
 from policies.envs.data import TraceSet
+from spectune.profile import load_profile
 
 LEVELS = (0.25, 0.5, 0.75, 1.0)
 

@@ -29,15 +29,15 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from harness import hardware as hw
-from harness.engine import Engine, Request
-from harness.engine.features import reads_features
-from harness.engine.policy import FixedGamma
-from harness.io import write_json
-from harness.metadata import base_metadata
-from harness.models.loading import load_pair
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
+from spectune import hardware as hw
+from spectune.engine import Engine, Request
+from spectune.engine.features import reads_features
+from spectune.engine.policy import FixedGamma
+from spectune.io import write_json
+from spectune.metadata import base_metadata
+from spectune.models.loading import load_pair
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from workloads.loader import load_workload
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

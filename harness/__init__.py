@@ -1,6 +1,5 @@
-"""spectune harness: exact speculative sampling, measuring engine and CLI tasks.
+"""``python -m harness``: the Hydra application that runs one task (``task=bench``, ``tune``, ``verify``, ...).
 
-Data path: workloads → engine → records (Parquet/JSON in the Hydra run dir) → analysis.
+One module per task under ``harness/tasks/``; ``harness.sweeps`` is the multirun callback. Everything they measure
+with lives in the library, :mod:`spectune`.
 """
-
-__version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """`python -m harness`: the Hydra application. Composes conf/config.yaml and runs ``task``.
 
-Bad input, logging and signals are the front door's (:mod:`harness.cli`); a rerun with ``resume=true`` finishes
+Bad input, logging and signals are the front door's (:mod:`spectune.cli`); a rerun with ``resume=true`` finishes
 an interrupted run.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from harness import cli
 from harness.tasks import run_task
+from spectune import cli
 from workloads.task_sets import check_workload
 
 

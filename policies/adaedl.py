@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
-from harness.errors import SpectuneError
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.errors import SpectuneError
 
 
 def _number(key: str, value: object, low: float, high: float) -> float:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, check_gamma
-from harness.errors import SpectuneError
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, check_gamma
+from spectune.errors import SpectuneError
 
 
 class UCBBandit(DraftLengthPolicy):

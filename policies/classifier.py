@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
-from harness.errors import SpectuneError
-from harness.io import write_json
-from harness.metadata import base_metadata
+from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.errors import SpectuneError
+from spectune.io import write_json
+from spectune.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def load_classifier(path: str | Path) -> AcceptanceModel:
     path = Path(path)
     if not path.is_file():
         raise SpectuneError(f"policy.weights_path={str(path)!r} is invalid: no such file (fit one with "
-                            "python -m policies.fit_classifier TRACES.parquet OUT.json)")
+                            "python -m policies.train.fit_classifier TRACES.parquet OUT.json)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("kind") != KIND:

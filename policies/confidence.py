@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
-from harness.errors import SpectuneError
 from policies.rows import RowTracker
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.errors import SpectuneError
 
 
 class ConfidenceStop(DraftLengthPolicy):
@@ -45,7 +45,7 @@ class StepThresholds(DraftLengthPolicy):
     setting of it).
 
     Why: ``ppo-distilled`` is this rule with thresholds fitted to mimic the PPO network's decisions. Tuned directly
-    for throughput in replay on the same training traces (:func:`policies.tuning.tune_steps`), it is the baseline
+    for throughput in replay on the same training traces (:func:`policies.train.tuning.tune_steps`), it is the baseline
     that tells what the network adds beyond the rule it is distilled into.
     """
 

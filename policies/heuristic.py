@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
-from harness.errors import SpectuneError
 from policies.rows import RowTracker
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.errors import SpectuneError
 
 
 class HFHeuristic(DraftLengthPolicy):

@@ -20,7 +20,8 @@ import math
 import numpy as np
 import torch
 
-from harness.engine.policy import (
+from policies.rows import RowTracker
+from spectune.engine.policy import (
     RECENT_PRIOR,
     CycleFeedback,
     DraftLengthPolicy,
@@ -28,8 +29,7 @@ from harness.engine.policy import (
     acceptance_trials,
     check_gamma,
 )
-from harness.errors import SpectuneError
-from policies.rows import RowTracker
+from spectune.errors import SpectuneError
 
 # Position 1 starts from the protocol's prior (RECENT_PRIOR) before any cycle was observed; a position not yet
 # observed assumes the pooled rate of the position before it (acceptance is roughly flat along a chain).

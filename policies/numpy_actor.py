@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 Layer = tuple[np.ndarray, np.ndarray, Callable | None]
 

@@ -17,7 +17,7 @@ probability, a prefix of each row's chain. The cut reads the draft only, so the 
 
 A file written by ``policies.train`` carries ``spectune.json``: its feature names, actions and the profile it
 was trained for (whole, so ``policy.profile`` may stay unset). A policy trained for another profile than the
-run's ``policy.profile`` (other models or hardware, :data:`harness.profile.MATCH_FIELDS`) is refused unless
+run's ``policy.profile`` (other models or hardware, :data:`spectune.profile.MATCH_FIELDS`) is refused unless
 ``policy.allow_profile_mismatch=true``.
 """
 
@@ -28,7 +28,12 @@ import logging
 import numpy as np
 import torch
 
-from harness.engine.policy import (
+from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH, read_schema, scales
+from policies.numpy_actor import NumpyActor, SplitActor
+from policies.ppo_size import PPOSize
+from policies.rows import RowTracker
+from policies.sb3_files import PolicyFile, read_policy_file
+from spectune.engine.policy import (
     DRAFT_SIGNALS,
     AcceptanceHistory,
     CycleFeedback,
@@ -36,13 +41,8 @@ from harness.engine.policy import (
     DraftStep,
     check_gamma,
 )
-from harness.errors import SpectuneError
-from harness.profile import CycleCosts, Profile, load_profile, profile_mismatch
-from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH, read_schema, scales
-from policies.numpy_actor import NumpyActor, SplitActor
-from policies.ppo_size import PPOSize
-from policies.rows import RowTracker
-from policies.sb3_files import PolicyFile, read_policy_file
+from spectune.errors import SpectuneError
+from spectune.profile import CycleCosts, Profile, load_profile, profile_mismatch
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class PPODepth(DraftLengthPolicy):
     # -- the observation (built by policies.envs.observation.DEPTH; this policy only hands it the engine's values) --
     def recent_acceptance(self, batch: int) -> np.ndarray:
         """Accepted / acceptance trials over each row's previous cycles of its request (0.5 before any; see
-        :func:`harness.engine.policy.acceptance_trials`), as the traces record it."""
+        :func:`spectune.engine.policy.acceptance_trials`), as the traces record it."""
         return np.asarray([self.history.rate(row) for row in range(batch)], dtype=np.float64)
 
     def _recent_of(self, slots: int) -> list[float]:

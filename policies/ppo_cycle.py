@@ -14,7 +14,7 @@ own depth (a prefix of its chain; the cut reads no target value, so the sampler 
 whose request is new (its context is not known before drafting) drafts to γ and that row's depth is chosen in
 ``end_drafting`` from the same observation, then with the context the step shows.
 
-Recent acceptance is :class:`~harness.engine.policy.AcceptanceHistory` per request, the traces' definition;
+Recent acceptance is :class:`~spectune.engine.policy.AcceptanceHistory` per request, the traces' definition;
 :class:`~policies.rows.RowTracker` tracks each slot's context. The file's ``spectune.json`` names its
 observation, ``max_depth`` (the action space is Discrete(max_depth + 1)) and the profile it was trained for,
 checked as ``policy=ppo`` checks its file.
@@ -27,14 +27,14 @@ import logging
 import numpy as np
 import torch
 
-from harness.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
-from harness.errors import SpectuneError
-from harness.profile import CycleCosts
 from policies.envs.observation import CYCLE, CYCLE_FIELDS, read_schema
 from policies.numpy_actor import NumpyActor
 from policies.ppo import check_flags, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
+from spectune.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.errors import SpectuneError
+from spectune.profile import CycleCosts
 
 log = logging.getLogger(__name__)
 

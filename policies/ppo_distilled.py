@@ -6,7 +6,7 @@ vocabulary). Measured: 2.9% of a tiny-pair cycle; on smollm2 as much as its choi
 compares the drafted token's q(x) with a number costs one tensor comparison and reads q(x) only.
 
 So the network is replayed on the training traces it learned from (:func:`distill`: its own decisions, taken
-exactly as in the engine, through :func:`policies.replay.replay_depths`) and, at each draft step, the threshold
+exactly as in the engine, through :func:`policies.envs.replay.replay_depths`) and, at each draft step, the threshold
 whose rule "continue iff q(x) ≥ τ" agrees with the most of the network's decisions there is kept (exact, over
 every distinct q(x); :func:`best_threshold`). The step-0 decision (speculate this cycle at all, taken before
 anything is drafted) is distilled the same way into a threshold on each row's recent acceptance: a cycle speculates
@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import cli
-from harness.engine.policy import DraftLengthPolicy, DraftStep
-from harness.errors import SpectuneError
-from harness.profile import Profile
 from policies.envs.data import TraceSet
+from policies.envs.replay import replay_depths, replay_scores
 from policies.ppo import PPODepth
-from policies.replay import replay_depths, replay_scores
 from policies.sb3_files import PolicyFile, annotate_policy_file, read_policy_file
+from spectune import cli
+from spectune.engine.policy import DraftLengthPolicy, DraftStep
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
 
 log = logging.getLogger(__name__)
 NEVER = 2.0  # a threshold above every probability: stop (the network stopped every row it decided at that step)
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _distill_file(args: argparse.Namespace) -> None:
-    from harness.profile import load_profile
+    from spectune.profile import load_profile
 
     if args.max_depth is not None and args.max_depth < 1:
         raise SpectuneError(f"--max-depth={args.max_depth} is invalid: an integer >= 1")

@@ -1,7 +1,7 @@
 """The verification-size policy of a ``size.zip`` run inside the engine (``policy=ppo policy.size_path=...``).
 
 After drafting, :class:`PPOSize` chooses how many of the batch's drafted tokens are verified, exactly as
-``spectune/VerifySize-v0`` (with per-row depths, ``policies.train_size``) decides; :class:`policies.ppo.PPODepth`
+``spectune/VerifySize-v0`` (with per-row depths, ``policies.train.size``) decides; :class:`policies.ppo.PPODepth`
 calls it through the protocol's ``end_drafting``. The cut keeps a prefix of each row's chain and reads the draft
 only, so the sampler stays exact.
 """
@@ -11,18 +11,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.errors import SpectuneError
-from harness.profile import Profile
 from policies.envs.observation import size_cut, size_observation
 from policies.numpy_actor import NumpyActor
 from policies.sb3_files import read_policy_file
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
 
 SIZE_EXTRA = ("levels", "obs_tokens")  # spectune.json keys of a size policy file
 
 
 class PPOSize:
     """The verification-size policy of a ``size.zip``: after drafting, how many of the batch's drafted tokens
-    are verified, exactly as ``spectune/VerifySize-v0`` (with per-row depths, ``policies.train_size``) decides.
+    are verified, exactly as ``spectune/VerifySize-v0`` (with per-row depths, ``policies.train.size``) decides.
 
     Observation (:func:`~policies.envs.observation.size_observation`): the drafted tokens' cumulative draft
     probabilities in decreasing

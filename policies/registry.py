@@ -10,8 +10,6 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from harness.engine.policy import DraftLengthPolicy, FixedGamma
-from harness.errors import SpectuneError
 from policies.adaedl import AdaEDL
 from policies.bandit import UCBBandit
 from policies.classifier import AcceptanceClassifier
@@ -22,6 +20,8 @@ from policies.ppo import PPODepth
 from policies.ppo_cycle import PPOCycle
 from policies.ppo_distilled import PPODistilled
 from policies.svip import SVIP
+from spectune.engine.policy import DraftLengthPolicy, FixedGamma
+from spectune.errors import SpectuneError
 
 POLICIES: dict[str, type[DraftLengthPolicy]] = {cls.name: cls for cls in (
     FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, StepThresholds, SVIP, AdaEDL,

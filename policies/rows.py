@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import torch
 
-from harness.engine.policy import CycleFeedback, DraftStep
-from harness.errors import SpectuneError
+from spectune.engine.policy import CycleFeedback, DraftStep
+from spectune.errors import SpectuneError
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import SpectuneError
-from harness.io import write_atomic
+from spectune.errors import SpectuneError
+from spectune.io import write_atomic
 
 log = logging.getLogger(__name__)
 

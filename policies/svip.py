@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.policy import DraftLengthPolicy, DraftStep, check_gamma
-from harness.errors import SpectuneError
+from spectune.engine.policy import DraftLengthPolicy, DraftStep, check_gamma
+from spectune.errors import SpectuneError
 
 
 class SVIP(DraftLengthPolicy):

@@ -113,10 +113,10 @@ def pair():
 @pytest.fixture(scope="module")
 def feature_pair():
     """A tiny random target (vocabulary 64) and a random 1-layer draft that reads its features, over 48 of its ids
-    (q = 0 on the rest): harness.models.feature_draft.build, float64."""
+    (q = 0 on the rest): spectune.models.feature_draft.build, float64."""
     import torch
 
-    from harness.models import feature_draft
+    from spectune.models import feature_draft
     from tests.tiny_models import tiny_llama
 
     target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1)
@@ -128,7 +128,7 @@ def feature_pair():
 def tokenizer():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(REPO / "harness/models/tiny/target"))
+    return AutoTokenizer.from_pretrained(str(REPO / "spectune/models/tiny/target"))
 
 
 @pytest.fixture
@@ -157,12 +157,12 @@ def compose_config():
 @pytest.fixture
 def harness_in_process(compose_config) -> Callable[..., int]:
     """What ``python -m harness OVERRIDES`` does, in this process: the front door's command-line checks
-    (harness.cli), Hydra's composition, then the task, in ``run_dir``. Bad input raises the SpectuneError that the
+    (spectune.cli), Hydra's composition, then the task, in ``run_dir``. Bad input raises the SpectuneError that the
     front door would print as its one line (tests/test_cli.py checks that part on real processes)."""
 
     def run(run_dir: Path, *overrides: str) -> int:
-        from harness import cli
         from harness.tasks import run_task
+        from spectune import cli
 
         cli.check_group_choices(list(overrides))
         cli.check_override_syntax(list(overrides))

@@ -17,7 +17,7 @@ what users read: this module computes it, ``tests/test_pinned_outputs.py`` compa
   ``bench/results/...``);
 - ``outputs.json`` ``policies``: every committed SB3 policy file read by the product's loader (its spaces, network,
   features) and its decisions: argmax actions on a seeded batch of observations, the depths its environment's
-  observations lead to (``policies.training.policy_depths`` on the committed traces), and the depths the
+  observations lead to (``policies.train.ppo.policy_depths`` on the committed traces), and the depths the
   registry's ``ppo``, ``ppo-distilled`` and ``ppo-cycle`` choose in replay on those traces, so that a move that
   changes how observations are built is caught.
 
@@ -180,7 +180,7 @@ def run(name: str, run_dir: Path) -> dict[str, Any]:
         return describe_run_dir(run_dir)
     cfg = compose(config, *overrides)
     if config == "train":
-        from policies.pipeline import train_policies as job
+        from policies.train.pipeline import train_policies as job
     elif config == "evaluate":
         from policies.evaluate import run as job
     else:
@@ -238,8 +238,8 @@ def acceptance_text(work: Path) -> str:
 def tables(work: Path) -> dict[str, str]:
     """Every printed table's text, from committed inputs only (deterministic)."""
     from analysis.comparison import load_comparisons, report
+    from analysis.policy_table import comparison_frame, format_comparison
     from harness.tasks.tune import format_recommendation
-    from policies.comparison import comparison_frame, format_comparison
 
     out = {path.name.removesuffix(".summary.json"): bench_text(json.loads(path.read_text(encoding="utf-8")))
            for path in sorted(BENCH_SUMMARIES.glob("bench-*.summary.json"))}
@@ -265,7 +265,7 @@ def committed_policy_files() -> list[str]:
 
 
 class FileActor:
-    """The file's actor behind SB3's ``predict`` (argmax of its logits), for :func:`policies.training.policy_depths`:
+    """The file's actor behind SB3's ``predict`` (argmax of its logits), for :func:`policies.train.ppo.policy_depths`:
     the file read as data, as the engine reads it, never unpickled."""
 
     def __init__(self, file: Any) -> None:
@@ -303,7 +303,7 @@ def env_depths(path: Path, file: Any, traces: Any, profile: Any) -> list[int]:
     traces and profile): the depth of every recorded entry."""
     from policies.envs.cycle_depth import CycleDepthEnv
     from policies.envs.depth import DraftDepthEnv
-    from policies.training import policy_depths
+    from policies.train.ppo import policy_depths
 
     cycle = file.extra.get("actions") == "depth"
     env_type = CycleDepthEnv if cycle else DraftDepthEnv
@@ -324,11 +324,11 @@ def registry_nodes(path: Path, file: Any) -> dict[str, dict[str, Any]]:
 
 def policy_file_pins(relative: str) -> dict[str, Any]:
     """What the product's loader yields for one committed file, and the decisions it leads to."""
-    from harness.profile import Profile
     from policies.envs.data import TraceSet, read_traces
+    from policies.envs.replay import replay_depths
     from policies.registry import make_policy
-    from policies.replay import replay_depths
     from policies.sb3_files import read_policy_file
+    from spectune.profile import Profile
 
     path = REPO / relative
     file = read_policy_file(path)

@@ -83,7 +83,7 @@ def compose(config: str, *overrides: str) -> Any:
 
 def open_engine() -> tuple[Any, list]:
     """The engine on the embedded pair and the workload's requests (models loaded once)."""
-    from harness.measure import requests_of
+    from spectune.measure import requests_of
     from workloads.setup import open_setup
 
     setup = open_setup(compose("config", *WORKLOAD), "pinning")
@@ -111,7 +111,7 @@ def engine_runs(engine: Any, requests: list, depth_zip: Path) -> dict[str, Any]:
 
 
 def trace_frame(engine: Any, requests: list) -> pd.DataFrame:
-    from harness.engine.traces import record
+    from spectune.engine.traces import record
 
     return record(engine.session(requests, None, 2, keep_laws=True), requests, MAX_DEPTH)
 
@@ -134,9 +134,9 @@ def traces_summary(frame: pd.DataFrame) -> dict[str, Any]:
 
 def replay(frame: pd.DataFrame, depth_zip: Path) -> dict[str, Any]:
     """Replay scores (tokens/s charged by the profile) of each policy, fixed depth and the oracle on the traces."""
-    from harness.profile import load_profile
     from policies.envs.data import TraceSet
-    from policies.replay import replay_depths, replay_scores, replay_table
+    from policies.envs.replay import replay_depths, replay_scores, replay_table
+    from spectune.profile import load_profile
 
     profile = load_profile(PROFILE)
     traces = TraceSet(frame, {"concurrency": 2}, "pinning traces")
@@ -153,7 +153,7 @@ def replay(frame: pd.DataFrame, depth_zip: Path) -> dict[str, Any]:
 def train(run_dir: Path) -> dict[str, Any]:
     """``policies.train`` in process: traces of the split, the shipped profile, depth PPO, size rounds at
     concurrency 2, live fine-tuning with the profile's costs. The weights and the replay curves."""
-    from policies.pipeline import train_policies
+    from policies.train.pipeline import train_policies
 
     cfg = compose("train", WORKLOAD[0], "workload.max_new_tokens=10", *TRAIN)
     assert train_policies(cfg, run_dir) == 0

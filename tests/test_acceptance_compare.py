@@ -7,7 +7,7 @@ import json
 import pytest
 
 from analysis.acceptance import main, paired_alpha, read_acceptance
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 
 def _result(alphas: list[float], positions: list[int]) -> dict:

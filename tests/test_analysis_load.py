@@ -13,7 +13,7 @@ import pytest
 
 from analysis.bench_table import bench_table
 from analysis.load import add_speedups, load_cycles, load_points, load_requests, load_summaries, load_traces, swept
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 METHODS = {"ar", "fixed:gamma=1", "fixed:gamma=2"}
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 from tests.conftest import SMALL_BENCH as SMALL
 
 

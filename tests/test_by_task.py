@@ -1,4 +1,4 @@
-"""Per-task tables (harness.stats.by_task): every request carries its task into requests.parquet, and a run of
+"""Per-task tables (spectune.stats.by_task): every request carries its task into requests.parquet, and a run of
 several tasks is broken down per (method, task) in rows that add up to the overall row, on a real tiny run."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from analysis.load import load_requests
 from analysis.report import build
-from harness import rundir
-from harness.stats.by_task import ALL, SUMS, alpha_by_task, by_task, durations_of, several_tasks
+from spectune import rundir
+from spectune.stats.by_task import ALL, SUMS, alpha_by_task, by_task, durations_of, several_tasks
 
 MIXED = ["+workload=en", "workload.tasks=[chat-lines,qa]", "workload.num_prompts=4", "workload.max_new_tokens=8",
          "workload.task_max_new_tokens=8", "task.warmup=1", "task.repeats=2", "gamma=[2]"]

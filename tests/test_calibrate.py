@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import SpectuneError
-from harness.profile import Profile
-from policies.calibrate import calibrate_profile
 from policies.envs.data import TraceSet
-from policies.replay import replay_scores
+from policies.envs.replay import replay_scores
+from policies.train.calibrate import calibrate_profile
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
 
 
 def _traces(leading: list[int], depth: int = 4) -> TraceSet:
@@ -86,7 +86,7 @@ def test_a_grid_with_fewer_than_two_depths_is_refused():
 
 
 def test_train_calibrate_to_reads_a_grid_file_and_writes_the_calibrated_profile(tmp_path):
-    from policies.pipeline import TrainSettings, _calibrated
+    from policies.train.pipeline import TrainSettings, _calibrated
 
     traces = _traces([4, 0, 2, 3, 1, 4, 4, 0])
     frame = pd.DataFrame([{"cycle": c, "row": 0, "request_id": c, "position": k, "batch_size": 1,
@@ -142,8 +142,8 @@ def test_per_depth_matching_never_makes_a_verification_free():
     """Live seconds at γ = 2 that no positive verification can give (less than its two draft steps and overhead)
     are clamped: that verification keeps a quarter of its cost and the residual says what is left unexplained;
     the other depths are matched."""
-    from policies.calibrate import MIN_SHARE, _per_depth
-    from policies.replay import replay_costs
+    from policies.envs.replay import replay_costs
+    from policies.train.calibrate import MIN_SHARE, _per_depth
 
     traces = _traces([4, 0, 2, 3, 1, 4, 4, 0])
     measured = _profile(ar=10.0, draft=1.0, slope=0.5, overhead=2.0)

@@ -1,7 +1,7 @@
-"""The two front doors (harness.cli), as a user meets them: real subprocesses of every command line with bad input.
+"""The two front doors (spectune.cli), as a user meets them: real subprocesses of every command line with bad input.
 
 Hydra applications (python -m harness, policies.train, policies.evaluate) and argparse ones (analysis.report,
-analysis.costmodel, analysis.comparison, policies.fit_classifier) answer bad input the same way: one line
+analysis.costmodel, analysis.comparison, policies.train.fit_classifier) answer bad input the same way: one line
 ``error: ...`` on stderr, exit code 2, nothing written; in a multirun, ``error.json`` in the failed job's
 directory, the other jobs run, and the sweep exits 2.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import rundir
+from spectune import rundir
 
 HYDRA_APPS = [
     ("harness", ["task=costmodel", "task.alfas=[0.5]"], "error: task.alfas is not a key of the config"),
@@ -48,14 +48,14 @@ def _cli_paths(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
                                     "(see python -m analysis.comparison --help)"),
         "analysis.costmodel": (["--profile", f"{missing}.json", "--traces", f"{missing}.parquet", missing],
                                f"error: profile='{missing}.json' is not found"),
-        "policies.fit_classifier": ([f"{missing}.parquet", str(tmp_path / "out.json")],
+        "policies.train.fit_classifier": ([f"{missing}.parquet", str(tmp_path / "out.json")],
                                     f"error: traces='{missing}.parquet' is not found"),
     }
 
 
 @pytest.mark.parametrize("module", [pytest.param("analysis.report"),
                                     pytest.param("analysis.comparison"), "analysis.costmodel",
-                                    "policies.fit_classifier"])
+                                    "policies.train.fit_classifier"])
 def test_argparse_apps_answer_bad_input_in_one_line_with_exit_2(cli, tmp_path, module):
     args, message = _cli_paths(tmp_path)[module]
     done = cli(*args, module=module, timeout=300)

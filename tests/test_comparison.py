@@ -1,4 +1,4 @@
-"""policies.comparison on a synthetic held-out run: decode throughput (the primary metric), the hindsight-fixed
+"""analysis.policy_table on a synthetic held-out run: decode throughput (the primary metric), the hindsight-fixed
 ceiling, the run-to-run spread and the replay's error, against values computed by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from policies.comparison import comparison_frame, comparison_rows
+from analysis.policy_table import comparison_frame, comparison_rows
 
 SPEED = {"ar": 20.0, "fixed:gamma=1": 24.0, "fixed:gamma=2": 26.0, "fixed:gamma=3": 22.0, "ppo": 25.0}
 GAMMA = {"ar": 0, "fixed:gamma=1": 1, "fixed:gamma=2": 2, "fixed:gamma=3": 3, "ppo": 3}

@@ -13,7 +13,7 @@ from analysis.costmodel import (
     sweep,
     verify_cost,
 )
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 SEED_GRID = {"alphas": [0.3, 0.7, 0.9], "cs": [0.05, 0.20], "gammas": range(1, 17)}
 

@@ -12,15 +12,15 @@ import pytest
 
 from analysis.costmodel import as_profile, expected_tokens, fit, joint_from_traces, mean_profile, predict
 from analysis.costmodel.cli import compare
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 
 def make_profile(t_verify=(0.010, 0.012, 0.014, 0.016, 0.018), t_draft=0.001, overhead=0.0005, batches=(1,)) -> dict:
     """A profile.json object (task=profile's format) with the given times for every batch size."""
     per_b = {str(b): b for b in batches}
     return {"kind": "spectune-profile", "version": 1, "label": "synthetic", "synthetic": True, "notes": [],
-            "models": {"target": {"name_or_path": "harness/models/tiny/target"},
-                       "draft": {"name_or_path": "harness/models/tiny/draft"}},
+            "models": {"target": {"name_or_path": "spectune/models/tiny/target"},
+                       "draft": {"name_or_path": "spectune/models/tiny/draft"}},
             "hardware": {"setup": "cpu", "execution_path": "eager"},
             "batch_sizes": list(batches), "max_positions": len(t_verify),
             "t_draft_s": {k: t_draft * b for k, b in per_b.items()},

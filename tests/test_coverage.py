@@ -1,4 +1,4 @@
-"""Do the intervals keep their promise? Simulated runs with a known truth (harness.stats.simulate): prompts of
+"""Do the intervals keep their promise? Simulated runs with a known truth (spectune.stats.simulate): prompts of
 unequal length and difficulty, a speedup that varies by prompt, near-identical repeats, AR(1) drift, episodes
 that shift the machine for 20 requests, and a process shift; methods interleaved prompt by prompt.
 
@@ -18,8 +18,8 @@ import logging
 import numpy as np
 import pytest
 
-from harness.stats.intervals import Interval, mde, paired_ratio_interval, verdict
-from harness.stats.simulate import Scenario, coverage, simulate
+from spectune.stats.intervals import Interval, mde, paired_ratio_interval, verdict
+from spectune.stats.simulate import Scenario, coverage, simulate
 
 log = logging.getLogger(__name__)
 RUNS = 3000
@@ -98,7 +98,7 @@ def test_mde_and_verdicts_read_the_interval_as_documented():
 def test_the_planner_asks_for_the_units_whose_mde_meets_the_target():
     from scipy import stats
 
-    from harness.stats.units import units_needed
+    from spectune.stats.units import units_needed
 
     # a pilot of 8 units with SD 10% per unit: its 80% upper limit is 10%·sqrt(7 / chi2.ppf(0.2, 7)); the plan is
     # the smallest n with (t_.975 + t_.80, n - 1 df)·SD_up/√n <= log(1.03), and n - 1 units would not do

@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 
-from harness import rundir
-from harness.errors import SpectuneError
-from harness.stats.compare import throughput_units
-from harness.stats.units import speedup_interval
+from spectune import rundir
+from spectune.errors import SpectuneError
+from spectune.stats.compare import throughput_units
+from spectune.stats.units import speedup_interval
 
 SMALL = ("+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=6", "task.repeats=2", "task.warmup=0",
          "task.comparisons=2")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.engine import Engine, Request
-from harness.engine.policy import FixedGamma
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.confidence import ConfidenceStop
 from policies.heuristic import HFHeuristic
+from spectune.engine import Engine, Request
+from spectune.engine.policy import FixedGamma
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import perturbed, tiny_llama
 
 SAMPLED = SamplingParams(temperature=1.0)

@@ -10,14 +10,14 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from harness.engine import Engine, Request
-from harness.engine.policy import FixedGamma
-from harness.engine.records import cycles_frame, requests_frame, summarise
-from harness.hardware import ExecutionPath
-from harness.sampling import SamplingParams, warp
-from harness.sampling.rejection import get_sampler
 from policies.confidence import ConfidenceStop
 from policies.heuristic import HFHeuristic
+from spectune.engine import Engine, Request
+from spectune.engine.policy import FixedGamma
+from spectune.engine.records import cycles_frame, requests_frame, summarise
+from spectune.hardware import ExecutionPath
+from spectune.sampling import SamplingParams, warp
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)

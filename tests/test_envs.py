@@ -12,16 +12,16 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import policies  # noqa: F401  (registers the environments)
-from harness.engine import Engine, Request
-from harness.engine.traces import record
-from harness.errors import SpectuneError
-from harness.profile import Profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.envs import ENV_IDS, make_env
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
 from policies.envs.observation import OBS_FIELDS, depth_observation
+from spectune.engine import Engine, Request
+from spectune.engine.traces import record
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import perturbed, tiny_llama
 
 DEPTH = 4

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from policies.comparison import COLUMNS
+from analysis.policy_table import COLUMNS
 
 pytestmark = pytest.mark.slow(reason="python -m policies.evaluate subprocesses: the smoke run trains PPO and runs the "
                                      "whole comparison; each bad-input run imports torch and SB3 and loads the models")
@@ -133,7 +133,7 @@ def test_the_analysis_summary_reads_the_comparison(smoke, cli, tmp_path):
 def test_threshold_baselines_are_tuned_on_the_training_traces(smoke):
     """evaluate.tune (default): each threshold policy replayed at every grid value on train/c<N>/traces.parquet;
     exactly one value chosen per (policy, concurrency), the best replay, and the live run used it."""
-    from policies.tuning import GRIDS
+    from policies.train.tuning import GRIDS
 
     table = pd.read_csv(smoke / "tuning.csv")
     for concurrency in (1, 2):

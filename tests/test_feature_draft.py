@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.engine import Engine
-from harness.engine.features import HiddenTap
-from harness.engine.policy import FixedGamma
-from harness.models import feature_draft
-from harness.sampling import SamplingParams, warp
-from harness.sampling.rejection import get_sampler
 from policies.heuristic import HFHeuristic
+from spectune.engine import Engine
+from spectune.engine.features import HiddenTap
+from spectune.engine.policy import FixedGamma
+from spectune.models import feature_draft
+from spectune.sampling import SamplingParams, warp
+from spectune.sampling.rejection import get_sampler
 from tests.test_engine import RaggedStop, SkipEveryOther
 from tests.tiny_models import random_requests
 
@@ -167,7 +167,7 @@ def test_audit_laws_of_a_feature_draft_continue_the_prompt(feature_pair):
 
     import numpy as np
 
-    from harness.audit.real_pair import draft_continuation_laws, draft_next_law
+    from spectune.audit.real_pair import draft_continuation_laws, draft_next_law
 
     target, draft = feature_pair
     pair, sampling, prompt = SimpleNamespace(target=target, draft=draft, vocab_size=60), SamplingParams(1.0), \

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.engine.features import HiddenTap
-from harness.models import feature_draft
+from spectune.engine.features import HiddenTap
+from spectune.models import feature_draft
 from tests.test_feature_draft import VOCAB
 
 
@@ -18,7 +18,7 @@ def tiny_feature_draft_dir(tmp_path_factory):
 
     from tests.conftest import REPO
 
-    source = REPO / "harness/models/tiny/target"
+    source = REPO / "spectune/models/tiny/target"
     target = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("feature_draft") / "draft"
@@ -46,7 +46,7 @@ def test_acceptance_task_reports_alpha_by_draft_step_for_a_feature_draft(harness
 
 
 def test_bench_runs_a_feature_draft_and_refuses_the_static_path(harness_in_process, tiny_feature_draft_dir, tmp_path):
-    from harness.errors import SpectuneError
+    from spectune.errors import SpectuneError
     from tests.conftest import SMALL_BENCH
 
     draft = f"models.draft.name_or_path={tiny_feature_draft_dir}"
@@ -95,7 +95,7 @@ def test_argmax_terms_score_the_drafts_argmax_against_the_teachers(feature_pair)
     """losses_of's ``top1`` is 1 exactly where the draft's argmax over all target ids (the engine's scattered
     logits, q = 0 outside its 48 ids) is the teacher's argmax, and ``argmax_ce`` is −log q of the teacher's argmax
     there (0 where that id is outside the draft's vocabulary: no row can learn it)."""
-    from harness.models import draft_vocab
+    from spectune.models import draft_vocab
     from workloads.build import train_feature_draft as T
 
     target, draft = feature_pair
@@ -184,7 +184,7 @@ def test_corpus_prompts_are_documents_in_the_band_that_never_hold_a_held_out_lin
     """Text outside the dialogues: a document of the build corpus is a prompt when it is lo..hi tokens long and
     holds no held-out prompt's line (12+ characters); duplicates once; a seeded choice; a missing corpus says how to
     build it."""
-    from harness.errors import SpectuneError
+    from spectune.errors import SpectuneError
     from workloads.build.teacher_data import bundled_workload, corpus_prompts, corpus_tranches
     from workloads.loader import load_workload
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 from tests.conftest import REPO
 
 FUZZ = settings(max_examples=60, derandomize=True, deadline=None, database=None,
@@ -216,7 +216,7 @@ HARDWARE_KEYS = ["name", "device", "dtype", "attn_implementation", "threads", "k
 def test_hardware_setups_accept_or_fail_in_one_line(monkeypatch, setup, key, value):
     import torch
 
-    from harness import hardware as hw
+    from spectune import hardware as hw
 
     threads: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", threads.append)  # never change this process's threads
@@ -234,7 +234,7 @@ def test_hardware_setups_accept_or_fail_in_one_line(monkeypatch, setup, key, val
 
 @pytest.mark.parametrize("key", HARDWARE_KEYS)
 def test_a_hardware_key_missing_from_the_yaml_is_a_one_line_error(key):
-    from harness import hardware as hw
+    from spectune import hardware as hw
 
     cfg = _fresh().hardware
     del cfg[key]

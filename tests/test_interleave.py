@@ -1,5 +1,5 @@
-"""Methods interleaved block by block (harness/interleave.py): the same work as whole runs, merged into the same
-kind of point, with a policy's state carried across its blocks; the order; failures; the evaluate options."""
+"""Methods interleaved block by block (spectune/measure/interleave.py): the same work as whole runs, merged into
+the same kind of point, with a policy's state carried across its blocks; the order; failures; the evaluate options."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import itertools
 
 import pytest
 
-from harness.engine import Engine
-from harness.interleave import block_order, blocks_of, merge_blocks, run_interleaved
-from harness.measure import measure_point
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.heuristic import HFHeuristic
+from spectune.engine import Engine
+from spectune.measure import measure_point
+from spectune.measure.interleave import block_order, blocks_of, merge_blocks, run_interleaved
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 METHODS = [("ar", 0), ("fixed:gamma=3", 3), ("hf-heuristic", 2)]
@@ -114,7 +114,7 @@ def test_every_method_takes_every_place_and_follows_every_other_equally_often():
 def test_the_williams_design_balances_places_and_predecessors(n):
     from collections import Counter
 
-    from harness.interleave import williams_orders
+    from spectune.measure.interleave import williams_orders
 
     orders = williams_orders(n)
     assert len(orders) == (n if n % 2 == 0 else 2 * n) and all(sorted(o) == list(range(n)) for o in orders)
@@ -170,8 +170,8 @@ def test_merge_combines_the_conditions_of_its_windows(engine):
 def test_bad_interleave_options_fail_in_one_line(override, message):
     from hydra import compose, initialize_config_dir
 
-    from harness.errors import SpectuneError
     from policies.evaluate import EvaluateSettings
+    from spectune.errors import SpectuneError
     from tests.conftest import REPO
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -195,8 +195,8 @@ def test_a_block_size_that_every_concurrency_divides_is_accepted():
 def test_block_size_is_one_rule_for_bench_and_evaluate():
     """null stays null; a size every concurrency divides passes (an integral float too, as every integer option);
     anything else fails in one line naming the value and the concurrency that does not divide it."""
-    from harness.errors import SpectuneError
-    from harness.interleave import block_size
+    from spectune.errors import SpectuneError
+    from spectune.measure.interleave import block_size
 
     assert block_size(None, "task.block_prompts", [2], "concurrency=2") is None
     assert block_size(8, "evaluate.block_prompts", [1, 2, 4, 8], "evaluate.concurrency=[1, 2, 4, 8]") == 8

@@ -10,7 +10,7 @@ import stat
 import pandas as pd
 import pytest
 
-from harness.io import write_csv, write_json, write_parquet
+from spectune.io import write_csv, write_json, write_parquet
 
 
 def test_failed_parquet_write_keeps_the_previous_file_and_no_temporaries(tmp_path):

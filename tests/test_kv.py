@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.engine.kv import SlotKV, attention_mask
-from harness.engine.kv import prefill_slots as _prefill
-from harness.engine.static_kv import StaticSlotKV
+from spectune.engine.kv import SlotKV, attention_mask
+from spectune.engine.kv import prefill_slots as _prefill
+from spectune.engine.static_kv import StaticSlotKV
 from tests.tiny_models import tiny_llama
 
 TOL = 1e-10

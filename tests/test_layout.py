@@ -1,11 +1,12 @@
-"""The layers of docs/layout.md hold: every import points down, no module cycle, no private reach.
+"""The layers of docs/layout.md hold: every import points down, no module or package cycle, no private reach.
 
-The walk reads every module of the four packages (``harness``, ``policies``, ``workloads``, ``analysis``) and
-counts as an import: ``import``/``from`` statements anywhere (module level, inside functions, under
-``TYPE_CHECKING``), ``importlib.import_module("...")`` and ``import_module("...")`` calls with a literal name,
-``"package.module:attr"`` entry-point strings (gymnasium registrations), and the Hydra ``_target_`` strings of
-``conf/``. The module → layer map is docs/layout.md's ``layers`` block, parsed here: the longest matching prefix wins.
-No whitelist.
+The walk reads every module of every package (the library ``spectune``; ``workloads``, ``policies``,
+``analysis``; the application ``harness``; ``hydra_plugins``; the scripts of ``bench/``, their sibling imports
+included, and of ``bench/results/``) and counts as an import: ``import``/``from`` statements anywhere (module
+level, inside functions, under ``TYPE_CHECKING``), ``importlib.import_module("...")`` and ``import_module("...")``
+calls with a literal name, ``"package.module:attr"`` entry-point strings (gymnasium registrations), and the Hydra
+``_target_`` strings of ``conf/``. The module → layer map is docs/layout.md's ``layers`` block, parsed here: the
+longest matching prefix wins. No whitelist.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PACKAGES = ("harness", "policies", "workloads", "analysis")
-ENTRY_POINT = re.compile(r"^((?:harness|policies|workloads|analysis)(?:\.\w+)*):(\w+)$")
+PACKAGES = ("spectune", "workloads", "policies", "analysis", "harness", "hydra_plugins", "bench")
+ENTRY_POINT = re.compile(r"^((?:spectune|harness|policies|workloads|analysis)(?:\.\w+)*):(\w+)$")
 
 
 def layer_map() -> dict[str, int]:
@@ -36,15 +37,21 @@ def layer_map() -> dict[str, int]:
 
 
 def modules() -> dict[str, Path]:
-    """Every module of the four packages by dotted name (a package by its own name)."""
+    """Every module of the packages by dotted name (a package by its own name; a results folder's script under
+    ``bench.results.<folder with - as _>.<script>``)."""
     out = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            parts = [part.replace("-", "_") for part in path.relative_to(REPO).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             out[".".join(parts)] = path
     return out
+
+
+def package_of(module: str, known: dict[str, Path]) -> str:
+    """The package a module belongs to: itself for a package (``__init__``), else its parent."""
+    return module if known[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
 def _resolve(name: str, known: dict[str, Path]) -> str | None:
@@ -101,6 +108,10 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
     private = []
     for module, path in known.items():
         for name, _ in imports_of(module, path):
+            sibling = f"{module.rpartition('.')[0]}.{name}"  # a script's `import env_speed` beside it (bench/)
+            if module.startswith("bench.") and name.split(".")[0] not in PACKAGES \
+                    and _resolve(sibling, known) not in (None, "bench"):
+                name = sibling
             target = _resolve(name, known)
             if target is None or target == module:
                 continue
@@ -158,7 +169,7 @@ def test_every_module_has_a_layer_and_the_map_names_only_modules():
         layer_of(module, layers)
     stale = [p for p in layers if not any(m == p or m.startswith(p + ".") for m in known)]
     assert not stale, f"docs/layout.md's layers block names modules that do not exist: {stale}"
-    assert set(layers.values()) <= {1, 2, 3}
+    assert all(1 <= layer <= 20 for layer in layers.values()), layers
 
 
 def test_no_import_points_up_a_layer():
@@ -174,6 +185,38 @@ def test_no_import_cycle_between_modules():
     edges, _ = graph()
     found = cycles(edges)
     assert not found, found
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package → packages it imports (through any of its modules); a package's own subpackages are other packages."""
+    known = modules()
+    edges, _ = graph()
+    out: dict[str, set[str]] = defaultdict(set)
+    for a, targets in edges.items():
+        for b in targets:
+            pa, pb = package_of(a, known), package_of(b, known)
+            if pa != pb:
+                out[pa].add(pb)
+    return out
+
+
+def test_no_import_cycle_between_packages():
+    """Between subpackages (spectune.engine and spectune.models) and between the top-level packages."""
+    found = cycles(package_graph())
+    assert not found, found
+    top: dict[str, set[str]] = defaultdict(set)
+    for a, targets in package_graph().items():
+        top[a.split(".")[0]] |= {b.split(".")[0] for b in targets} - {a.split(".")[0]}
+    found = cycles(top)
+    assert not found, found
+
+
+def test_the_library_imports_no_application():
+    """spectune imports nothing from the packages built on it."""
+    edges, _ = graph()
+    up = [f"{a} imports {b}" for a, targets in sorted(edges.items()) if a.split(".")[0] == "spectune"
+          for b in sorted(targets) if b.split(".")[0] != "spectune"]
+    assert not up, up
 
 
 def test_no_private_name_is_imported_from_another_package():
@@ -194,20 +237,20 @@ def test_hydra_targets_name_public_objects_of_existing_modules():
 
 def test_the_walk_sees_imports_in_functions_type_checking_and_import_module(tmp_path):
     """The walker itself: each kind of import it claims to count is counted."""
-    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.engine import Engine\n"
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from spectune.engine import Engine\n"
               "def f():\n    import policies.train\n    importlib.import_module('analysis.report')\n"
               "ENV = 'policies.envs.depth:DraftDepthEnv'\nfrom harness.tasks import _repeats\n")
     path = tmp_path / "m.py"
     path.write_text(source, encoding="utf-8")
     names = {name for name, _ in imports_of("workloads.m", path)}
-    assert {"harness.engine.Engine", "policies.train", "analysis.report", "policies.envs.depth.DraftDepthEnv",
+    assert {"spectune.engine.Engine", "policies.train", "analysis.report", "policies.envs.depth.DraftDepthEnv",
             "harness.tasks._repeats"} <= names
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_engine_does_not_need_hydra_to_import():
     """The GPU image has no Hydra: the engine and its protocol import without omegaconf at module level."""
-    for rel in ("harness/engine", "harness/sampling", "harness/hardware.py"):
+    for rel in ("spectune/engine", "spectune/sampling", "spectune/hardware.py"):
         paths = [REPO / rel] if rel.endswith(".py") else sorted((REPO / rel).rglob("*.py"))
         for path in paths:
             tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.engine import Engine
-from harness.engine.policy import CycleFeedback, DraftStep
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.model_based import ModelBased, expected_tokens
+from spectune.engine import Engine
+from spectune.engine.policy import CycleFeedback, DraftStep
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 

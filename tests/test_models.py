@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from harness.errors import SpectuneError
-from harness.models.loading import REPO_ROOT, load_pair
+from spectune.errors import SpectuneError
+from spectune.models.loading import REPO_ROOT, load_pair
 
-TINY = {"name": "tiny", "target": {"name_or_path": "harness/models/tiny/target", "revision": None},
-        "draft": {"name_or_path": "harness/models/tiny/draft", "revision": None}}
+TINY = {"name": "tiny", "target": {"name_or_path": "spectune/models/tiny/target", "revision": None},
+        "draft": {"name_or_path": "spectune/models/tiny/draft", "revision": None}}
 CPU = {"name": "cpu", "device": "cpu", "dtype": "float32", "attn_implementation": "sdpa", "compile": False,
        "threads": None}
 
@@ -60,7 +60,7 @@ def test_rejects_a_different_tokenizer(tmp_path):
 def test_rejects_two_swapped_ids(tmp_path):
     """Same size, same tokens, but two ids swapped: every id must be the same event in both."""
     draft = tmp_path / "swapped"
-    shutil.copytree(REPO_ROOT / "harness/models/tiny/draft", draft)
+    shutil.copytree(REPO_ROOT / "spectune/models/tiny/draft", draft)
     spec = json.loads((draft / "tokenizer.json").read_text(encoding="utf-8"))
     vocab = spec["model"]["vocab"]
     a, b = "the", "Ġthe"
@@ -73,12 +73,12 @@ def test_rejects_two_swapped_ids(tmp_path):
 def test_padded_lm_head_samples_over_the_tokenizer_ids(tmp_path):
     """Qwen-style padding: a draft with 64 extra LM-head rows is the same vocabulary (those rows are no
     token); the pair samples over the tokenizer's ids, and greedy speculative output equals AR's."""
-    from harness.engine import Engine, Request
-    from harness.engine.policy import FixedGamma
-    from harness.sampling import SamplingParams
-    from harness.sampling.rejection import get_sampler
+    from spectune.engine import Engine, Request
+    from spectune.engine.policy import FixedGamma
+    from spectune.sampling import SamplingParams
+    from spectune.sampling.rejection import get_sampler
 
-    pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "harness/models/tiny/draft"))
+    pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "spectune/models/tiny/draft"))
     save_llama(tmp_path / "padded", pair_tok, len(pair_tok) + 64)
     pair = load_pair(with_draft(tmp_path / "padded"), CPU)
     assert pair.vocab_size == len(pair_tok) == pair.metadata["sampling_vocab_size"]
@@ -91,7 +91,7 @@ def test_padded_lm_head_samples_over_the_tokenizer_ids(tmp_path):
 
 
 def test_rejects_a_tokenizer_larger_than_the_lm_head(tmp_path):
-    pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "harness/models/tiny/draft"))
+    pair_tok = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "spectune/models/tiny/draft"))
     save_llama(tmp_path / "short", pair_tok, len(pair_tok) - 8)
     with pytest.raises(SpectuneError, match="LM-head rows"):
         load_pair(with_draft(tmp_path / "short"), CPU)
@@ -109,7 +109,7 @@ def test_hub_name_offline_is_one_line(monkeypatch, env):
 
 def test_missing_local_directory_and_bad_dtype():
     with pytest.raises(SpectuneError, match="no such directory"):
-        load_pair(with_draft("harness/models/tiny/nope"), CPU)
+        load_pair(with_draft("spectune/models/tiny/nope"), CPU)
     with pytest.raises(SpectuneError, match=r"hardware\.dtype"):
         load_pair(TINY, {**CPU, "dtype": "float8"})
 
@@ -118,15 +118,15 @@ def test_bfloat16_on_a_cpu_that_emulates_it_is_named_at_load(monkeypatch, caplog
     """A CPU without avx512_bf16 / amx_bf16 runs bfloat16 emulated (measured on a 2-vCPU AMD EPYC VM: AR 21–23
     tok/s against ~40 with native bf16, and the grid switched speculation off): loading in bfloat16 there warns in
     one line, float32 does not, and the run's hardware metadata records what the CPU does."""
-    import harness.models.loading as loading
-    from harness.hardware import describe
-    from harness.placement import cpu_bf16
+    import spectune.models.loading as loading
+    from spectune.hardware import describe
+    from spectune.placement import cpu_bf16
 
     assert cpu_bf16(frozenset({"avx2", "fma"})) == "emulated"
     assert cpu_bf16(frozenset({"avx512f", "avx512_bf16"})) == cpu_bf16(frozenset({"amx_bf16"})) == "native"
     assert cpu_bf16(frozenset()) == "unknown"  # no /proc/cpuinfo flags: say nothing
     monkeypatch.setattr(loading, "cpu_bf16", lambda: "emulated")  # this machine's CPU cannot be swapped
-    with caplog.at_level("WARNING", logger="harness.models.loading"):
+    with caplog.at_level("WARNING", logger="spectune.models.loading"):
         load_pair(TINY, CPU)
         assert not caplog.records
         load_pair(TINY, {**CPU, "dtype": "bfloat16"})

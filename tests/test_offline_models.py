@@ -8,12 +8,12 @@ import copy
 import pytest
 import torch
 
-from harness.engine import Engine
-from harness.engine.policy import FixedGamma
-from harness.errors import SpectuneError
-from harness.models import draft_vocab, gguf
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
+from spectune.engine import Engine
+from spectune.engine.policy import FixedGamma
+from spectune.errors import SpectuneError
+from spectune.models import draft_vocab, gguf
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.conftest import REPO
 from tests.tiny_models import random_requests, tiny_llama
 from workloads.loader import load_workload
@@ -85,7 +85,7 @@ def test_reduced_vocabulary_draft_keeps_greedy_output_and_q_zero_outside() -> No
 def test_signals_over_a_reduced_drafts_support_equal_the_full_laws() -> None:
     """The proposer reads a reduced draft's support from its head, and the signals computed over those columns
     equal the full law's (entropy to float32 summation order), on 6 random laws zero off the support (seed 0)."""
-    from harness.engine.policy import DRAFT_SIGNALS, draft_signals
+    from spectune.engine.policy import DRAFT_SIGNALS, draft_signals
 
     target = tiny_llama(vocab=64, hidden=32, layers=2, seed=1, init=0.1).eval()
     keep = torch.arange(0, 64, 2)

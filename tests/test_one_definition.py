@@ -14,14 +14,14 @@ import pytest
 import torch
 from stable_baselines3 import PPO
 
-from harness.engine.policy import DRAFT_SIGNALS, FixedGamma
-from harness.profile import load_profile
 from policies.envs.data import TraceSet
 from policies.envs.depth import DRAFT, DraftDepthEnv
 from policies.envs.observation import OBS_FIELDS
+from policies.envs.replay import replay_depths
 from policies.ppo import PPODepth
-from policies.replay import replay_depths
 from policies.sb3_files import annotate_policy_file
+from spectune.engine.policy import DRAFT_SIGNALS, FixedGamma
+from spectune.profile import load_profile
 from tests.tiny_models import record_three_requests
 
 DEPTH, SLOTS = 4, 2

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from analysis.comparison import main, paired_decode
-from harness import rundir
-from harness.errors import SpectuneError
-from harness.stats.compare import decode_units
+from spectune import rundir
+from spectune.errors import SpectuneError
+from spectune.stats.compare import decode_units
 
 
 def test_a_pair_is_the_ratio_of_pooled_decode_rates_on_shared_clusters(tiny_sweep):

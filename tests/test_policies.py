@@ -12,12 +12,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from harness.engine import Engine
-from harness.engine.policy import CycleFeedback, DraftStep
-from harness.errors import SpectuneError
-from harness.io import write_json
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.adaedl import AdaEDL
 from policies.bandit import UCBBandit
 from policies.classifier import KIND, AcceptanceClassifier, fit_classifier, load_classifier, save_classifier
@@ -25,6 +19,12 @@ from policies.confidence import AdaptiveConfidence, roc_threshold
 from policies.heuristic import HFHeuristic, HFHeuristicTransient
 from policies.registry import POLICIES, make_policy
 from policies.svip import SVIP
+from spectune.engine import Engine
+from spectune.engine.policy import CycleFeedback, DraftStep
+from spectune.errors import SpectuneError
+from spectune.io import write_json
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 GREEDY = SamplingParams(temperature=0)
@@ -312,7 +312,7 @@ def test_bandit_plays_every_arm_once_then_settles_on_the_fastest():
 
 
 def test_fit_classifier_command_writes_a_model_file_with_the_traces_provenance(tmp_path):
-    from policies.fit_classifier import main
+    from policies.train.fit_classifier import main
 
     rng = np.random.default_rng(1)
     n = 200  # 50 cycles x 4 positions, seed 1

@@ -18,15 +18,15 @@ import pytest
 import torch
 from stable_baselines3 import PPO
 
-from harness.engine import Engine, Request
-from harness.engine.policy import CycleFeedback, DraftStep
-from harness.errors import SpectuneError
-from harness.io import write_json
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.ppo import DEFAULT_OBSERVATION, observation_low_high
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file, pickle_globals, read_policy_file
+from spectune.engine import Engine, Request
+from spectune.engine.policy import CycleFeedback, DraftStep
+from spectune.errors import SpectuneError
+from spectune.io import write_json
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import perturbed, tiny_llama
 
 FEATURES = ("token_prob", "position")

@@ -19,19 +19,19 @@ import torch
 from gymnasium.utils.env_checker import check_env
 from stable_baselines3 import PPO
 
-from harness.engine import Engine
-from harness.errors import SpectuneError
-from harness.profile import load_profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.envs import make_env
 from policies.envs.cycle_depth import CycleDepthEnv
 from policies.envs.data import TraceSet
 from policies.envs.observation import CYCLE_FIELDS
+from policies.envs.replay import replay_costs, replay_depths, replay_scores
 from policies.ppo_cycle import PPOCycle
 from policies.registry import make_policy
-from policies.replay import replay_costs, replay_depths, replay_scores
 from policies.sb3_files import annotate_policy_file
+from spectune.engine import Engine
+from spectune.errors import SpectuneError
+from spectune.profile import load_profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests, record_three_requests
 
 DEPTH, SLOTS = 4, 2
@@ -214,7 +214,7 @@ def test_bad_inputs_fail_in_one_line(recorded, tmp_path):
 def test_the_pipeline_writes_a_cycle_policy_that_runs_in_the_engine(pair, tmp_path):
     """policies.train in process on the embedded pair (5 prompts, the shipped profile, 64 depth and 128 cycle PPO
     steps: a couple of seconds), then the cycle.zip it wrote in the engine at batches 1 and 2."""
-    from policies.pipeline import train_policies
+    from policies.train.pipeline import train_policies
     from tests.pinning import compose
 
     cfg = compose("train", "+workload=en", "workload.max_new_tokens=10", "train.train_prompts=5",

@@ -12,18 +12,18 @@ import pytest
 import torch
 from stable_baselines3 import PPO
 
-from harness.engine import Engine
-from harness.errors import SpectuneError
-from harness.profile import Profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
 from policies.envs.observation import OBS_FIELDS, scales
+from policies.envs.replay import replay_depths
 from policies.ppo_distilled import NEVER, best_threshold, distill
 from policies.registry import make_policy
-from policies.replay import replay_depths
 from policies.sb3_files import annotate_policy_file
+from spectune.engine import Engine
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 DEPTH = 4

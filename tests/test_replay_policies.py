@@ -1,4 +1,4 @@
-"""Any registered policy replayed on recorded traces (policies.replay): fixed depths replay to themselves and score
+"""Any registered policy replayed on recorded traces (policies.envs.replay): fixed depths replay to themselves and score
 as replay_scores' fixed column, the hindsight oracle bounds every policy, and a stateless stopping rule replays to
 the depths the live engine chose on the same requests."""
 
@@ -11,22 +11,22 @@ import pytest
 import yaml
 from stable_baselines3 import PPO
 
-from harness.engine import Engine
-from harness.engine.policy import FixedGamma
-from harness.engine.traces import record
-from harness.errors import SpectuneError
-from harness.profile import load_profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.classifier import fit_classifier, save_classifier
 from policies.envs.cycle_depth import CycleDepthEnv
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
 from policies.envs.observation import CYCLE_FIELDS, OBS_FIELDS
+from policies.envs.replay import replay_depths, replay_scores, replay_table
 from policies.registry import POLICIES, make_policy
-from policies.replay import replay_depths, replay_scores, replay_table
 from policies.sb3_files import annotate_policy_file
 from policies.svip import SVIP
+from spectune.engine import Engine
+from spectune.engine.policy import FixedGamma
+from spectune.engine.traces import record
+from spectune.errors import SpectuneError
+from spectune.profile import load_profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 DEPTH = 4

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import results_index
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 from tests.conftest import REPO
 
 RESULTS = REPO / "bench" / "results"

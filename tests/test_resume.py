@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from harness import resume
-from harness.errors import SpectuneError
+from spectune import resume
+from spectune.errors import SpectuneError
 from tests.conftest import REPO, SMALL_BENCH
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.errors import SpectuneError
-from harness.sampling import SamplingParams, sample, warp
+from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams, sample, warp
 
 LOGITS = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
 

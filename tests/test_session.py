@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.engine import Engine
-from harness.engine.policy import DraftLengthPolicy, FixedGamma
-from harness.engine.randomness import KeyedUniforms, request_uniforms
-from harness.sampling import SamplingParams, inverse_cdf
-from harness.sampling.rejection import get_sampler
+from spectune.engine import Engine
+from spectune.engine.policy import DraftLengthPolicy, FixedGamma
+from spectune.engine.randomness import KeyedUniforms, request_uniforms
+from spectune.sampling import SamplingParams, inverse_cdf
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 GREEDY = SamplingParams(temperature=0)

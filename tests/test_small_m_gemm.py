@@ -28,7 +28,7 @@ def gemm():
 def test_shapes_come_from_the_target_config(gemm):
     from transformers import AutoConfig
 
-    cfg = AutoConfig.from_pretrained(REPO / "harness" / "models" / "tiny" / "target")
+    cfg = AutoConfig.from_pretrained(REPO / "spectune" / "models" / "tiny" / "target")
     shapes = gemm.target_shapes("tiny")
     assert shapes["lm head"] == (cfg.hidden_size, cfg.vocab_size)
     assert shapes["down"] == (cfg.intermediate_size, cfg.hidden_size)

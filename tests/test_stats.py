@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import SpectuneError
-from harness.stats.compare import (
+from spectune.errors import SpectuneError
+from spectune.stats.compare import (
     AA_LABEL,
     compare,
     decode_units,
@@ -21,8 +21,8 @@ from harness.stats.compare import (
     rotation,
     throughput_units,
 )
-from harness.stats.goodput import good_requests, nearest_rank, p99_check, parse_slo
-from harness.stats.intervals import (
+from spectune.stats.goodput import good_requests, nearest_rank, p99_check, parse_slo
+from spectune.stats.intervals import (
     T_METHOD,
     Interval,
     paired_difference_interval,

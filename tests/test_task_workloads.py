@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 from workloads.loader import load_workload
 from workloads.task_sets import check_workload
 

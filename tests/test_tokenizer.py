@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.models.loading import REPO_ROOT
+from spectune.models.loading import REPO_ROOT
 
 TEXTS = {
     "it": "Perché l'acqua è così fredda? Più tardi andremo al caffè, però senza fretta.",
@@ -32,5 +32,5 @@ def test_chinese_tokens_per_character_is_bounded(tokenizer):
 
 
 def test_both_models_ship_the_same_tokenizer_files():
-    base = REPO_ROOT / "harness/models/tiny"
+    base = REPO_ROOT / "spectune/models/tiny"
     assert (base / "target/tokenizer.json").read_bytes() == (base / "draft/tokenizer.json").read_bytes()

@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.engine import Engine, Request
-from harness.engine.policy import FixedGamma
-from harness.engine.traces import TRACE_COLUMNS, expected_accepted, realised_accepted, record
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
+from spectune.engine import Engine, Request
+from spectune.engine.policy import FixedGamma
+from spectune.engine.traces import TRACE_COLUMNS, expected_accepted, realised_accepted, record
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 DEPTH = 5
@@ -103,7 +103,7 @@ def test_trace_columns_and_scores(pair):
 
 
 def test_acceptance_trials_count_the_first_rejection_only():
-    from harness.engine.policy import acceptance_trials
+    from spectune.engine.policy import acceptance_trials
 
     assert acceptance_trials(2, 4) == 3 and acceptance_trials(4, 4) == 4 and acceptance_trials(0, 1) == 1
     assert acceptance_trials(0, 0) == 0  # no draft, no test
@@ -111,7 +111,7 @@ def test_acceptance_trials_count_the_first_rejection_only():
 
 @pytest.mark.slow(reason="python -m harness task=trace in a subprocess")
 def test_task_trace_writes_traces_and_metadata_or_nothing(cli, tmp_path):
-    """The CLI writes traces.parquet (atomically, via harness.io) and its metadata; bad input writes nothing."""
+    """The CLI writes traces.parquet (atomically, via spectune.io) and its metadata; bad input writes nothing."""
     run = cli("task=trace", "+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=6", "task.max_depth=3",
               "task.warmup=0", run_dir=tmp_path / "ok")
     assert run.returncode == 0, run.stderr
@@ -120,7 +120,7 @@ def test_task_trace_writes_traces_and_metadata_or_nothing(cli, tmp_path):
     assert set(frame["language"]) == {"en"} and frame["prompt_id"].nunique() == 2
     meta = json.loads((tmp_path / "ok/traces.metadata.json").read_text())
     assert meta["max_depth"] == 3 and meta["rows"] == len(frame) and "device_name" in meta["hardware"]
-    assert meta["models"]["target"]["name_or_path"] == "harness/models/tiny/target"
+    assert meta["models"]["target"]["name_or_path"] == "spectune/models/tiny/target"
     assert not list((tmp_path / "ok").glob(".*.tmp"))  # no temporaries left by the atomic writers
     for value, message in (("0", "task.max_depth=0 is out of range"), ("100000", "task.max_depth=100000 is out of")):
         bad = cli("task=trace", "+workload=en", f"task.max_depth={value}", run_dir=tmp_path / value)

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import SpectuneError
-from harness.profile import Profile
 from policies.envs.data import TraceSet
+from policies.envs.replay import ORACLE_KEYS, oracle_depths, replay_scores
 from policies.registry import make_policy
-from policies.replay import ORACLE_KEYS, oracle_depths, replay_scores
-from policies.training import WarmupLinear, split_requests
+from policies.train.ppo import WarmupLinear, split_requests
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
 
 
 def _traces(leading: list[int], depth: int = 3, accept_prob: float | None = 0.5) -> TraceSet:

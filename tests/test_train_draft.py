@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from harness.models.draft_vocab import target_to_draft_map
+from spectune.models.draft_vocab import target_to_draft_map
 from workloads.build.teacher_data import Sequence
 from workloads.build.train_draft import bucket_losses, choose_vocab
 

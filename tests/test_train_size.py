@@ -14,12 +14,6 @@ import torch
 from scipy.stats import chi2_contingency
 from stable_baselines3 import PPO
 
-from harness.engine import Engine
-from harness.engine.policy import DraftStep, FixedGamma
-from harness.errors import SpectuneError
-from harness.profile import Profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.confidence import AdaptiveConfidence
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
@@ -27,7 +21,13 @@ from policies.envs.observation import OBS_FIELDS, size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
-from policies.train_size import LEVELS, DepthFixedSizeEnv, engine_depths, size_extra
+from policies.train.size import LEVELS, DepthFixedSizeEnv, engine_depths, size_extra
+from spectune.engine import Engine
+from spectune.engine.policy import DraftStep, FixedGamma
+from spectune.errors import SpectuneError
+from spectune.profile import Profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 GREEDY = SamplingParams(temperature=0)
@@ -121,7 +121,7 @@ def _step(step: int, token_prob: list[float]) -> DraftStep:
 def test_adaptive_confidence_labels_the_ceiling_position():
     """γ = 3: steps 0 and 1 through continue_drafting, step 2 (the ceiling) through end_drafting; 2 of 3 accepted:
     labels 1, 1 and a 0 for the ceiling's q(x) (before the hook it was left out)."""
-    from harness.engine.policy import CycleFeedback
+    from spectune.engine.policy import CycleFeedback
 
     policy = AdaptiveConfidence(gamma=3, threshold=0.1, fn_weight=3.0, min_samples=1, scope="run")
     policy.begin_cycle(1)

@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from harness.errors import SpectuneError
 from harness.tasks.tune import TuneSettings, _workload_cfgs
-from harness.vllm_export import VLLM_VERSION, vllm_form, vllm_schedule
+from spectune.errors import SpectuneError
+from spectune.vllm_export import VLLM_VERSION, vllm_form, vllm_schedule
 
 
 def test_vllm_schedule_covers_every_batch_size_from_1_and_merges_equal_k():

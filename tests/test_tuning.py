@@ -1,19 +1,19 @@
-"""policies.tuning: each threshold baseline replayed at every value of its grid on training traces; the value with
+"""policies.train.tuning: each threshold baseline replayed at every value of its grid on training traces; the value with
 the best replay tokens/s is chosen, and its score is exactly what a replay of that policy gives."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.engine import Engine
-from harness.engine.traces import record
-from harness.profile import load_profile
-from harness.sampling import SamplingParams
-from harness.sampling.rejection import get_sampler
 from policies.envs.data import TraceSet
+from policies.envs.replay import replay_depths, replay_scores
 from policies.registry import make_policy
-from policies.replay import replay_depths, replay_scores
-from policies.tuning import GRIDS, tunable, tune
+from policies.train.tuning import GRIDS, tunable, tune
+from spectune.engine import Engine
+from spectune.engine.traces import record
+from spectune.profile import load_profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
 DEPTH = 4
@@ -76,7 +76,7 @@ def test_step_thresholds_search_is_at_least_the_best_single_threshold_and_scores
 
 def test_step_thresholds_stop_where_a_threshold_is_above_one_and_refuse_bad_values(traces):
     """[0, 2]: continue after step 0 always, stop after step 1: every cycle drafts at most 2 (ceiling 4)."""
-    from harness.errors import SpectuneError
+    from spectune.errors import SpectuneError
 
     profile = load_profile(PROFILE)
     depths = replay_depths(make_policy({"name": "step-thresholds", "thresholds": [0.0, 2.0]}, DEPTH), traces, DEPTH,

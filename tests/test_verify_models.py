@@ -1,7 +1,7 @@
 """The exactness audit on the real (embedded tiny) model pair: `task=verify task.source=models`.
 
 Seeded throughout (seed 20260923). Rule: the audit's own (every cell |freq−p| < 4.5 SE, chi-square
-p-value > 1e-3, no p=0 hit), on the cells of :func:`harness.audit.bins.make_bins` (n·p ≥ 5 own cell).
+p-value > 1e-3, no p=0 hit), on the cells of :func:`spectune.audit.bins.make_bins` (n·p ≥ 5 own cell).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.audit.bins import REST, ZERO, binned_fit, chi2_power, event_test, make_bins
-from harness.audit.fit import FitRule
-from harness.errors import SpectuneError
+from spectune.audit.bins import REST, ZERO, binned_fit, chi2_power, event_test, make_bins
+from spectune.audit.fit import FitRule
+from spectune.errors import SpectuneError
 
 REPO = Path(__file__).resolve().parent.parent
 RULE = FitRule()
@@ -52,7 +52,7 @@ def test_power_and_event_test_are_consistent() -> None:
 def real() -> tuple:
     from hydra import compose, initialize_config_dir
 
-    from harness.models.loading import load_pair
+    from spectune.models.loading import load_pair
     from workloads.loader import load_workload
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -62,11 +62,11 @@ def real() -> tuple:
 
 
 def test_the_pairs_laws_are_the_warped_next_token_laws_and_continue_the_prompt() -> None:
-    """The laws the models audit tests (harness.audit.real_pair), on a tiny real Llama (vocabulary 64, 60 ids
+    """The laws the models audit tests (spectune.audit.real_pair), on a tiny real Llama (vocabulary 64, 60 ids
     used): float64 rows summing to 1, and p(· | prompt, t) from the cached continuation equal to a fresh forward
     over prompt + t (to 1e-9)."""
-    from harness.audit.real_pair import continuation_laws, next_law
-    from harness.sampling import SamplingParams
+    from spectune.audit.real_pair import continuation_laws, next_law
+    from spectune.sampling import SamplingParams
     from tests.tiny_models import tiny_llama
 
     model, sampling, prompt = tiny_llama(seed=1, init=0.1), SamplingParams(temperature=1.0), [5, 9, 2, 33, 7]
@@ -85,10 +85,10 @@ def test_naive_is_caught_at_the_sampler_level_on_the_real_pair(real) -> None:
     n = 3000 trials; the binned chi-square's power against the naive law there is computed (noncentral
     chi-square) and must be ≥ 0.95 for the test to be meaningful; then exact must PASS and naive FAIL.
     """
-    from harness.audit.laws import PositionLaws
-    from harness.audit.montecarlo import first_token_counts
-    from harness.audit.real_pair import next_law
-    from harness.sampling.rejection import get_sampler
+    from spectune.audit.laws import PositionLaws
+    from spectune.audit.montecarlo import first_token_counts
+    from spectune.audit.real_pair import next_law
+    from spectune.sampling.rejection import get_sampler
 
     pair, wl = real
     laws = [PositionLaws.of(next_law(pair.target, pr.input_ids, wl.sampling),

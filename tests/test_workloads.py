@@ -8,8 +8,8 @@ import re
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.errors import SpectuneError
-from harness.models.loading import REPO_ROOT
+from spectune.errors import SpectuneError
+from spectune.models.loading import REPO_ROOT
 from workloads.loader import load_workload
 
 LANGS = ("it", "en", "zh", "es")
@@ -102,13 +102,13 @@ def test_the_build_scripts_read_and_write_where_the_repo_keeps_things():
     GPL text is never committed); the prompt-set builder's defaults are the tiny tokenizer and the committed sets."""
     import subprocess
 
-    from harness.models import train_tiny
+    from spectune.models import train_tiny
     from workloads.build import corpus, prompts
 
     assert corpus.CORPUS_DIR == train_tiny.CORPUS == REPO_ROOT / "workloads" / "corpus"
     ignored = subprocess.run(["git", "check-ignore", "-q", "workloads/corpus/en.train.txt"], cwd=REPO_ROOT)
     assert ignored.returncode == 0
     assert prompts.WORKLOADS / "corpus" == corpus.CORPUS_DIR
-    assert (prompts.ROOT / "harness" / "models" / "tiny" / "target" / "config.json").is_file()
+    assert (prompts.ROOT / "spectune" / "models" / "tiny" / "target" / "config.json").is_file()
     assert {p.name for p in (prompts.WORKLOADS / "prompts").glob("*.jsonl")} >= {"en.jsonl", "it.jsonl", "zh.jsonl",
                                                                                   "es.jsonl"}

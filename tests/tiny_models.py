@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from harness.engine.records import Request
+from spectune.engine.records import Request
 
 
 def tiny_llama(vocab: int = 64, hidden: int = 32, layers: int = 2, seed: int = 0, init: float = 0.02,
@@ -50,11 +50,11 @@ def tiny_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
 def record_three_requests(pair, depth: int, slots: int):
     """(engine, requests, traces, outputs): 3 random requests × 14 new tokens at T = 1, seed 5, drafted to ``depth``
     every cycle at ``slots`` rows — the recording the one-definition tests replay."""
-    from harness.engine import Engine
-    from harness.engine.traces import record
-    from harness.sampling import SamplingParams
-    from harness.sampling.rejection import get_sampler
     from policies.envs.data import TraceSet
+    from spectune.engine import Engine
+    from spectune.engine.traces import record
+    from spectune.sampling import SamplingParams
+    from spectune.sampling.rejection import get_sampler
 
     target, draft = pair
     engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),

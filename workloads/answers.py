@@ -12,7 +12,7 @@ of the run (one method, ``--method``, default ``ar``), from its recorded output 
 - **repetition**: the share of the output's token 4-grams that already occurred earlier in the same output
   (0: no loop; near 1: the answer repeats itself);
 - **output tokens**;
-- **draft-vocabulary coverage** (a draft with a reduced vocabulary, :mod:`harness.models.draft_vocab`, only): the
+- **draft-vocabulary coverage** (a draft with a reduced vocabulary, :mod:`spectune.models.draft_vocab`, only): the
   share of output tokens the draft can propose at all; the rest can only come from the residual, so it bounds
   what acceptance can reach on that task.
 
@@ -34,9 +34,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness import rundir
-from harness.cli import ArgumentParser, run_command
-from harness.errors import SpectuneError
+from spectune import rundir
+from spectune.cli import ArgumentParser, run_command
+from spectune.errors import SpectuneError
 from workloads.task_sets import LANGUAGES, read_task_file
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def task_index(languages: Iterable[str]) -> dict[str, dict[str, Any]]:
 
 def draft_vocabulary(draft: Any) -> frozenset[int] | None:
     """The target ids a draft can propose: those of its reduced vocabulary's map
-    (:class:`harness.models.draft_vocab.ScatterHead`), None for a draft over the whole vocabulary."""
+    (:class:`spectune.models.draft_vocab.ScatterHead`), None for a draft over the whole vocabulary."""
     head = getattr(draft, "lm_head", None)
     ids = getattr(head, "draft_to_target", None)
     return None if ids is None else frozenset(int(i) for i in ids.tolist())
@@ -166,8 +166,8 @@ def answers_by_task(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max
 def _tokenizer(models: dict[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
-    from harness.models import gguf
-    from harness.models.loading import resolve
+    from spectune.models import gguf
+    from spectune.models.loading import resolve
 
     name = models["target"]["name_or_path"]
     if gguf.is_gguf(name):

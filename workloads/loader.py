@@ -47,8 +47,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.errors import SpectuneError
-from harness.sampling import SamplingParams
+from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams
 from workloads.task_sets import CHAT_LINES, TaskSelection, check_tasks, task_languages, task_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +163,7 @@ def read_hf(spec: dict[str, Any], text_field: str) -> list[tuple[str, str]]:
     """[(id, text)] from any `datasets` dataset; a one-line error when offline and not cached."""
     from datasets import load_dataset
 
-    from harness.models.loading import hub_unreachable
+    from spectune.models.loading import hub_unreachable
 
     path, subset, split = _require(spec, "path"), _require(spec, "subset"), _text(spec, "split")
     if not path or not isinstance(path, str):

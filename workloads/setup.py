@@ -1,9 +1,9 @@
 """A workload served by an engine on the configured models and hardware: what every application that measures
 opens first (the harness tasks, ``policies.train``, ``policies.evaluate``).
 
-The models come from :func:`harness.measure.load_models` (loaded once per process), the prompts from
+The models come from :func:`spectune.measure.load_models` (loaded once per process), the prompts from
 :func:`workloads.loader.load_workload` with the target's tokenizer, the engine from
-:func:`harness.measure.open_engine` with the workload's sampling settings.
+:func:`spectune.measure.open_engine` with the workload's sampling settings.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import SpectuneError
-from harness.measure import Models, load_models, open_engine
-from harness.metadata import base_metadata
+from spectune.errors import SpectuneError
+from spectune.measure import Models, load_models, open_engine
+from spectune.metadata import base_metadata
 from workloads.loader import Workload, load_workload
 from workloads.task_sets import check_workload
 

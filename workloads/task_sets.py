@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 CHAT_LINES = "chat-lines"

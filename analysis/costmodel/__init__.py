@@ -20,8 +20,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 
-from harness.errors import SpectuneError
-from harness.profile import Profile, load_profile
+from spectune.errors import SpectuneError
+from spectune.profile import Profile, load_profile
 
 VerifyCost: TypeAlias = float | int | Mapping[int, float] | Sequence[float] | Callable[[int], float]
 
@@ -181,7 +181,7 @@ def plot(grid: pd.DataFrame, best: pd.DataFrame):
 # --- The model fitted to measurements: a task=profile result (costs) and task=trace traces (acceptance). ---
 
 def as_profile(profile: Profile | Mapping[str, Any] | str | Path) -> Profile:
-    """A :class:`harness.profile.Profile` from itself, its JSON object, a ``profile.json`` path or a shipped name
+    """A :class:`spectune.profile.Profile` from itself, its JSON object, a ``profile.json`` path or a shipped name
     (one schema and one validation for the replay environments and the cost model)."""
     if isinstance(profile, Profile):
         return profile
@@ -274,7 +274,7 @@ def fit(profile: Profile | Mapping[str, Any] | str | Path, traces: pd.DataFrame,
     """The cost model from a profile and traces (never from the runs it predicts): one row per γ.
 
     ``gammas`` defaults to 1..max_depth of the traces (bounded by the profile's max_positions − 1). Costs at a
-    batch size the profile did not measure are interpolated by :class:`harness.profile.Profile`.
+    batch size the profile did not measure are interpolated by :class:`spectune.profile.Profile`.
     """
     profile = as_profile(profile)
     joint = joint_from_traces(traces, method)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 TASKS: dict[str, str] = {
     "bench": "harness.tasks.bench",

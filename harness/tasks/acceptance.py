@@ -1,7 +1,7 @@
 """`python -m harness task=acceptance +workload=<lang>`: the acceptance rate α and the cost ratio c.
 
 α is the probability that one draft token is accepted, E_x[Σ_v min(p(v|x), q(v|x))], with p and q the
-laws actually sampled (both through :func:`harness.sampling.warp.warp` with the workload's settings). It is
+laws actually sampled (both through :func:`spectune.sampling.warp.warp` with the workload's settings). It is
 measured on the workload's held-out prompts, *teacher-forced along continuations sampled from the
 target* at those same settings (greedy when temperature is 0): the contexts a speculative decoder really
 visits, since every emitted token follows p. Prompts are the workload's, rendered through the target's chat
@@ -27,16 +27,16 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from analysis.acceptance import format_alpha_by_task
-from harness import rundir
-from harness.engine.features import HiddenTap, reads_features
-from harness.engine.kv import cache_argument
-from harness.errors import SpectuneError
-from harness.metadata import base_metadata
-from harness.models.feature_draft import unrolled
-from harness.options import integer, required
-from harness.sampling import SamplingParams, sample, warp
-from harness.stats.by_task import alpha_by_task
-from harness.stats.intervals import ratio_interval
+from spectune import rundir
+from spectune.engine.features import HiddenTap, reads_features
+from spectune.engine.kv import cache_argument
+from spectune.errors import SpectuneError
+from spectune.metadata import base_metadata
+from spectune.models.feature_draft import unrolled
+from spectune.options import integer, required
+from spectune.sampling import SamplingParams, sample, warp
+from spectune.stats.by_task import alpha_by_task
+from spectune.stats.intervals import ratio_interval
 from workloads.answers import finish_reason, repetition_rate
 
 PERCENTILES = (5, 10, 25, 50, 75, 90, 95)
@@ -136,7 +136,7 @@ def _median_ms(times: list[float]) -> float:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from harness.measure import load_models
+    from spectune.measure import load_models
     from workloads.loader import load_workload
 
     if not cfg.get("workload"):

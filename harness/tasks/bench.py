@@ -7,7 +7,7 @@ atomically after every point, so a killed or failing run keeps everything that f
 its error and the sweep goes on. At the end every method gets CIs from a paired (repeat, prompt)
 cluster bootstrap, the best method and its indistinguishable set are marked beside the MAD rule's
 pick, and with ``task.noise_floor=true`` the AR baseline runs twice per repeat (the A/A noise floor). With
-``task.block_prompts=N`` the methods of a repeat run block by block of N prompts (:mod:`harness.interleave`),
+``task.block_prompts=N`` the methods of a repeat run block by block of N prompts (:mod:`spectune.measure.interleave`),
 so that a drifting machine drifts under every method alike; a repeat is then the unit of resuming.
 """
 
@@ -24,13 +24,13 @@ import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
-from harness import conditions, resume, rundir
-from harness import hardware as hw
-from harness.engine.policy import check_gamma
-from harness.engine.records import Request
-from harness.errors import SpectuneError
-from harness.interleave import block_for, block_size, design_option, run_design
-from harness.measure import (
+from policies.registry import make_policy
+from spectune import conditions, resume, rundir
+from spectune import hardware as hw
+from spectune.engine.policy import check_gamma
+from spectune.engine.records import Request
+from spectune.errors import SpectuneError
+from spectune.measure import (
     Grid,
     aggregate,
     load_models,
@@ -39,14 +39,14 @@ from harness.measure import (
     repeats_option,
     schedule,
 )
-from harness.metadata import base_metadata
-from harness.options import integer
-from harness.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
-from harness.stats.compare import AA_LABEL, throughput_units
-from harness.stats.goodput import parse_slo
-from harness.stats.intervals import paired_ratio_interval
-from harness.stats.units import unit_size_of, units_needed
-from policies.registry import make_policy
+from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.metadata import base_metadata
+from spectune.options import integer
+from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
+from spectune.stats.compare import AA_LABEL, throughput_units
+from spectune.stats.goodput import parse_slo
+from spectune.stats.intervals import paired_ratio_interval
+from spectune.stats.units import unit_size_of, units_needed
 from workloads.task_sets import CHAT_LINES
 
 log = logging.getLogger(__name__)
@@ -65,14 +65,14 @@ class BenchSettings:
     noise_floor: bool = False  # run AR twice per repeat: the A/A comparison gives noise_floor_pct
     slo: dict[str, float] = field(default_factory=dict)
     block_prompts: int | None = None  # methods interleaved per block of this many prompts (None: whole runs)
-    design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
+    design: str = "interleaved"  # "blocked": every method runs all prompts at once (spectune.measure.interleave)
     target_mde: float | None = None  # plan the prompts from a pilot so the run resolves this speedup (0.03: 3%)
     pilot_prompts: int = 8  # the pilot's prompts (never reused by the planned run)
     confirm_prompts: int | None = None  # confirm the top estimate against AR on this many fresh prompts
 
     @property
     def unit_size(self) -> int:
-        """Prompts per independent unit of the intervals (harness.measure.unit_size_of)."""
+        """Prompts per independent unit of the intervals (spectune.measure.unit_size_of)."""
         return unit_size_of(self.concurrency, self.block_prompts)
 
     @classmethod
@@ -303,7 +303,7 @@ def _write(where: Path, workload: str, settings: BenchSettings, grid: Grid, fina
 
 def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[str, Any]:
     """How many prompts the planned run takes: per method, its pilot SD of a unit's log speedup over AR, and the
-    units it needs for ``settings.target_mde`` (:func:`harness.stats.units.units_needed`); the most any method
+    units it needs for ``settings.target_mde`` (:func:`spectune.stats.units.units_needed`); the most any method
     needs, in prompts. More than the workload holds past the pilot is an error (the pilot's files are kept)."""
     req, _ = pilot.frames()
     ok = [p for p in pilot.points if p.get("status") == "ok"]
@@ -355,7 +355,7 @@ def _confirm(top: str | None, methods: list[dict[str, Any]], fresh: list[Request
 
 
 def task_breakdown(grid: Grid, unit_size: int) -> list[dict[str, Any]] | None:
-    """Per (method, task) rows (:func:`harness.stats.by_task.by_task`) when the run holds several tasks, else
+    """Per (method, task) rows (:func:`spectune.stats.by_task.by_task`) when the run holds several tasks, else
     None: one task's breakdown is the overall table again."""
     req, cyc = grid.frames()
     if not several_tasks(req):

@@ -23,10 +23,10 @@ from analysis.costmodel import (
     plot,
     sweep,
 )
-from harness import rundir
-from harness.errors import SpectuneError
-from harness.metadata import base_metadata
-from harness.options import as_list, flag, required
+from spectune import rundir
+from spectune.errors import SpectuneError
+from spectune.metadata import base_metadata
+from spectune.options import as_list, flag, required
 
 log = logging.getLogger(__name__)
 

@@ -29,23 +29,23 @@ import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from scipy import stats
 
-from harness import conditions, resume, rundir
-from harness import hardware as hw
-from harness.errors import SpectuneError
-from harness.interleave import block_for, block_size, design_option, run_design
-from harness.io import write_json
-from harness.measure import (
+from spectune import conditions, resume, rundir
+from spectune import hardware as hw
+from spectune.errors import SpectuneError
+from spectune.io import write_json
+from spectune.measure import (
     load_models,
     open_engine,
     pooled,
     repeats_option,
     requests_of,
 )
-from harness.metadata import base_metadata
-from harness.options import integer
-from harness.stats.compare import AA_LABEL, throughput_units
-from harness.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
-from harness.stats.units import speedup_interval, unit_size_of, units_of
+from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.metadata import base_metadata
+from spectune.options import integer
+from spectune.stats.compare import AA_LABEL, throughput_units
+from spectune.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
+from spectune.stats.units import speedup_interval, unit_size_of, units_of
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 Writes ``traces.parquet`` (one row per cycle, row and draft position: every draft signal, the target's
 acceptance probability a_i = min(1, p_i/q_i), the realised accept/reject under the keyed uniforms, the
-cycle's timings; columns in :data:`harness.engine.traces.TRACE_COLUMNS`) and ``traces.metadata.json``
+cycle's timings; columns in :data:`spectune.engine.traces.TRACE_COLUMNS`) and ``traces.metadata.json``
 beside it. The replay environments (``policies.envs``) read them. From one recorded cycle every depth
-k ≤ max_depth is scored exactly; across cycles a replay is an approximation (see ``harness.engine.traces``).
+k ≤ max_depth is scored exactly; across cycles a replay is an approximation (see ``spectune.engine.traces``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness import rundir
-from harness.measure import check_depth, requests_of
-from harness.options import integer
+from spectune import rundir
+from spectune.measure import check_depth, requests_of
+from spectune.options import integer
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class TraceSettings:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from harness.engine.traces import record
+    from spectune.engine.traces import record
     from workloads.setup import open_setup
 
     settings = TraceSettings.from_cfg(cfg)

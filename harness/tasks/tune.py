@@ -22,11 +22,12 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
-from harness import conditions, rundir
-from harness import hardware as hw
-from harness.errors import SpectuneError
-from harness.interleave import block_for, block_size, design_option, run_design
-from harness.measure import (
+from harness.tasks.bench import BenchSettings, build_requests, task_breakdown
+from policies.registry import make_policy
+from spectune import conditions, rundir
+from spectune import hardware as hw
+from spectune.errors import SpectuneError
+from spectune.measure import (
     Grid,
     aggregate,
     load_models,
@@ -34,12 +35,11 @@ from harness.measure import (
     pooled,
     repeats_option,
 )
-from harness.metadata import base_metadata
-from harness.options import as_list, integer
-from harness.stats.goodput import parse_slo
-from harness.tasks.bench import BenchSettings, build_requests, task_breakdown
-from harness.vllm_export import vllm_form
-from policies.registry import make_policy
+from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.metadata import base_metadata
+from spectune.options import as_list, integer
+from spectune.stats.goodput import parse_slo
+from spectune.vllm_export import vllm_form
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class TuneSettings:
     burstiness: float
     noise_floor: bool = False  # AR twice per repeat: the A/A row is each cell's measured noise floor
     block_prompts: int | None = None  # the interleaved block size given (None: one batch per block)
-    design: str = "interleaved"  # "blocked": every method runs all prompts at once (harness.interleave)
+    design: str = "interleaved"  # "blocked": every method runs all prompts at once (spectune.measure.interleave)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:

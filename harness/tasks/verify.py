@@ -2,11 +2,11 @@
 
 1. Exact laws in float64: accepted mass, Z, residual, corrected law (= p), naive law, TV.
 2. Monte Carlo through the real sampler code, both variants on shared proposals and acceptance uniforms,
-   judged by a stated rule (:class:`harness.audit.fit.FitRule`).
+   judged by a stated rule (:class:`spectune.audit.fit.FitRule`).
 3. Optionally the same for the first two emitted tokens of γ = 2 blocks (the prefix is part of the state).
 
 ``task.source=models`` audits the real (target, draft) pair of ``models`` on a workload instead
-(:mod:`harness.audit.real_pair`): the sampler on the pair's next-token laws, then the Engine itself.
+(:mod:`spectune.audit.real_pair`): the sampler on the pair's next-token laws, then the Engine itself.
 
 The exit code follows the *configured* sampler (top-level ``sampler``): 0 when it passes, 1 when it fails
 — so `sampler=naive` exits non-zero. Everything lands in ``verify.json`` in the run directory.
@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from harness import rundir
-from harness.audit.fit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
-from harness.audit.laws import PositionLaws, total_variation, validate_pair
-from harness.errors import SpectuneError
-from harness.metadata import base_metadata
-from harness.options import as_list, flag, integer, number, required
+from spectune import rundir
+from spectune.audit.fit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
+from spectune.audit.laws import PositionLaws, total_variation, validate_pair
+from spectune.errors import SpectuneError
+from spectune.metadata import base_metadata
+from spectune.options import as_list, flag, integer, number, required
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if source == "models":
         return run_models(cfg, run_dir, _model_settings(cfg))
     s = _settings(cfg)
-    from harness.audit.montecarlo import first_pair_counts, first_token_counts  # loads torch
-    from harness.sampling.rejection import SAMPLERS, get_sampler
+    from spectune.audit.montecarlo import first_pair_counts, first_token_counts  # loads torch
+    from spectune.sampling.rejection import SAMPLERS, get_sampler
 
     get_sampler(s["configured"])  # one-line error for an unknown name
     p, q, n, seed, rule = s["p"], s["q"], s["trials"], s["seed"], s["rule"]
@@ -179,9 +179,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
-    from harness.audit import real_pair as am  # loads torch and transformers
-    from harness.measure import load_models
-    from harness.sampling.rejection import SAMPLERS, get_sampler
+    from spectune.audit import real_pair as am  # loads torch and transformers
+    from spectune.measure import load_models
+    from spectune.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload
 
     get_sampler(s["configured"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 
 ENV_IDS: dict[str, str] = {
     "spectune/DraftDepth-v0": "policies.envs.depth:DraftDepthEnv",

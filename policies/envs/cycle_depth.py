@@ -12,7 +12,7 @@ draft (0 = a plain target step, one token). Observation: :data:`~policies.envs.o
 Reward and costs are :class:`~policies.envs.depth.DraftDepthEnv`'s, inherited rather than copied: the same
 profile sampling (list, jitter), the same running rate ρ and ``tokens − ρ·time`` (or ``"ratio"``), the same 1/b
 share of a batch-b cycle, the same outcomes (``"realised"``: min(leading accepted, d) + 1 tokens; ``"expected"``).
-A fixed action d therefore scores, entry by entry, what :func:`policies.replay.replay_scores` gives fixed depth d.
+A fixed action d therefore scores, entry by entry, what :func:`policies.envs.replay.replay_scores` gives fixed depth d.
 ``reset(options={"entry": i})`` replays recorded entry i.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from harness.errors import SpectuneError
 from policies.envs.depth import DraftDepthEnv
 from policies.envs.observation import CYCLE, CYCLE_FIELDS, OBS_HIGH
+from spectune.errors import SpectuneError
 
 
 class CycleDepthEnv(DraftDepthEnv):

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import rundir
-from harness.engine.policy import DRAFT_SIGNALS
-from harness.errors import SpectuneError
-from harness.profile import CycleCosts, Profile, check_profile, load_profile
+from spectune import rundir
+from spectune.engine.policy import DRAFT_SIGNALS
+from spectune.errors import SpectuneError
+from spectune.profile import CycleCosts, Profile, check_profile, load_profile
 
 
 class TraceSet:
@@ -49,7 +49,7 @@ class TraceSet:
         self.context_length = first["context_length"].to_numpy(float)
         self.batch_size = first["batch_size"].to_numpy(int)
         self.recent_acceptance = first["recent_acceptance"].to_numpy(float)
-        # slot and request of each entry: what a policy replayed cycle by cycle (policies.replay) is told
+        # slot and request of each entry: what a policy replayed cycle by cycle (policies.envs.replay) is told
         self.row = first.index.get_level_values(1).to_numpy()
         self.request_id = first["request_id"].to_numpy(int) if "request_id" in first else np.full(n, -1)
         # Realised accepted at depth k = min(k, leading accepted); expected = Σ_{i≤k} Π_{j≤i} a_j.

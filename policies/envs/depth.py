@@ -32,11 +32,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
-from harness.errors import SpectuneError
 from policies.envs.data import attach_source, check_backend
 from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH
 from policies.envs.rate import RunningRate
+from spectune.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
+from spectune.errors import SpectuneError
 
 REWARDS = ("throughput", "ratio")
 OUTCOMES = ("realised", "expected")
@@ -49,7 +49,7 @@ class DraftDepthEnv(gym.Env):
     Args:
         backend: ``"replay"`` or ``"live"``.
         traces: ``traces.parquet`` of ``task=trace`` (replay).
-        profile: a profile path, a shipped profile name, a :class:`~harness.profile.Profile`, or a list of them.
+        profile: a profile path, a shipped profile name, a :class:`~spectune.profile.Profile`, or a list of them.
         max_depth: deepest draft (default: the traces' max_depth; live: 12).
         reward: ``"throughput"`` (tokens − ρ·time) or ``"ratio"`` (LTD's tokens / time).
         outcome: ``"realised"`` (that cycle's outcome) or ``"expected"`` (over the acceptance uniforms; replay).

@@ -28,7 +28,7 @@ idx   name                   value (scaling)
 9     g                      profile's verification of one more position, g(position + 1, b)
 ====  =====================  ==========================================================================
 
-Indices 0–3 are :data:`harness.engine.policy.DRAFT_SIGNALS` (same names, same order).
+Indices 0–3 are :data:`spectune.engine.policy.DRAFT_SIGNALS` (same names, same order).
 
 **Cycle** (``spectune/CycleDepth-v0``, :class:`policies.ppo_cycle.PPOCycle`): the depth is chosen once, before
 drafting, so the observation holds only what is known then: :data:`CYCLE_FIELDS`, the depth observation's
@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.engine.policy import DRAFT_SIGNALS
-from harness.errors import SpectuneError
+from spectune.engine.policy import DRAFT_SIGNALS
+from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
-    from harness.engine.policy import DraftStep
-    from harness.profile import CycleCosts
+    from spectune.engine.policy import DraftStep
+    from spectune.profile import CycleCosts
 
 OBS_FIELDS: tuple[str, ...] = (*DRAFT_SIGNALS, "position", "context_length", "batch_size", "recent_acceptance",
                                "c", "g")

@@ -24,10 +24,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.errors import SpectuneError
 from policies.envs.data import attach_source, check_backend
 from policies.envs.observation import OBS_HIGH, size_cut, size_observation
 from policies.envs.rate import RunningRate
+from spectune.errors import SpectuneError
 
 
 class VerifySizeEnv(gym.Env):

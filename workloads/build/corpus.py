@@ -1,6 +1,6 @@
 """`python -m workloads.build.corpus`: rebuild the per-language training text from Debian packages.
 
-The embedded tiny model pair (harness/models/tiny) is trained on this text. It is GPL/other-licensed
+The embedded tiny model pair (spectune/models/tiny) is trained on this text. It is GPL/other-licensed
 prose, so it is fetched and extracted at build time only and written under ``workloads/corpus/``
 (gitignored); nothing here is committed. Packages (Debian bookworm, ``apt-get download`` +
 ``dpkg-deb -x``, no installation, no root needed beyond what apt-get download itself needs):
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.errors import SpectuneError
-from harness.io import write_json
+from spectune.errors import SpectuneError
+from spectune.io import write_json
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "corpus"  # workloads/corpus/, where train_tiny reads it
 LANGS = ("it", "en", "zh", "es")

@@ -4,7 +4,7 @@
 
 Prints the table TRAINING.md carries (held-out Σ min(p, q) over the teacher's top-k ids inside the draft
 vocabulary: a lower bound of α) and draws the same numbers per language against training minutes. For a draft that
-reads the target's features (``--draft harness/models/smollm2/feature-draft``) the numbers are its first draft
+reads the target's features (``--draft spectune/models/smollm2/feature-draft``) the numbers are its first draft
 step's (the target's features in), the curve's ``depth1``.
 
 A fine-tuned draft's TRAINING.json keeps the record of the draft it started from under ``init`` (and so on back to
@@ -74,7 +74,7 @@ def figure(history: list[tuple[str, list[dict]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from harness.io import write_figure
+    from spectune.io import write_figure
 
     fig, axis = plt.subplots(figsize=(7, 3.8))
     offset, colours = 0.0, {}

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from transformers import AutoTokenizer
 
-from harness.io import write_json
+from spectune.io import write_json
 
 WORKLOADS = Path(__file__).resolve().parents[1]  # workloads/: the corpus and the prompt sets live here
 ROOT = WORKLOADS.parent
@@ -98,7 +98,7 @@ def build(wheel: Path, tokenizer_path: Path, out_dir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", type=Path, required=True)
-    parser.add_argument("--tokenizer", type=Path, default=ROOT / "harness/models/tiny/target")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / "spectune/models/tiny/target")
     parser.add_argument("--out", type=Path, default=WORKLOADS / "prompts")
     args = parser.parse_args()
     build(args.wheel, args.tokenizer, args.out)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness.models import draft_vocab, feature_draft
+from spectune.models import draft_vocab, feature_draft
 from workloads.build.teacher_data import sample_set, split_prompts
 from workloads.build.train_draft import LANGS, Recipe, evaluate, load_target, work_folder
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-from harness.errors import SpectuneError
+from spectune.errors import SpectuneError
 from workloads.build import corpus
 
 log = logging.getLogger(__name__)

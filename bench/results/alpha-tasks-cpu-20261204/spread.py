@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import rundir
+from spectune import rundir
 
 HERE = Path(__file__).resolve().parent
 TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code"]

@@ -1,4 +1,0 @@
-"""The exactness audit: exact laws, Monte Carlo through the real sampler, the stated rule, the real pair.
-
-Submodules are imported directly (``harness.audit.fit`` is torch-free so bad input fails before torch loads).
-"""

@@ -1,0 +1,23 @@
+"""`python -m policies.train +workload=it`: train the PPO depth policy (and, at concurrency > 1, the
+verification-size policy) in replay, into the Hydra run directory.
+
+The stages (traces → profile → depth policy → size rounds → live fine-tuning) and what each writes are
+:mod:`policies.train.pipeline`'s; this module is their command line (``conf/train.yaml``).
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from policies.train.pipeline import train_policies
+from spectune import cli
+
+
+@hydra.main(config_path="../../conf", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> int:
+    return cli.run_job(train_policies, cfg)
+
+
+if __name__ == "__main__":
+    cli.hydra_entry(main, "train")

@@ -1,0 +1,129 @@
+"""Threshold baselines tuned on the training prompts, with the budget PPO gets: the same traces, the same profile.
+
+A published default (transformers' confidence threshold 0.4, SVIP's h = 0.3, ...) was chosen on other models;
+comparing a PPO policy trained on this pair's traces against thresholds tuned elsewhere flatters PPO. So each
+threshold baseline is replayed (:func:`policies.envs.replay.replay_depths`) over the training traces at every value
+of its grid, with the cost profile PPO was trained with, and the value with the highest replay decode tokens/s
+(the comparison's metric, pooled over requests; ties: the one listed first) is the one evaluated on the held-out
+prompts. Adaptive thresholds (confidence-adaptive, AdaEDL) adapt online from the tuned start.
+
+``step-thresholds`` has a threshold per draft step: too many combinations to try them all (15 values at 7 steps
+is 1.7e8), so :func:`tune_steps` searches coordinate by coordinate from the best single threshold.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from policies.envs.data import TraceSet
+from policies.envs.replay import replay_depths, replay_scores
+from policies.registry import make_policy
+from spectune.profile import Profile
+
+log = logging.getLogger(__name__)
+
+# policy -> (parameter, values tried). Ranges cover the published defaults and what each signal spans on a flat
+# and on a peaked draft: q(x) of a drafted token has a median of 0.0024 on the embedded pair (hence the low
+# thresholds), SVIP's h bounds √entropy (√H ≈ 2.4 for a flat 8k-id draft, well below 1 for a peaked one).
+THRESHOLDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "confidence": ("threshold", THRESHOLDS),
+    "confidence-adaptive": ("threshold", THRESHOLDS),
+    "svip": ("h", (0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)),
+    "adaedl": ("c_e", (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)),
+    "acceptance-classifier": ("threshold", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)),
+    # per draft step: every value of THRESHOLDS, 0 (always continue) and 2 (stop: a shorter ceiling)
+    "step-thresholds": ("thresholds", (0.0, *THRESHOLDS, 2.0)),
+}
+STEP_PASSES = 2  # coordinate passes over the steps; a pass that improves nothing ends the search early
+
+
+def tunable(names: Iterable[str]) -> list[str]:
+    """The policies among ``names`` that have a threshold grid."""
+    return [name for name in names if name in GRIDS]
+
+
+def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile, max_depth: int
+         ) -> tuple[dict[str, dict[str, Any]], pd.DataFrame]:
+    """(the nodes with their tuned value, one row per (policy, value) tried with its replay tokens/s).
+
+    ``nodes`` are the policies' config nodes (name and parameters, files included); those without a grid are
+    returned unchanged.
+    """
+    tuned = dict(nodes)
+    rows = []
+    for label, node in nodes.items():
+        name = node.get("name", label)
+        if name not in GRIDS:
+            continue
+        parameter, values = GRIDS[name]
+        if name == "step-thresholds":
+            tuned[label], tried = tune_steps(label, node, traces, profile, max_depth)
+            rows.extend(tried)
+            continue
+        scores = []
+        for value in values:
+            policy = make_policy({**node, parameter: value}, max_depth)
+            depths = replay_depths(policy, traces, max_depth, profile)
+            tok_s = float(replay_scores(traces, profile, max_depth, depths, rate="request",
+                                         oracles=False)["policy_tok_s"])
+            scores.append(tok_s)
+            rows.append({"policy": label, "parameter": parameter, "value": value, "replay_tok_s": tok_s,
+                         "mean_depth": float(np.mean(depths)), "default": node.get(parameter) == value})
+        best = values[int(np.argmax(scores))]
+        tuned[label] = {**node, parameter: best}
+        log.info("tuned %s: %s=%s (replay %.1f tok/s; default %s=%s)", label, parameter, best, max(scores),
+                 parameter, node.get(parameter))
+    table = pd.DataFrame(rows)
+    if len(table):
+        table["chosen"] = [_same(tuned[p][param], v) for p, param, v in zip(table["policy"], table["parameter"],
+                                                                            table["value"], strict=True)]
+    return tuned, table
+
+
+def _same(chosen: Any, tried: Any) -> bool:
+    """Whether a tried value is the chosen one (a vector is tried as a tuple, stored in the node as a list)."""
+    return list(chosen) == list(tried) if isinstance(tried, tuple) else chosen == tried
+
+
+def tune_steps(label: str, node: Mapping[str, Any], traces: TraceSet, profile: Profile, max_depth: int
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(``node`` with the tuned per-step thresholds, one row per setting tried).
+
+    Start from the best single threshold applied at every step, then set each step's threshold in turn to the
+    value with the best replay tokens/s, the others held (ties keep the current value), for up to
+    :data:`STEP_PASSES` passes. A step's threshold decides after that draft step, so steps 0..max_depth − 2
+    decide (the draft at the ceiling stops anyway). Rows record the whole vector as ``value`` (a tuple)."""
+    _, values = GRIDS["step-thresholds"]
+    steps = max(max_depth - 1, 1)
+    cache: dict[tuple[float, ...], float] = {}
+    rows: list[dict[str, Any]] = []
+
+    def score(thresholds: tuple[float, ...]) -> float:
+        if thresholds not in cache:
+            policy = make_policy({**node, "thresholds": list(thresholds)}, max_depth)
+            depths = replay_depths(policy, traces, max_depth, profile)
+            cache[thresholds] = float(replay_scores(traces, profile, max_depth, depths, rate="request",
+                                                    oracles=False)["policy_tok_s"])
+            rows.append({"policy": label, "parameter": "thresholds", "value": thresholds,
+                         "replay_tok_s": cache[thresholds], "mean_depth": float(np.mean(depths)), "default": False})
+        return cache[thresholds]
+
+    best = max(((value,) * steps for value in values), key=score)  # first maximum: the lowest value
+    for _ in range(STEP_PASSES):
+        start = best
+        for step in range(steps):
+            for value in values:
+                candidate = (*best[:step], value, *best[step + 1:])
+                if score(candidate) > score(best):
+                    best = candidate
+        if best == start:
+            break
+    log.info("tuned %s: thresholds=%s (replay %.1f tok/s, %d settings tried)", label, list(best), score(best),
+             len(cache))
+    return {**node, "thresholds": list(best)}, rows

@@ -1,0 +1,174 @@
+"""Per-task tables, as Spec-Bench reports them: one row per (method, task) and the method's overall row.
+
+A workload that mixes tasks (``workload.tasks=[qa,code,...]``) averages speed-ups that differ by task: a draft
+that guesses code well and summaries badly shows one number for both. Spec-Bench therefore reports every
+number per task. :func:`by_task` does it from a run's request and cycle rows, in one place for every caller
+(``task=bench``, ``task=tune``, ``analysis.report``; ``policies.evaluate`` can pass its own frames).
+
+Per (method, task): the requests behind it, output tokens, seconds (decode: Σ (E2EL − TTFT); wall: Σ time
+shares, each request's E2EL scaled so that the shares of one (method, repeat) add up to that run's measured
+duration, :func:`spectune.stats.compare.throughput_terms`), the acceptance length (1 + accepted drafts per
+speculative cycle, as ``spec_decode_acceptance_length``), output and decode tok/s, the speed-up over the
+baseline with its paired interval (prompt or block units, every repeat together, :mod:`spectune.stats.units`)
+and the task's share of the method's tokens and seconds. The overall row (``task = "all"``) is the sum of the
+task rows, its rates recomputed from those sums, so a table's rows always add up; its intervals are over every
+unit of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from spectune.engine.records import DEFAULT_TASK
+from spectune.stats.compare import BASELINE, EQUIVALENCE_MARGIN, decode_terms, throughput_terms
+from spectune.stats.intervals import Interval, mde, ratio_interval, verdict
+from spectune.stats.units import speedup_interval, units_of
+
+log = logging.getLogger(__name__)
+
+ALL = "all"  # the overall row's task
+SUMS = ("requests", "output_tokens", "decode_tokens", "decode_s", "wall_s", "spec_cycles", "accepted_tokens")
+
+
+def with_task(frame: pd.DataFrame, default: str = DEFAULT_TASK) -> pd.DataFrame:
+    """``frame`` with a ``task`` column: rows recorded before requests carried their task are ``default``'s."""
+    if "task" in frame:
+        return frame.assign(task=frame["task"].fillna(default).astype(str))
+    return frame.assign(task=default)
+
+
+def tasks_of(requests: pd.DataFrame) -> list[str]:
+    """The tasks of a run's requests, in the order they first appear (the workload's interleaved order)."""
+    if not len(requests):
+        return []
+    return list(dict.fromkeys(with_task(requests)["task"]))
+
+
+def several_tasks(requests: pd.DataFrame) -> bool:
+    """Whether a per-task breakdown says more than the overall table: the run holds more than one task."""
+    return len(tasks_of(requests)) > 1
+
+
+def durations_of(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+    """{(method, repeat): duration_s} of the points that completed."""
+    return {(str(p["method"]), int(p.get("repeat", 0))): float(p["duration_s"]) for p in points
+            if p.get("status") == "ok" and p.get("duration_s") is not None}
+
+
+def by_task(requests: pd.DataFrame, cycles: pd.DataFrame | None, durations: Mapping[tuple[str, int], float], *,
+            baseline: str = BASELINE, unit_size: int = 1, margin: float = EQUIVALENCE_MARGIN) -> pd.DataFrame:
+    """One row per (method, task), then the method's ``all`` row, methods in their order of appearance.
+
+    ``requests``: the run's request rows (method, repeat, request_id, status, output_tokens, ttft_ms, e2el_ms,
+    task; a missing task column reads as :data:`DEFAULT_TASK`); ``cycles``: its cycle rows (method, repeat,
+    request_id, num_drafts, accepted; None: no acceptance columns); ``durations``: each completed (method,
+    repeat) run's seconds (:func:`durations_of`). Rows of (method, repeat) runs without a duration (failed)
+    are left out, as the overall comparison leaves them out. The speed-up columns compare with ``baseline``
+    when the run has it; ``unit_size`` is the prompts per independent unit (:func:`units.unit_size_of`).
+    """
+    if not len(requests):
+        return pd.DataFrame()
+    req = with_task(requests)
+    req = req[[(m, int(r)) in durations for m, r in zip(req["method"], req["repeat"], strict=True)]]
+    if not len(req):
+        return pd.DataFrame()
+    tasks = list(dict.fromkeys(req["task"]))
+    wall = throughput_terms(req, durations)
+    decode = decode_terms(req)
+    spec = _spec_cycles(cycles, req)
+    rows = []
+    for method in dict.fromkeys(req["method"]):
+        mine = []
+        for task in [*tasks, ALL]:
+            pick = (lambda f, t=task: f) if task == ALL else (lambda f, t=task: f[f["task"] == t])
+            mine.append(_row(method, task, pick(req), pick(wall), pick(decode), pick(spec), baseline, unit_size,
+                             margin))
+        total = {k: sum(r[k] for r in mine[:-1]) for k in SUMS}  # the overall row: the task rows' sums
+        mine[-1].update(total, **_rates(total))
+        for r in mine:
+            r["token_share"] = r["output_tokens"] / total["output_tokens"] if total["output_tokens"] else None
+            r["time_share"] = r["wall_s"] / total["wall_s"] if total["wall_s"] else None
+        rows += mine
+    return pd.DataFrame(rows)
+
+
+def _spec_cycles(cycles: pd.DataFrame | None, requests: pd.DataFrame) -> pd.DataFrame:
+    """The speculative (method, repeat, request_id) cycle rows (num_drafts > 0) with their request's task."""
+    columns = ["method", "repeat", "request_id", "accepted", "task"]
+    if cycles is None or not len(cycles) or "num_drafts" not in cycles:
+        return pd.DataFrame(columns=columns)
+    spec = cycles[cycles["num_drafts"] > 0][["method", "repeat", "request_id", "accepted"]]
+    keys = requests[["method", "repeat", "request_id", "task"]].drop_duplicates(["method", "repeat", "request_id"])
+    return spec.merge(keys, on=["method", "repeat", "request_id"], how="inner")
+
+
+def _rates(sums: Mapping[str, float]) -> dict[str, float | None]:
+    """The rates of a row, from its sums only."""
+    return {"output_throughput": sums["output_tokens"] / sums["wall_s"] if sums["wall_s"] > 0 else None,
+            "decode_throughput": sums["decode_tokens"] / sums["decode_s"] if sums["decode_s"] > 0 else None,
+            "acceptance_length": 1 + sums["accepted_tokens"] / sums["spec_cycles"] if sums["spec_cycles"] else None}
+
+
+def _row(method: str, task: str, req: pd.DataFrame, wall: pd.DataFrame, decode: pd.DataFrame, spec: pd.DataFrame,
+         baseline: str, unit_size: int, margin: float) -> dict[str, Any]:
+    ok = req[(req["method"] == method) & (req["status"] == "ok")]
+    mine_wall, mine_decode = wall[wall["method"] == method], decode[decode["method"] == method]
+    mine_spec = spec[spec["method"] == method]
+    sums = {"requests": len(ok), "output_tokens": int(ok["output_tokens"].sum()),
+            "decode_tokens": int(mine_decode["num"].sum()), "decode_s": float(mine_decode["den"].sum()),
+            "wall_s": float(mine_wall["den"].sum()), "spec_cycles": len(mine_spec),
+            "accepted_tokens": int(mine_spec["accepted"].sum())}
+    row: dict[str, Any] = {"method": method, "task": task, "prompts": int(ok["request_id"].nunique()), **sums,
+                           **_rates(sums)}
+    for key, terms in (("speedup", wall), ("decode_speedup", decode)):
+        iv = _speedup(terms, method, baseline, unit_size)
+        row[key] = 1.0 if method == baseline else iv.estimate if iv else None
+        row[f"{key}_ci95_lo"], row[f"{key}_ci95_hi"] = (iv.lo, iv.hi) if iv else (None, None)
+        effect = mde(iv) if iv else None
+        row[f"{key}_mde_pct"] = None if effect is None else 100 * effect
+        row[f"{key}_verdict"] = verdict(iv, margin) if iv else None
+        row[f"{key}_units"] = iv.n if iv else 0
+    return row
+
+
+def _speedup(terms: pd.DataFrame, method: str, baseline: str, unit_size: int) -> Interval | None:
+    """The paired interval of ``method``'s rate over ``baseline``'s on these rows' units (None for the baseline
+    itself, or without both methods)."""
+    pair = terms[terms["method"].isin([method, baseline])]
+    if method == baseline or {method, baseline} - set(pair["method"]):
+        return None
+    units = units_of(pair, unit_size)
+    if units.n == 0 or method not in units.num or baseline not in units.num:
+        return None
+    iv = speedup_interval(units, method, baseline)
+    return iv if math.isfinite(iv.estimate) else None
+
+
+def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The table as JSON-ready rows (NaN → None), for ``summary.json``'s ``by_task``."""
+    out = []
+    for row in table.to_dict("records"):
+        out.append({k: (None if isinstance(v, float) and not np.isfinite(v) else
+                        v.item() if isinstance(v, np.generic) else v) for k, v in row.items()})
+    return out
+
+
+def alpha_by_task(tasks: Sequence[str], sums: Sequence[float], counts: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """``task=acceptance`` per task: per prompt its task, Σ min(p, q) over its positions and their number; per task
+    α = Σ sums / Σ counts with its interval over the task's prompts, its prompts, positions and share of positions
+    (the shares add up to 1, as the bench's per-task tokens add up to the run's)."""
+    total = sum(counts)
+    out: dict[str, dict[str, Any]] = {}
+    for task in dict.fromkeys(tasks):
+        pick = [i for i, t in enumerate(tasks) if t == task]
+        iv = ratio_interval(np.array([sums[i] for i in pick]), np.array([counts[i] for i in pick], dtype=float))
+        positions = int(sum(counts[i] for i in pick))
+        out[task] = {"alpha": iv.estimate, "alpha_ci95_lo": iv.lo, "alpha_ci95_hi": iv.hi, "prompts": len(pick),
+                     "positions": positions, "position_share": positions / total if total else None}
+    return out
