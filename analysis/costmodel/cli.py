@@ -85,8 +85,8 @@ def check_same_setup(profile: Profile, traces_meta: dict[str, Any], run: Path, a
             raise SpectuneError(f"the profile {profile.label!r} was measured with {field}={theirs} but {run} ran "
                                 f"{field}={ours}: pass --allow-mixed to compare them anyway")
     for role in ("target", "draft"):
-        theirs = ((traces_meta.get("models") or {}).get(role) or {}).get("name_or_path")
-        ours = ((meta.get("models") or {}).get(role) or {}).get("name_or_path")
+        theirs = rundir.current_model_path(((traces_meta.get("models") or {}).get(role) or {}).get("name_or_path"))
+        ours = rundir.current_model_path(((meta.get("models") or {}).get(role) or {}).get("name_or_path"))
         if theirs is not None and ours is not None and theirs != ours:
             raise SpectuneError(f"the traces were recorded with {role} {theirs} but {run} ran {ours}: pass "
                                 "--allow-mixed to compare them anyway")

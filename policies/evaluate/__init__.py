@@ -36,7 +36,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
@@ -44,7 +43,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from analysis.policy_table import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
 from policies.registry import POLICIES, make_policy
 from policies.train.tuning import tunable
-from spectune import cli, conditions, rundir
+from spectune import conditions, rundir
 from spectune.errors import SpectuneError
 from spectune.measure import Grid, aggregate, repeats_option
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
@@ -416,8 +415,3 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     rundir.METADATA.write(run_dir, finished_metadata(metadata, tuned=tuned_values))
     log.info("results: %s", run_dir)
     return 0
-
-
-@hydra.main(config_path="../../conf", config_name="evaluate", version_base="1.3")
-def main(cfg: DictConfig) -> int:
-    return cli.run_job(run, cfg)

@@ -1,7 +1,21 @@
-"""`python -m policies.evaluate`: the command line of :mod:`policies.evaluate` (``conf/evaluate.yaml``)."""
+"""`python -m policies.evaluate +workload=it`: the command line of :mod:`policies.evaluate` (``conf/evaluate.yaml``).
 
-from policies.evaluate import main
+Hydra's entry point lives here, in the module Python runs, so that Hydra finds ``conf/`` relative to this file.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from policies.evaluate import run
 from spectune import cli
+
+
+@hydra.main(config_path="../../conf", config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> int:
+    return cli.run_job(run, cfg)
+
 
 if __name__ == "__main__":
     cli.hydra_entry(main, "evaluate")
