@@ -4,7 +4,9 @@ The cost model's S(γ) = E(γ) / cost(γ), with E the tokens a cycle is expected
 per-position acceptance rates of the request itself, shrunk towards the rates pooled over every request while
 it has few observations of its own, and the costs are the ones this run pays, measured from its own cycles:
 the time of one draft step, the verification as an affine function of the positions verified, and the rest of
-the cycle, each per batch size. Every cycle each row drafts the γ that maximises its expected tokens per second
+the cycle, each per batch size. Both sides are the library's (:mod:`spectune.cycle`): E from the per-position
+rates, and the cycle's seconds as a :class:`~spectune.profile.CycleCosts` built from the measurements, the cost a
+profile's replay charges. Every cycle each row drafts the γ that maximises its expected tokens per second
 (γ = 0, a plain target step, when no γ pays). No draft signal is read: the decision is made once per cycle, from
 the requests ``before_cycle`` names, and rows are stopped at their own γ without a host sync at steps where no
 row stops (none at all when every row chose the same γ).
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from policies.rows import RowTracker
+from spectune.cycle import expected_tokens_from_rates
 from spectune.engine.policy import (
     RECENT_PRIOR,
     CycleFeedback,
@@ -30,15 +33,10 @@ from spectune.engine.policy import (
     check_gamma,
 )
 from spectune.errors import SpectuneError
+from spectune.profile import CycleCosts
 
 # Position 1 starts from the protocol's prior (RECENT_PRIOR) before any cycle was observed; a position not yet
 # observed assumes the pooled rate of the position before it (acceptance is roughly flat along a chain).
-
-
-def expected_tokens(rates: np.ndarray) -> np.ndarray:
-    """E(γ) for γ = 0..len(rates): 1 + Σ_{k ≤ γ} Π_{j ≤ k} rates_j (rates_j: acceptance at position j given
-    every earlier draft accepted). With a constant rate α this is the cost model's (1 − α^(γ+1)) / (1 − α)."""
-    return np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(rates))])
 
 
 class _Ewm:
@@ -58,8 +56,11 @@ class _Ewm:
         return self.total / self.weight
 
 
-class CycleCosts:
-    """What a cycle costs at one batch size, measured from the run's own cycles (synchronised seconds)."""
+class MeasuredCosts:
+    """What a cycle costs at one batch size, measured from the run's own cycles (synchronised seconds): the draft
+    step, the verification against positions verified and the rest of the cycle, each an exponentially weighted
+    mean. :meth:`costs` gives them as the library's :class:`~spectune.profile.CycleCosts`, whose cycle a profile's
+    replay charges too."""
 
     def __init__(self, halflife: float, verify_slope: float) -> None:
         self.halflife, self.verify_slope = halflife, verify_slope
@@ -99,9 +100,10 @@ class CycleCosts:
         intercept, slope = self.line()
         return np.maximum(intercept + slope * positions, 1e-9)
 
-    def cycle_s(self, depths: np.ndarray, step_s: float) -> np.ndarray:
-        """A whole cycle at each depth: draft steps of ``step_s``, verification of depth + 1 positions, the rest."""
-        return depths * step_s + self.verify_s(depths + 1.0) + self.rest.mean
+    def costs(self, step_s: float, max_drafts: int) -> CycleCosts:
+        """The cycle's costs for 0..``max_drafts`` drafts: draft steps of ``step_s`` (measured here or at another
+        batch size), the verification line at 1..``max_drafts`` + 1 positions, the rest as the overhead."""
+        return CycleCosts(step_s, self.verify_s(np.arange(1.0, max_drafts + 2.0)), self.rest.mean)
 
 
 class ModelBased(DraftLengthPolicy):
@@ -146,7 +148,7 @@ class ModelBased(DraftLengthPolicy):
         self.pooled = np.zeros((2, size))  # [accepted, trials] per position, every request
         self.requests: dict[int, np.ndarray] = {}  # request id -> [accepted, trials] per position
         self.slot_request: dict[int, int] = {}  # slot -> request id it held in the last cycle
-        self.costs: dict[int, CycleCosts] = {}
+        self.costs: dict[int, MeasuredCosts] = {}
         self.limits: dict[int, int] = {}  # slot -> γ chosen this cycle
         self.default = self.ceiling  # γ for a row whose request is new this cycle
         self.chosen: dict[int, int] = {}  # request -> γ at the last refresh (told path)
@@ -170,23 +172,22 @@ class ModelBased(DraftLengthPolicy):
         accepted, trials = own[0, 1:], own[1, 1:]
         return (accepted + self.prior_strength * pooled) / np.maximum(trials + self.prior_strength, 1e-12)
 
-    def seconds(self, costs: tuple[CycleCosts, float] | None) -> np.ndarray | None:
+    def seconds(self, costs: CycleCosts | None) -> np.ndarray | None:
         """The cycle's seconds at each γ in min_gamma..ceiling (None before any cycle was measured): computed once
         per cycle, not per row."""
         if costs is None:
             return None
-        cycle, step_s = costs
-        return cycle.cycle_s(np.arange(self.min_gamma, self.ceiling + 1, dtype=float), step_s)
+        return costs.cycle_s(np.arange(self.min_gamma, self.ceiling + 1))
 
     def choose(self, rates: np.ndarray, seconds: np.ndarray | None) -> int:
         """argmax over γ of E(γ) / seconds(γ) (:meth:`seconds`); the ceiling while nothing was measured."""
         if seconds is None:
             return self.ceiling
-        speed = expected_tokens(rates)[self.min_gamma:] / seconds
+        speed = expected_tokens_from_rates(rates)[self.min_gamma:] / seconds
         return self.min_gamma + int(np.argmax(speed))  # ties to the smaller γ
 
-    def costs_at(self, batch_size: int) -> tuple[CycleCosts, float] | None:
-        """The costs measured at the nearest batch size, and the draft step's at the nearest one where a draft
+    def costs_at(self, batch_size: int) -> CycleCosts | None:
+        """The costs measured at the nearest batch size, with the draft step's at the nearest one where a draft
         step was measured (a batch size that only ran plain target steps has not measured one)."""
         if not self.costs:
             return None
@@ -196,7 +197,7 @@ class ModelBased(DraftLengthPolicy):
 
         drafted = [b for b, c in self.costs.items() if c.step.weight]
         step_s = self.costs[nearest(drafted)].step.mean if drafted else 0.0
-        return self.costs[nearest(list(self.costs))], step_s
+        return self.costs[nearest(list(self.costs))].costs(step_s, self.ceiling)
 
     # -- the protocol -------------------------------------------------------------------------------------
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
@@ -277,7 +278,7 @@ class ModelBased(DraftLengthPolicy):
         steps = max(feedback.num_drafts, default=0)
         batch = len(feedback.num_drafts)
         if batch:
-            self.costs.setdefault(batch, CycleCosts(self.cost_halflife, self.verify_slope)).observe(steps, feedback)
+            self.costs.setdefault(batch, MeasuredCosts(self.cost_halflife, self.verify_slope)).observe(steps, feedback)
         if requests is None:
             return
         for index, (request, drafted, accepted) in enumerate(

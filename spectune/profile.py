@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from spectune.cycle import CycleCost
 from spectune.errors import SpectuneError
 from spectune.placement import cpu_model
 from spectune.rundir import current_model_path
@@ -47,10 +48,11 @@ WHERE_RECORDED = ("hardware.cpu_bf16",)
 
 
 @dataclass(frozen=True)
-class CycleCosts:
+class CycleCosts(CycleCost):
     """What one batch shape costs (seconds): a draft step, the verification of n = 1..max_positions positions and
-    the per-cycle overhead. The cost of a cycle is defined here, once (:meth:`cycle_s`); replays, environments and
-    the profile itself charge through it."""
+    the per-cycle overhead; a cycle's cost is :class:`~spectune.cycle.CycleCost`'s sum of them. A profile gives one
+    per batch size (:meth:`Profile.costs`); the model-based policy builds one from the costs it measures. Replays,
+    environments and the profile itself charge through :meth:`cycle_s`."""
 
     t_draft: float
     t_verify: np.ndarray  # [max_positions]: n = 1, 2, ...
@@ -61,20 +63,19 @@ class CycleCosts:
     def first_draft(self) -> float:
         return self.t_draft if self.t_first_draft is None else self.t_first_draft
 
-    def draft_s(self, drafted: Any) -> Any:
+    def draft(self, drafted: Any) -> Any:
         """Seconds of ``drafted`` draft steps in one cycle (an int or an array of them): the first step, then
         t_draft each."""
         return drafted * self.t_draft + (self.first_draft - self.t_draft) * (np.asarray(drafted) > 0)
 
-    def cycle_s(self, drafted: int, verified: int | None = None) -> float:
-        """``drafted`` draft steps, the verification of ``verified`` drafts (default: all drafted; padded to the
-        batch's longest) plus one position, and the overhead."""
-        return self.draft_s(drafted) + self.t_verify[drafted if verified is None else verified] + self.overhead
+    def verify(self, drafts: Any) -> Any:
+        """Seconds of the verification of ``drafts`` drafts (``drafts`` + 1 positions; an int or an array)."""
+        return self.t_verify[drafts]
 
-    @property
-    def ar_s(self) -> float:
-        """One autoregressive step: a target step of one position and the overhead."""
-        return self.t_verify[0] + self.overhead
+    # The interface's terms named in their unit, as every replay and environment charges with them.
+    draft_s = draft
+    cycle_s = CycleCost.cycle
+    ar_s = CycleCost.ar
 
     @property
     def c(self) -> float:

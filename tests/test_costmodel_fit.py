@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.costmodel import as_profile, expected_tokens, fit, joint_from_traces, mean_profile, predict
+from analysis.costmodel import as_profile, fit, joint_from_traces, mean_profile, predict
 from analysis.costmodel.cli import compare
+from spectune.cycle import expected_tokens_constant
 from spectune.errors import SpectuneError
 
 
@@ -103,7 +104,7 @@ def test_predicted_speedup_known_answer():
     # constant α = joint[0] = 0.7: E = 1 + 0.7 + 0.49, same costs; the plain S = E / (cγ + 1)
     assert table.loc[2, "constant_alpha_speedup"] == pytest.approx(2.19 * 1.05 / 1.65)
     assert table.loc[2, "seed_speedup"] == pytest.approx(2.19 / 1.2)
-    assert table.loc[3, "E_constant_alpha"] == pytest.approx(expected_tokens(0.7, 3))
+    assert table.loc[3, "E_constant_alpha"] == pytest.approx(expected_tokens_constant(0.7, 3))
 
 
 def test_a_cycles_first_draft_step_is_charged_apart():

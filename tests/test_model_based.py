@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.model_based import ModelBased, expected_tokens
+from policies.model_based import ModelBased
 from spectune.engine import Engine
 from spectune.engine.policy import CycleFeedback, DraftStep
 from spectune.sampling import SamplingParams
@@ -37,12 +37,6 @@ def _cycle(policy: ModelBased, drafts: list[int], accepted: list[int], step_s: f
     steps = max(drafts)
     policy.observe(CycleFeedback(drafts, accepted, steps * step_s, verify_s, steps * step_s + verify_s + rest_s,
                                  rows=list(range(batch)), request_ids=requests or list(range(batch))))
-
-
-def test_expected_tokens_is_the_cost_models_closed_form_at_a_constant_rate():
-    alpha, gamma = 0.7, 6
-    got = expected_tokens(np.full(gamma, alpha))
-    assert np.allclose(got, [(1 - alpha ** (g + 1)) / (1 - alpha) for g in range(gamma + 1)], rtol=0, atol=1e-12)
 
 
 def test_cheap_drafts_that_are_always_accepted_draft_to_the_ceiling():
@@ -77,8 +71,30 @@ def test_the_verification_line_is_fitted_from_measured_sizes():
         for _ in range(5):
             _cycle(policy, drafts, [0], step_s=1e-3, verify_s=verify)
     costs = policy.costs[1]
-    assert np.isclose(policy.costs_at(1)[1], 1e-3)
+    assert np.isclose(policy.costs_at(1).t_draft, 1e-3)
     assert np.allclose(costs.verify_s(np.array([1.0, 2.0, 7.0])), [0.008, 0.010, 0.020], atol=1e-9)
+    # the library's cycle: 2 draft steps, the line at 3 positions, no rest
+    assert np.isclose(policy.costs_at(1).cycle_s(2), 2e-3 + 0.012)
+
+
+def test_the_policys_costs_are_the_library_cycle_and_its_old_arithmetic_bit_for_bit():
+    """The model-based policy charges through :class:`spectune.profile.CycleCosts` built from its measurements;
+    its seconds per γ are, bit for bit, what its own formula gave (depths × step + the verification line at depth
+    + 1 positions + the rest): folding the two definitions into one changed no decision."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        policy = ModelBased(gamma=int(rng.integers(1, 9)), min_gamma=int(rng.integers(0, 2)), prior_strength=4.0,
+                            cost_halflife=float(rng.uniform(1, 64)), verify_slope=float(rng.uniform(0, 0.2)))
+        for _ in range(int(rng.integers(1, 12))):
+            drafts = int(rng.integers(0, policy.ceiling + 1))
+            _cycle(policy, [drafts], [0], step_s=float(rng.uniform(1e-4, 5e-3)),
+                   verify_s=float(rng.uniform(5e-3, 2e-2)), rest_s=float(rng.uniform(0, 2e-3)))
+        batch = 1
+        measured, drafted = policy.costs[batch], [b for b, c in policy.costs.items() if c.step.weight]
+        step_s = policy.costs[drafted[0]].step.mean if drafted else 0.0
+        depths = np.arange(policy.min_gamma, policy.ceiling + 1, dtype=float)
+        old = depths * step_s + measured.verify_s(depths + 1.0) + measured.rest.mean
+        assert policy.seconds(policy.costs_at(batch)).tobytes() == old.tobytes()
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
@@ -90,7 +106,7 @@ def test_live_runs_choose_within_the_ceiling_and_learn_costs(pair, concurrency):
     result = engine.run(random_requests(4, max_new=12), policy, concurrency)
     assert all(0 <= c.num_drafts <= c.gamma <= 5 for c in result.cycles)
     assert policy.costs and any(c.step.weight > 0 for c in policy.costs.values())
-    assert all(policy.costs_at(b)[1] > 0 for b in policy.costs)  # every batch size has a draft step's cost
+    assert all(policy.costs_at(b).t_draft > 0 for b in policy.costs)  # every batch size has a draft step's cost
     assert policy.pooled[1, 1] > 0  # position 1 was tested
 
 

@@ -8,18 +8,25 @@ overheads, and emits 1..γ+1 tokens. Its speed-up over plain decoding is
 With independent acceptances of constant probability α, E = Σ_{i=0..γ} α^i = (1 − α^(γ+1))/(1 − α).
 This is a model for choosing where to measure, not a measurement: a constant α hides the accepted-length
 distribution, so :func:`expected_tokens_from_joint` takes measured joint probabilities instead.
+
+Both sides are the library's (:mod:`spectune.cycle`): E is :func:`spectune.cycle.expected_tokens` (the joint
+form) or its constant-α closed form, and the cycle's cost is :class:`StepCosts`, the library's
+:class:`~spectune.cycle.CycleCost` in units of one target step. This module validates the inputs with its
+own names, sweeps and fits.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
+from spectune.cycle import CycleCost, expected_tokens, expected_tokens_constant
 from spectune.errors import SpectuneError
 from spectune.profile import Profile, load_profile
 
@@ -49,21 +56,9 @@ def check_cost(value: float, name: str, *, positive: bool = False) -> float:
     return float(value)
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """E(α, γ) = (1 − α^(γ+1))/(1 − α), and γ + 1 at α = 1.
-
-    Written with expm1/log1p so that α just below 1 does not lose digits to cancellation.
-    """
-    alpha, gamma = check_alpha(alpha), check_gamma(gamma)
-    if alpha == 1.0:
-        return float(gamma + 1)
-    if alpha == 0.0:
-        return 1.0
-    return -math.expm1((gamma + 1) * math.log1p(alpha - 1)) / (1 - alpha)
-
-
 def expected_tokens_from_joint(joint: Sequence[float], name: str = "joint") -> float:
-    """E = 1 + Σ_i P(first i drafts all accepted), ``joint[i-1]`` = P(first i accepted), i = 1..γ.
+    """E = 1 + Σ_i P(first i drafts all accepted), ``joint[i-1]`` = P(first i accepted), i = 1..γ, once the joint
+    is checked (:func:`spectune.cycle.expected_tokens` at the joint's γ).
 
     The probabilities must lie in [0, 1] and be non-increasing (keeping i+1 drafts implies keeping i).
     """
@@ -77,7 +72,7 @@ def expected_tokens_from_joint(joint: Sequence[float], name: str = "joint") -> f
         if i > 1 and v > values[i - 2] + _JOINT_TOL:
             raise SpectuneError(f"{name}[{i - 1}]={v!r} exceeds {name}[{i - 2}]={values[i - 2]!r}: "
                                 "P(first i accepted) must be non-increasing in i")
-    return 1.0 + float(sum(values))
+    return float(expected_tokens(values)[-1])
 
 
 def joint_from_accepted_lengths(histogram: Sequence[float]) -> list[float]:
@@ -114,11 +109,36 @@ def verify_cost(g: VerifyCost, gamma: int, name: str = "g") -> float:
     return check_cost(value, f"{name}(gamma={gamma})", positive=True)
 
 
+@dataclass(frozen=True)
+class StepCosts(CycleCost):
+    """A cycle's cost in units of one target step (the cost model's): a draft step costs ``c``, the verification of
+    γ drafts ``g(γ)``, and the cycle ``overhead``. ``c_first``: a cycle's first draft step apart from the later
+    ones (a fitted profile's c₁), None when every step costs ``c``.
+
+    A profile's :class:`~spectune.profile.CycleCosts` scaled to one target step is the same cost; the draft term is
+    written here as c₁ + c (γ − 1) and there as γ c + (c₁ − c), equal in exact arithmetic and apart by at most an
+    ulp in floating point, each kept so that the cost model's tables and the replays stay the numbers they were
+    (``tests/test_cycle.py`` checks the two agree)."""
+
+    c: float
+    g: Callable[[int], float]
+    overhead: float = 0.0
+    c_first: float | None = None
+
+    def draft(self, drafted: int) -> float:
+        if self.c_first is None:
+            return self.c * drafted
+        return self.c_first + self.c * (drafted - 1) if drafted else 0.0
+
+    def verify(self, drafts: int) -> float:
+        return self.g(drafts)
+
+
 def speedup(expected: float, gamma: int, c: float, g: VerifyCost = 1.0, overhead: float = 0.0) -> float:
     """S = E / (c·γ + g(γ) + overhead): tokens per target-step-equivalent of work."""
     gamma = check_gamma(gamma)
-    cost = check_cost(c, "c") * gamma + verify_cost(g, gamma) + check_cost(overhead, "overhead")
-    return expected / cost
+    costs = StepCosts(check_cost(c, "c"), lambda drafts: verify_cost(g, drafts), check_cost(overhead, "overhead"))
+    return expected / costs.cycle(gamma)
 
 
 def sweep(alphas: Iterable[float], cs: Iterable[float], gammas: Iterable[int], g: VerifyCost = 1.0,
@@ -131,19 +151,18 @@ def sweep(alphas: Iterable[float], cs: Iterable[float], gammas: Iterable[int], g
     cs = [check_cost(c, "c") for c in cs]
     gammas = sorted({check_gamma(x) for x in gammas})
     overhead = check_cost(overhead, "overhead")
+    series: list[tuple[str, float, Callable[[int], float], list[int]]] = [
+        (f"alpha={a:g}", a, lambda gamma, a=a: expected_tokens_constant(a, gamma), gammas) for a in alphas]
     if joint is not None:
         expected_tokens_from_joint(joint)  # validates
-    series: list[tuple[str, float, Callable[[int], float], list[int]]] = [
-        (f"alpha={a:g}", a, lambda gamma, a=a: expected_tokens(a, gamma), gammas) for a in alphas]
-    if joint is not None:
-        series.append(("joint", math.nan, lambda gamma: 1.0 + float(sum(joint[:gamma])),
-                       [x for x in gammas if x <= len(joint)]))
+        measured = expected_tokens(joint)
+        series.append(("joint", math.nan, lambda gamma: float(measured[gamma]), [x for x in gammas if x <= len(joint)]))
     rows = []
     for label, a, expected, covered in series:
         for c in cs:
+            costs = StepCosts(c, lambda gamma: verify_cost(g, gamma, g_name), overhead)
             for gamma in covered:
-                g_value = verify_cost(g, gamma, g_name)
-                cost = c * gamma + g_value + overhead
+                g_value, cost = costs.verify(gamma), costs.cycle(gamma)
                 e = expected(gamma)
                 rows.append({"series": label, "alpha": a, "c": c, "gamma": gamma, "g": g_value,
                              "overhead": overhead, "E": e, "cost": cost, "S": e / cost})
@@ -246,11 +265,14 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
     also feeds the draft what the last cycle emitted; c₁ = c for a profile that did not measure it apart), and the
     per-cycle overhead o paid by the AR step too (both are timed the same way, TPOT-based).
     ``constant_alpha_speedup``: the same costs with E from α = joint[0]. ``seed_speedup``: the plain
-    S = E(α) / (c γ + 1) (g = 1, no overhead, every draft step alike).
+    S = E(α) / (c γ + 1) (g = 1, no overhead, every draft step alike). Costs are :class:`StepCosts` (the AR step
+    1 + o is their ``ar``), E is :func:`spectune.cycle.expected_tokens` of the joint.
     """
     expected_tokens_from_joint(joint)
-    alpha = float(joint[0])
+    alpha, measured = float(joint[0]), expected_tokens(joint)
     c, c_first, o = profile.c(batch_size), profile.c_first(batch_size), profile.o(batch_size)
+    costs = StepCosts(c, lambda drafts: profile.g(drafts, batch_size), o, c_first)
+    seed = StepCosts(c, lambda drafts: 1.0)  # the plain model: g = 1, no overhead, every draft step alike
     rows = []
     for gamma in sorted({check_gamma(x) for x in gammas}):
         if gamma > len(joint):
@@ -258,14 +280,12 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
         if gamma + 1 > profile.max_positions:
             raise SpectuneError(f"gamma={gamma} needs a verification of {gamma + 1} positions but the profile "
                                 f"{profile.label!r} measured up to {profile.max_positions} (task.max_depth)")
-        g = profile.g(gamma, batch_size)
-        draft = c_first + c * (gamma - 1)
-        cost = draft + g + o
-        e, e_alpha = 1.0 + float(sum(joint[:gamma])), expected_tokens(alpha, gamma)
+        draft, g, cost = costs.draft(gamma), costs.verify(gamma), costs.cycle(gamma)
+        e, e_alpha = float(measured[gamma]), expected_tokens_constant(alpha, gamma)
         rows.append({"gamma": gamma, "batch_size": batch_size, "E": e, "c": c, "c_first": c_first, "draft": draft,
-                     "verify": g, "overhead": o, "cost": cost, "predicted_speedup": e * (1 + o) / cost, "alpha": alpha,
-                     "E_constant_alpha": e_alpha, "constant_alpha_speedup": e_alpha * (1 + o) / cost,
-                     "seed_speedup": e_alpha / (c * gamma + 1.0)})
+                     "verify": g, "overhead": o, "cost": cost, "predicted_speedup": e * costs.ar / cost,
+                     "alpha": alpha, "E_constant_alpha": e_alpha, "constant_alpha_speedup": e_alpha * costs.ar / cost,
+                     "seed_speedup": e_alpha / seed.cycle(gamma)})
     return pd.DataFrame(rows)
 
 
