@@ -20,14 +20,15 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import pandas as pd
 import torch
 from env_speed import TINY, workload_cfg  # a sibling script (run as python bench/replay_fidelity.py)
 from scipy import stats
 
 from policies.confidence import ConfidenceStop
+from policies.envs.data import TraceSet
+from policies.envs.replay import replay_depths
 from spectune.engine import Engine
-from spectune.engine.policy import FixedGamma
+from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.engine.records import cycles_frame, requests_frame, summarise
 from spectune.engine.traces import record
 from spectune.measure import requests_of
@@ -41,28 +42,26 @@ DEPTH = 8
 THRESHOLD = 0.4
 
 
-def predicted(frame: pd.DataFrame, profile: Profile, method: str) -> float:
-    """Replay's decode tokens/s for ``method`` ("gamma=k" or "confidence") from traces at depth DEPTH."""
-    tokens = time_s = 0.0
-    for _, cycle in frame.groupby("cycle", sort=False):
-        rows = cycle.sort_values(["row", "position"])
-        accepted = rows["accepted"].to_numpy().reshape(-1, DEPTH)
-        leading = np.cumprod(accepted, axis=1).sum(1)
-        if method == "confidence":  # a row stops after the first draft with q(x) < threshold
-            low = rows["token_prob"].to_numpy().reshape(-1, DEPTH) < THRESHOLD
-            depth = np.where(low.any(1), low.argmax(1) + 1, DEPTH)
-        else:
-            depth = np.full(len(leading), int(method.split("=")[1]))
-        b = len(leading)
-        tokens += float((np.minimum(depth, leading) + 1).sum())
-        time_s += profile.cycle_s(int(depth.max()), b)
+def policy_of(method: str) -> DraftLengthPolicy:
+    """``method``'s policy: the confidence stop at the ceiling DEPTH, or fixed γ = k for "gamma=k"."""
+    return ConfidenceStop(DEPTH, THRESHOLD) if method == "confidence" else FixedGamma(int(method.split("=")[1]))
+
+
+def predicted(traces: TraceSet, profile: Profile, method: str) -> float:
+    """Replay's decode tokens/s for ``method`` from traces at depth DEPTH: each row's depth as the replay drives the
+    policy (:func:`policies.envs.replay.replay_depths`: the engine's drafting loop over the recorded cycles), each
+    cycle charged once at its deepest row (verification is padded)."""
+    depths = replay_depths(policy_of(method), traces, DEPTH, profile)
+    tokens = float((np.minimum(depths, traces.leading) + 1).sum())
+    time_s = 0.0
+    for cycle in traces.cycle_slices:
+        time_s += profile.cycle_s(int(depths[cycle].max()), cycle.stop - cycle.start)
     return tokens / time_s
 
 
 def live(engine: Engine, requests: list, method: str, concurrency: int) -> tuple[float, float]:
     """(decode tokens/s over the cycles' synchronised time, end-to-end output tokens/s)."""
-    policy = ConfidenceStop(DEPTH, THRESHOLD) if method == "confidence" else FixedGamma(int(method.split("=")[1]))
-    result = engine.run(requests, policy, concurrency)
+    result = engine.run(requests, policy_of(method), concurrency)
     cyc = cycles_frame(result.cycles)
     per_cycle = cyc.groupby("cycle").agg(emitted=("emitted", "sum"), draft_s=("draft_s", "first"),
                                          verify_s=("verify_s", "first"), rest_s=("rest_s", "first"))
@@ -107,13 +106,14 @@ def main() -> None:
     print(f"{'conc':>4} {'method':<11}{'replay':>9}{'live dec':>10}{'ratio':>7}{'95% CI':>16}{'live e2e':>10}"
           f"{'e2e/replay':>11}")
     for c in sizes:
-        frame = record(engine.session(requests, None, c, keep_laws=True), requests, DEPTH)
+        traces = TraceSet(record(engine.session(requests, None, c, keep_laws=True), requests, DEPTH),
+                          {"concurrency": c}, f"traces at concurrency {c}")
         cells: dict[str, list[tuple[float, float, float]]] = {m: [] for m in methods}
         for _ in range(args.repeats):
             profile = measured_profile(c)
             for method in methods:
                 decode, e2e = live(engine, requests, method, c)
-                cells[method].append((predicted(frame, profile, method), decode, e2e))
+                cells[method].append((predicted(traces, profile, method), decode, e2e))
         for method in methods:
             pred, decode, e2e = (np.array(x) for x in zip(*cells[method], strict=True))
             ratios = decode / pred

@@ -54,8 +54,7 @@ class CycleDepthEnv(DraftDepthEnv):
         if not 0 <= depth <= self.max_depth:
             raise SpectuneError(f"action={action!r} is out of range: a depth in 0..{self.max_depth}")
         self._depth = depth
-        tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
-        time_s = self._costs.cycle_s(depth) / self._batch
+        tokens, time_s = self._recorded(depth)
         reward = self._reward(tokens, time_s)
         return self._obs.copy(), float(reward), True, False, {"depth": depth, "tokens": tokens, "time_s": time_s,
                                                               "synthetic": self.synthetic}

@@ -96,6 +96,12 @@ class DraftDepthEnv(gym.Env):
         """After draft step ``self._depth`` (the drafts so far): that step's signals (DRAFT_SIGNALS order)."""
         self._obs[:] = DEPTH.from_trace(self._depth, self._batch, self._costs, *self._given, values)
 
+    def _recorded(self, depth: int) -> tuple[float, float]:
+        """The recorded row verified at ``depth``: the tokens it emits (accepted prefix + the target's one) and its
+        1/b share of the batch cycle's cost (:meth:`spectune.profile.CycleCosts.cycle_s`)."""
+        tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
+        return tokens, self._costs.cycle_s(depth) / self._batch
+
     def _reward(self, tokens: float, time_s: float) -> float:
         key = (self._index, self._batch)
         share_ar = self._costs.ar_s / self._batch
@@ -129,9 +135,7 @@ class DraftDepthEnv(gym.Env):
             if self._depth < self.max_depth:
                 return self._obs.copy(), 0.0, False, False, {}
         if self.backend == "replay":
-            depth = self._depth
-            tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
-            time_s = self._costs.cycle_s(depth) / self._batch
+            tokens, time_s = self._recorded(self._depth)
             info = {}
         else:
             tokens, measured_s = self._live_verify()

@@ -185,7 +185,7 @@ def _feedback(traces: TraceSet, entries: slice, depths: np.ndarray, profile: Pro
     costs = profile.costs(batch)
     accepted = np.minimum(depths, traces.leading[entries])
     return CycleFeedback([int(d) for d in depths], [int(a) for a in accepted], float(costs.draft_s(deepest)),
-                         float(costs.t_verify[deepest]), float(costs.cycle_s(deepest)),
+                         float(costs.verify(deepest)), float(costs.cycle_s(deepest)),
                          rows=[int(r) for r in traces.row[entries]],
                          request_ids=[int(r) for r in traces.request_id[entries]])
 
