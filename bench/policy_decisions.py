@@ -1,9 +1,10 @@
 """How long each γ policy takes to decide, next to what a cycle of the embedded pair costs, in one run.
 
 For batch sizes 1 and 4: the engine runs fixed γ = 4 on real prompts (T = 1) to measure the mean draft step and
-the mean cycle; then every policy decides a cycle's worth on real draft signals (begin_cycle, continue_drafting
-after steps 1..γ-1, observe), repeated, timed with perf_counter. For the PPO policy the batched actor call is set
-beside stable-baselines3's own ``predict`` called once per row (what a naive integration would do).
+the mean cycle; then every policy decides a cycle's worth on real draft signals (begin_cycle, then the engine's
+drafting loop: continue_drafting after steps 1..γ-1 and end_drafting on the last, observe), repeated, timed with
+perf_counter. For the PPO policy the batched actor call is set beside stable-baselines3's own ``predict`` called
+once per row (what a naive integration would do).
 
     python bench/policy_decisions.py --repeats 300
 
@@ -33,7 +34,7 @@ from policies.sb3_files import annotate_policy_file
 from spectune import hardware as hw
 from spectune import rundir
 from spectune.engine import Engine, Request
-from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftStep, FixedGamma, draft_signals
+from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftStep, FixedGamma, draft_cycle, draft_signals
 from spectune.io import write_json
 from spectune.metadata import base_metadata
 from spectune.models.loading import load_pair
@@ -91,17 +92,37 @@ def _steps(pair, prompts: list[list[int]], batch: int, sampling: SamplingParams)
     return steps
 
 
+class _Shown:
+    """The prepared draft steps as :func:`~spectune.engine.policy.draft_cycle` drives them: each draft shows the next
+    one, and no row is stopped or cut (the steps are data, so every policy decides a whole cycle's worth)."""
+
+    def __init__(self, steps: list[DraftStep]) -> None:
+        self.steps, self.drafted = steps, 0
+
+    def draft(self, signals: frozenset[str]) -> DraftStep:
+        self.drafted += 1
+        return self.steps[self.drafted - 1]
+
+    def stop(self, keep: torch.Tensor) -> bool:
+        return True
+
+    def cut(self, kept: list[int]) -> None:
+        pass
+
+
 def _decide(policy, steps: list[DraftStep], batch: int, repeats: int) -> float:
-    """Median seconds per cycle of decisions: begin_cycle, continue_drafting after steps 0..γ-2, observe (the
-    median, because on a shared machine a few cycles catch another process's burst)."""
-    feedback = CycleFeedback([GAMMA] * batch, [1] * batch, 1e-3, 2e-3, 3.5e-3)
+    """Median seconds per cycle of decisions: begin_cycle, the engine's drafting loop over the steps
+    (:func:`~spectune.engine.policy.draft_cycle`: continue_drafting after steps 0..γ-2, end_drafting on the last for
+    a policy that reads it), observe (the median, because on a shared machine a few cycles catch another process's
+    burst)."""
+    feedback = CycleFeedback([GAMMA] * batch, [1] * batch, 1e-3, 2e-3, 3.5e-3, rows=list(range(batch)),
+                             request_ids=list(range(batch)))  # per-row policies need each row's slot and request
     policy.reset()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         policy.begin_cycle(batch)
-        for step in steps[:-1]:
-            policy.continue_drafting(step)
+        draft_cycle(policy, len(steps), _Shown(steps))
         policy.observe(feedback)
         times.append(time.perf_counter() - start)
     return float(np.median(times))
