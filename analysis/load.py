@@ -91,9 +91,10 @@ def _metadata_columns(meta: dict[str, Any]) -> dict[str, Any]:
     settings, workload, sampling = meta.get("settings") or {}, meta.get("workload") or {}, meta.get("sampling") or {}
     out = {
         "models": models.get("name"),
-        "target": target.get("name_or_path"), "target_revision": target.get("revision"),
+        # runs from before the library move name the shipped models under harness/models/: the same models
+        "target": rundir.current_model_path(target.get("name_or_path")), "target_revision": target.get("revision"),
         "target_sha256": json.dumps(target.get("weights_sha256"), sort_keys=True) if target else None,
-        "draft": draft.get("name_or_path"), "draft_revision": draft.get("revision"),
+        "draft": rundir.current_model_path(draft.get("name_or_path")), "draft_revision": draft.get("revision"),
         "draft_sha256": json.dumps(draft.get("weights_sha256"), sort_keys=True) if draft else None,
         "dtype": hardware.get("dtype", target.get("dtype")),
         "hardware": hardware.get("setup"), "device": hardware.get("device"),

@@ -27,7 +27,7 @@ def test_verify_exact_passes_and_writes_json(harness, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "Verdict: exact PASS (configured), naive FAIL" in res.stdout
     out = json.loads((tmp_path / "verify.json").read_text())
-    assert out["verdict"] == {"exact": "PASS", "naive": "FAIL"}
+    assert out["verdict"] == {"exact": "PASS", "naive": "FAIL", "argmax-match": "FAIL"}
     assert out["n"] == 20000 and out["seed"] == 20260923 and out["configured_sampler"] == "exact"
     assert out["laws"]["naive_law"] == pytest.approx([0.35, 0.39, 0.26])
     assert out["laws"]["tv_naive_vs_p"] == pytest.approx(0.15)

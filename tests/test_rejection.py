@@ -241,16 +241,17 @@ def test_unknown_sampler_is_a_one_line_error() -> None:
         get_sampler("greedy")
 
 
-def test_the_audit_task_in_process_passes_the_exact_sampler_and_catches_the_naive(compose_config, tmp_path) -> None:
+def test_the_audit_task_in_process_passes_the_exact_sampler_and_catches_both_mutants(compose_config, tmp_path) -> None:
     """``task=verify`` without the process around it (spectune.audit.montecarlo through the real batched sampler,
     the rule of spectune.audit.fit): the default p, q; n = 5,000 trials per check, seed 20260923, the audit's own
     rule (every |freq − p| < 4.5 SE, chi-square p-value > 1e-3), for γ = 1 and the γ = 2 pair law. The naive law
-    is 0.15 from p in TV, at least 10 SE on every token at this n."""
+    is 0.15 from p in TV, at least 10 SE on every token at this n; "accept when the target's argmax matches" is
+    0.2·δ_0 + 0.8·p = (0.6, 0.24, 0.16) at γ = 1, 0.1 from p in TV."""
     from harness.tasks import verify
     from spectune import rundir
 
     code = verify.run(compose_config("task=verify", "task.trials=5000"), tmp_path)
     out = rundir.VERIFY.read(tmp_path)
-    assert code == 0 and out["verdict"] == {"exact": "PASS", "naive": "FAIL"}
+    assert code == 0 and out["verdict"] == {"exact": "PASS", "naive": "FAIL", "argmax-match": "FAIL"}
     assert out["n"] == 5000 and out["seed"] == 20260923 and out["configured_sampler"] == "exact"
     assert out["metadata"][rundir.VERSION_KEY] == rundir.FORMAT_VERSION

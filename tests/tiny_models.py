@@ -64,3 +64,19 @@ def record_three_requests(pair, depth: int, slots: int):
     frame = record(session, requests, depth)
     outputs = {r.request_id: r.output_ids for r in session.result().requests}
     return engine, requests, TraceSet(frame, {"concurrency": slots}, "memory"), outputs
+
+
+def constant_law_llama(law: list[float], hidden: int = 32, seed: int = 0) -> LlamaForCausalLM:
+    """A real LlamaForCausalLM whose next-token law is ``law`` after every context (at temperature 1).
+
+    Every token embeds to the same vector, so every position's final hidden state h is the same whatever the
+    tokens; the head's rows are log(law_i)·h/|h|², so the logits are log(law). Under plain sampling its outputs are
+    i.i.d. draws from ``law``: a known truth that an exactness test can compare emitted tokens with, token by token.
+    """
+    model = tiny_llama(vocab=len(law), hidden=hidden, layers=1, seed=seed, init=0.5)
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:] = model.model.embed_tokens.weight[0].clone()
+        h = model.model(input_ids=torch.zeros(1, 1, dtype=torch.long)).last_hidden_state[0, -1]
+        log_law = torch.tensor(law, dtype=model.dtype).log()
+        model.lm_head.weight[:] = log_law[:, None] * h[None, :] / h.dot(h)
+    return model

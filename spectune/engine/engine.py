@@ -16,6 +16,7 @@ import torch
 from spectune.engine.clock import DeviceClock
 from spectune.engine.features import reads_features
 from spectune.engine.kv import SlotKV
+from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import DraftLengthPolicy
 from spectune.engine.records import Request, RequestRecord
 from spectune.engine.session import RunRecords, Session
@@ -31,14 +32,15 @@ __all__ = ["Engine", "RunRecords", "Session"]
 class Engine:
     """Generates for a list of requests with at most ``concurrency`` in flight.
 
-    ``policy=None`` (or no draft model) is the autoregressive baseline on the same code path, so
+    ``draft``: a draft model, a model-free draft (:class:`~spectune.engine.lookup.PromptLookup`), or None.
+    ``policy=None`` (or no draft) is the autoregressive baseline on the same code path, so
     the comparison measures speculation and nothing else.
     """
 
-    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, *, sampling: SamplingParams,
-                 sampler: RejectionSampler, device: torch.device | str, eos_token_ids: list[int] | None = None,
-                 seed: int = 0, compact_waste: float = 0.5, path: ExecutionPath | None = None,
-                 vocab_size: int | None = None) -> None:
+    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | PromptLookup | None, *,
+                 sampling: SamplingParams, sampler: RejectionSampler, device: torch.device | str,
+                 eos_token_ids: list[int] | None = None, seed: int = 0, compact_waste: float = 0.5,
+                 path: ExecutionPath | None = None, vocab_size: int | None = None) -> None:
         self.target, self.draft = target, draft
         self.sampling, self.sampler = sampling, sampler
         self.device = torch.device(device)
@@ -58,7 +60,7 @@ class Engine:
             # limit (8) would silently fall back to eager mid-benchmark.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
             for model in (target, draft):
-                if model is not None:
+                if isinstance(model, torch.nn.Module):
                     self._forward[id(model)] = torch.compile(model.forward, mode=self.path.compile_mode,
                                                              backend=self.path.compile_backend, dynamic=False)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from spectune.engine.features import HiddenTap, reads_features
+from spectune.engine.features import HiddenTap
 from spectune.engine.kv import SlotKV, prefill_slots
 from spectune.engine.proposer import DraftProposer
 from spectune.sampling import SamplingParams
@@ -33,7 +33,8 @@ class FeatureProposer(DraftProposer):
         self.pending_valid = torch.zeros(kv.batch, 0, dtype=torch.bool, device=self.device)
         self.pending_features = torch.zeros(kv.batch, 1, hidden, dtype=model.dtype, device=self.device)
 
-    def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None) -> None:
+    def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None,
+                limits: list[int] | None = None) -> None:
         """Load prompts: entries x_1..x_{P-1} with the target's f_0..f_{P-2}; f_{P-1} goes with the first token.
 
         ``features``: the target's prefill features, [len(rows), longest prompt, H], left-padded."""
@@ -87,9 +88,3 @@ class FeatureProposer(DraftProposer):
                                           dim=1)
         self.any_pending = True
 
-
-def proposer_for(model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams,
-                 vocab_size: int | None = None) -> DraftProposer:
-    """The proposer a draft model needs: the feature proposer where the draft reads the target's features."""
-    proposer = FeatureProposer if reads_features(model) else DraftProposer
-    return proposer(model, kv, sampling, vocab_size)

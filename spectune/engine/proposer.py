@@ -44,8 +44,10 @@ class DraftProposer:
         # Static (compiled) caches want one first-step shape: always feed [pending or dummy, last].
         self.fixed_shapes = getattr(kv, "fixed_shapes", False)
 
-    def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None) -> None:
-        """Load prompts into slots ``rows`` (``features``: the target's, read only by a proposer that uses them)."""
+    def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None,
+                limits: list[int] | None = None) -> None:
+        """Load prompts into slots ``rows`` (``features``: the target's, read only by a proposer that uses them;
+        ``limits``: the requests' max_new_tokens, read only by a proposer that clips its chains)."""
         prefill_slots(self.model, self.kv, rows, prompts)
         self.pending_valid[rows] = False
 

@@ -30,11 +30,12 @@ from typing import Protocol
 import torch
 
 from spectune.engine.clock import DeviceClock, MemoryTracker
-from spectune.engine.feature_proposer import proposer_for
 from spectune.engine.features import reads_features
 from spectune.engine.kv import SlotKV
+from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from spectune.engine.proposer import Proposal
+from spectune.engine.proposers import proposer_for
 from spectune.engine.randomness import KeyedUniforms
 from spectune.engine.records import CycleRecord, Request, RequestRecord
 from spectune.engine.scorer import TargetScorer
@@ -49,7 +50,7 @@ class EngineParts(Protocol):
     (:class:`~spectune.engine.engine.Engine` is one; the session never needs the engine's loop)."""
 
     target: torch.nn.Module
-    draft: torch.nn.Module | None
+    draft: torch.nn.Module | PromptLookup | None  # a draft model, or a draft that needs none
     sampling: SamplingParams
     sampler: RejectionSampler
     device: torch.device
@@ -136,8 +137,7 @@ class Session:
         features = reads_features(engine.draft)  # an EAGLE-style draft: the scorer keeps the target's features
         self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size, keep_features=features)
-        self.proposer = (proposer_for(engine.draft, engine.cache(engine.draft, concurrency), engine.sampling,
-                                      engine.vocab_size) if self.speculative else None)
+        self.proposer = proposer_for(engine, concurrency) if self.speculative else None
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
         if policy is not None and reset_policy:
             policy.reset()
@@ -207,7 +207,8 @@ class Session:
         prompts = [self.slots[row].input_ids for row in admitted]
         first_laws = self.scorer.prefill(admitted, prompts)
         if self.proposer is not None:
-            self.proposer.prefill(admitted, prompts, self.scorer.features)
+            self.proposer.prefill(admitted, prompts, self.scorer.features,
+                                  limits=[self.slots[row].max_new_tokens for row in admitted])
         rows = torch.tensor(admitted, device=self.device)
         position0 = torch.zeros(self.batch, dtype=torch.long, device=self.device)
         first = draw(first_laws, self.sampling, uniforms=self.keys.at("target", position0)[rows])
@@ -301,6 +302,8 @@ class Session:
         proposal = target_laws = accept_u = None
         if depth:
             proposal = self.proposer.finish()
+            depth = proposal.tokens.shape[1]  # a model-free draft proposes only as deep as its longest chain
+        if depth:
             target_laws = self.scorer.score(self.last, proposal.tokens)
             accept_u = self.keys.at("accept", self.position, depth)
             verdict = self.engine.sampler(target_laws, proposal.probs, proposal.tokens, None, uniforms=accept_u,
@@ -338,7 +341,7 @@ class Session:
                    for row in rows}
         if self.scorer.kv.waste() > self.engine.compact_waste:
             self.scorer.kv.compact()
-            if self.proposer is not None:
+            if self.proposer is not None and self.proposer.kv is not None:
                 self.proposer.kv.compact()
         self.memory.sample()
         rest_s = self.clock.seconds(t2, self.clock.mark())

@@ -135,7 +135,30 @@ class NaiveResampleFromTarget(_BlockSampler):
     resample_from_residual = False
 
 
-SAMPLERS: dict[str, type] = {"exact": ExactRejectionSampler, "naive": NaiveResampleFromTarget}
+class AcceptArgmaxMatch:
+    """WRONG on purpose at T > 0: keeps a draft iff it is the target's most likely token (greedy verification),
+    then draws the next token from p. Right only where p is one-hot (T = 0); with a deterministic proposal
+    (prompt lookup, q = δ_x) it turns every x that is the argmax into a certain token: with p = (0.5, 0.3, 0.2)
+    and x = 0 its law is δ_0. Here so the exactness audit can show it catches it; never a default."""
+
+    name = "argmax-match"
+
+    def __call__(self, target_probs, draft_probs, draft_tokens, generator=None, uniforms=None,
+                 num_drafts=None, recovery_uniforms=None) -> Verdict:
+        gamma = draft_tokens.shape[1]
+        accept = target_probs[:, :gamma].argmax(-1) == draft_tokens
+        if num_drafts is not None:
+            accept &= torch.arange(gamma, device=accept.device) < num_drafts.unsqueeze(1)
+        n = accept.long().cumprod(dim=1).sum(dim=1)
+        law = _recovery_law(target_probs, n, None, num_drafts)
+        if recovery_uniforms is None:
+            return Verdict(num_accepted=n, next_token=sample(law, generator))
+        return Verdict(num_accepted=n, next_token=inverse_cdf(law, recovery_uniforms.gather(1, n.unsqueeze(1))
+                                                              .squeeze(1)))
+
+
+SAMPLERS: dict[str, type] = {"exact": ExactRejectionSampler, "naive": NaiveResampleFromTarget,
+                             "argmax-match": AcceptArgmaxMatch}
 
 
 def get_sampler(name: str) -> RejectionSampler:

@@ -1,0 +1,205 @@
+"""A draft that needs no model: prompt lookup (n-gram matching over the prompt and the text generated so far).
+
+The suffix of a row's context (its last n tokens, n from ``max_n`` down to ``min_n``) is looked up in the context
+itself; the tokens that followed its earliest match with a non-empty continuation are proposed, up to the cycle's
+length. This is transformers' ``PromptLookupCandidateGenerator`` (``prompt_lookup_num_tokens``,
+``max_matching_ngram_size``; it fixes ``min_n`` at 1) and vLLM's ``ngram`` method (``prompt_lookup_min``/``max``).
+
+Exact at any temperature: a proposal that is not sampled is a point mass, q = δ_x. Acceptance with
+min(1, p(x)/q(x)) is then p(x), and the residual max(p − q, 0) normalised is (p − p(x)·δ_x)/(1 − p(x)), p being
+the target's law after temperature, top-k and top-p. So the proposer hands the sampler an exactly one-hot q that
+never goes through the sampling warp (a softmax of a one-hot at temperature T is no point mass), and the engine's
+exact rejection sampler does the rest.
+
+A chain stops before the first stop token (end of sequence, chat-template tokens) and at the request's length
+limit: the target never has to verify what it could not emit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from spectune.engine.policy import draft_signals
+from spectune.engine.proposer import Proposal
+from spectune.errors import SpectuneError
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """What a prompt-lookup draft is: the n-gram sizes it matches and the ids it never proposes.
+
+    It stands where a draft model would (``Engine(target, PromptLookup(...))``); the engine builds its proposer.
+    """
+
+    max_n: int = 3
+    min_n: int = 1
+    stop_ids: tuple[int, ...] = ()  # besides the engine's EOS ids: e.g. the tokenizer's special (template) ids
+
+    name = "prompt-lookup"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_n <= self.max_n:
+            raise SpectuneError(f"prompt lookup needs 1 <= min_n <= max_n, got min_n={self.min_n}, "
+                                f"max_n={self.max_n}")
+
+
+def lookup(context: Sequence[int], max_n: int, min_n: int, length: int) -> list[int]:
+    """Up to ``length`` tokens that followed the earliest earlier occurrence of the context's last n tokens.
+
+    n runs from ``max_n`` (at most ``len(context) - 1``) down to ``min_n``; the first n with a match whose
+    continuation is non-empty wins (transformers' rule: left to right, longest n first). [] when nothing matches.
+    """
+    size = len(context)
+    if length <= 0:
+        return []
+    for n in range(min(max_n, size - 1), min_n - 1, -1):
+        suffix = list(context[size - n:])
+        first = suffix[0]
+        for start in range(size - n):  # the suffix itself (start = size - n) has no continuation
+            if context[start] == first and list(context[start:start + n]) == suffix:
+                return list(context[start + n: min(start + n + length, size)])
+    return []
+
+
+def clip(chain: list[int], stop_ids: Iterable[int], limit: int) -> list[int]:
+    """The chain before its first stop token, at most ``limit`` tokens long."""
+    stops = set(stop_ids)
+    for i, token in enumerate(chain):
+        if token in stops:
+            chain = chain[:i]
+            break
+    return chain[:max(limit, 0)]
+
+
+class LookupProposer:
+    """Proposes, per row, the continuation of the longest earlier n-gram match; same cycle interface as the
+    model proposers (:class:`~spectune.engine.proposer.DraftProposer`), with no model and no cache.
+
+    The chain is found once per cycle (at :meth:`begin`) and handed out a token per :meth:`step`, so a policy still
+    decides after every step. Rows whose chain ran out stop drafting; :meth:`finish` cuts the proposal to the
+    longest chain, so the target verifies no position that no row proposed (0: a plain target step).
+    """
+
+    kv = None  # no draft cache: nothing to compact or roll back
+
+    def __init__(self, spec: PromptLookup, batch: int, vocab_size: int, device: torch.device,
+                 eos: Iterable[int] = ()) -> None:
+        self.spec, self.batch, self.vocab_size, self.device = spec, batch, vocab_size, torch.device(device)
+        self.stop_ids = frozenset(eos) | frozenset(spec.stop_ids)
+        self.history: list[list[int]] = [[] for _ in range(batch)]  # prompt + emitted tokens before ``last``
+        self.budget: list[int] = [0] * batch  # tokens each row may still emit after ``last``
+        self.support = None
+        self.running = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        self.steps = 0
+
+    # -- slots ---------------------------------------------------------------------------------------------
+    def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None,
+                limits: list[int] | None = None) -> None:
+        """Take the prompts of rows ``rows``; ``limits``: each request's max_new_tokens (none: no limit)."""
+        for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True)):
+            self.history[row] = list(prompt)
+            # the first token is emitted at admission: after it, limit − 1 remain (it becomes ``last``)
+            self.budget[row] = (limits[i] - 1) if limits is not None else 1 << 30
+
+    def clear(self, row: int) -> None:
+        self.history[row] = []
+        self.budget[row] = 0
+
+    # -- one cycle -------------------------------------------------------------------------------------------
+    def begin(self, last: torch.Tensor) -> None:
+        """Find each row's chain after ``last`` (its newest emitted token) for at most the remaining budget."""
+        width = 1 << 16  # a cycle's draft length is the policy's to choose; the chain is cut when it stops
+        self._chains: list[list[int]] = []
+        self._last = last.tolist()  # joins the history at rollback, with the accepted drafts
+        for row, token in enumerate(self._last):
+            if not self.history[row]:
+                self._chains.append([])
+                continue
+            context = [*self.history[row], token]
+            chain = lookup(context, self.spec.max_n, self.spec.min_n, width)
+            self._chains.append(clip(chain, self.stop_ids, self.budget[row] - 1))
+        self._tokens: list[torch.Tensor] = []
+        self._laws: list[torch.Tensor] = []
+        self._counts = [0] * self.batch
+        self._host_running = [bool(chain) for chain in self._chains]
+        self.running = torch.tensor(self._host_running, dtype=torch.bool, device=self.device)
+        self.steps = 0
+        self._cum_prob: torch.Tensor | None = None
+
+    def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
+             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The next token of every row's chain (a placeholder where it ran out: never verified), q = δ_x."""
+        depth = self.steps
+        tokens = []
+        for row, chain in enumerate(self._chains):
+            has = self._host_running[row] and depth < len(chain)
+            self._host_running[row] = has
+            if has:
+                self._counts[row] += 1
+            tokens.append(chain[depth] if depth < len(chain) else 0)
+        x = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        q = torch.zeros(self.batch, self.vocab_size, device=self.device)
+        q[torch.arange(self.batch, device=self.device), x] = 1.0
+        self.running = torch.tensor(self._host_running, dtype=torch.bool, device=self.device)
+        self._tokens.append(x)
+        self._laws.append(q)
+        self.steps += 1
+        out = draft_signals(q, x, signals, self._cum_prob)
+        self._cum_prob = out.get("cum_prob", self._cum_prob)
+        return x, q, out
+
+    def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
+        """Rows where ``keep`` is False draft no further this cycle; returns the rows still drafting."""
+        flags = keep.tolist()
+        self._host_running = [run and bool(k) for run, k in zip(self._host_running, flags, strict=True)]
+        self.running = torch.tensor(self._host_running, dtype=torch.bool, device=self.device)
+        return self.running
+
+    def cut(self, kept: torch.Tensor) -> None:
+        """Keep only the first ``kept[b]`` drafts of row b."""
+        self._counts = [min(c, k) for c, k in zip(self._counts, kept.tolist(), strict=True)]
+        self._host_running = [run and c > 0 for run, c in zip(self._host_running, self._counts, strict=True)]
+        deepest = max(self._counts, default=0)
+        self._tokens, self._laws = self._tokens[:deepest], self._laws[:deepest]
+        self.steps = deepest
+
+    @property
+    def depth(self) -> int:
+        """Draft steps taken this cycle (rows may hold fewer drafts: :attr:`num_drafts`)."""
+        return self.steps
+
+    @property
+    def num_drafts(self) -> torch.Tensor:
+        return torch.tensor(self._counts, dtype=torch.long, device=self.device)
+
+    def finish(self) -> Proposal:
+        """The drafts up to the longest chain; a cycle where no row had one proposes nothing (depth 0)."""
+        deepest = max(self._counts, default=0)
+        batch = self.batch
+        if deepest == 0:
+            return Proposal(torch.zeros(batch, 0, dtype=torch.long, device=self.device),
+                            torch.zeros(batch, 0, self.vocab_size, device=self.device), self.num_drafts)
+        return Proposal(torch.stack(self._tokens[:deepest], 1), torch.stack(self._laws[:deepest], 1),
+                        self.num_drafts)
+
+    def rollback(self, context_length: torch.Tensor, accepted: torch.Tensor, proposal: Proposal,
+                 active: torch.Tensor, accepted_host: list[int], features: torch.Tensor | None = None) -> None:
+        """``last`` and the accepted drafts join each active row's history."""
+        tokens = proposal.tokens.tolist()
+        counts = accepted.tolist()
+        for row, on in enumerate(active.tolist()):
+            if on:
+                self._extend(row, [self._last[row], *tokens[row][: counts[row]]])
+
+    def skip(self, last: torch.Tensor, active: torch.Tensor, features: torch.Tensor | None = None) -> None:
+        """A cycle without speculation: ``last`` joins each active row's history."""
+        for row, (token, on) in enumerate(zip(last.tolist(), active.tolist(), strict=True)):
+            if on:
+                self._extend(row, [token])
+
+    def _extend(self, row: int, tokens: list[int]) -> None:
+        self.history[row].extend(tokens)
+        self.budget[row] -= len(tokens)

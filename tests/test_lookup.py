@@ -1,0 +1,164 @@
+"""Prompt lookup, a draft without a model (spectune/engine/lookup.py): the same drafts as transformers'
+PromptLookupCandidateGenerator, greedy output equal to autoregressive decoding at every length, chains clipped at
+stop tokens and at the length limit, and a point-mass proposal verified exactly at T > 0."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from spectune.engine import Engine, Request
+from spectune.engine.lookup import LookupProposer, PromptLookup, clip, lookup
+from spectune.engine.policy import FixedGamma
+from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
+from tests.tiny_models import constant_law_llama, tiny_llama
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def test_the_drafts_are_transformers_prompt_lookup_candidates():
+    """400 seeded contexts over 4 ids (many matches), n up to 1..4, 1..6 tokens, with and without an EOS id."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = random.Random(0)
+    compared = matched = 0
+    for _ in range(400):
+        context = [rng.randrange(4) for _ in range(rng.randrange(2, 40))]
+        max_n, tokens = rng.randrange(1, 5), rng.randrange(1, 7)
+        eos = rng.choice([None, 3])
+        hf = PromptLookupCandidateGenerator(eos_token_id=None if eos is None else torch.tensor([eos]),
+                                            num_output_tokens=tokens, max_matching_ngram_size=max_n,
+                                            max_length=10**6)
+        ids = torch.tensor([context])
+        candidates, _ = hf.get_candidates(ids)
+        expected = candidates[0, len(context):].tolist()
+        ours = clip(lookup(context, max_n, 1, tokens), [] if eos is None else [eos], 10**6)
+        assert ours == expected, (context, max_n, tokens, eos)
+        compared += 1
+        matched += bool(expected)
+    assert compared == 400 and 100 < matched < 400, matched  # both branches exercised
+
+
+def test_lookup_finds_the_earliest_longest_match_and_nothing_without_one():
+    assert lookup([1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3], 3, 1, 2) == [9, 1]  # earliest occurrence, n = 3
+    assert lookup([5, 6, 7, 8], 3, 1, 4) == []  # no earlier occurrence of any suffix
+    assert lookup([1, 2, 1, 2], 2, 2, 5) == [1, 2]  # continuation cut at the context's end
+    assert lookup([4, 1, 4], 3, 2, 3) == []  # min_n = 2: the 1-gram match does not count
+    assert clip([1, 2, 0, 3], [0], 10) == [1, 2] and clip([1, 2, 3], [], 2) == [1, 2]
+    with pytest.raises(SpectuneError, match="min_n"):
+        PromptLookup(max_n=2, min_n=3)
+
+
+def repetitive_requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
+    """Prompts that repeat a random phrase (so the lookup matches), except every third: random (no match)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        phrase = torch.randint(0, vocab, (3 + i % 4,), generator=gen).tolist()
+        prompt = phrase * 3 if i % 3 else torch.randint(0, vocab, (9,), generator=gen).tolist()
+        out.append(Request(i, f"p{i}", "en", prompt, max_new))
+    return out
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(vocab=64, hidden=32, layers=2, seed=3, init=0.1)
+
+
+def test_greedy_lookup_equals_autoregressive_at_every_length(target):
+    """γ 1, 4 × concurrency 1, 3, 7 × max_new_tokens 1, 2, 3, 5, 9, 16: the outputs of plain decoding."""
+    lookup_engine = Engine(target, PromptLookup(max_n=3), sampling=GREEDY, sampler=get_sampler("exact"),
+                           device="cpu", seed=0)
+    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    accepted = mixed = 0
+    for max_new in (1, 2, 3, 5, 9, 16):
+        requests = repetitive_requests(7, max_new)
+        reference = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+        assert all(len(ids) == max_new for ids in reference.values())
+        for gamma, concurrency in itertools.product((1, 4), (1, 3, 7)):
+            result = lookup_engine.run(requests, FixedGamma(gamma), concurrency)
+            assert {r.request_id: r.output_ids for r in result.requests} == reference, (max_new, gamma, concurrency)
+            accepted += sum(c.accepted for c in result.cycles)
+            by_cycle: dict[int, list[int]] = {}
+            for c in result.cycles:
+                assert c.num_drafts <= gamma and c.accepted <= c.num_drafts
+                by_cycle.setdefault(c.cycle, []).append(c.num_drafts)
+            mixed += sum(1 for drafts in by_cycle.values() if 0 in drafts and max(drafts) > 0)
+    assert accepted > 50, "the repeated phrases should be matched and accepted, or this test exercises little"
+    assert mixed > 10, "rows with and without a match should share cycles (padding of the verification)"
+
+
+def test_chains_stop_before_stop_ids_and_at_the_length_limit():
+    proposer = LookupProposer(PromptLookup(max_n=2, stop_ids=(9,)), batch=2, vocab_size=16, device="cpu", eos=[8])
+    proposer.prefill([0, 1], [[1, 2, 3, 4, 1, 2], [5, 6, 9, 7, 5]], limits=[64, 64])
+    proposer.begin(torch.tensor([3, 6]))  # row 0 context ...1, 2, 3: match → 4, 1, 2, 3; row 1: 9 is a stop id
+    assert proposer._chains == [[4, 1, 2, 3], []]
+    proposer.prefill([0], [[1, 2, 3, 4, 1, 2]], limits=[3])  # 3 new tokens: the first is ``last``, so 2 remain,
+    proposer.begin(torch.tensor([3, 6]))  # and one of them is the verification's own token: 1 draft at most
+    assert proposer._chains[0] == [4]
+    proposer.prefill([0], [[1, 2, 8, 4, 1, 2]], limits=[64])  # EOS ends the chain
+    proposer.begin(torch.tensor([3, 6]))
+    assert proposer._chains[0] == []
+
+
+LAW = [0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.01]
+
+
+def emitted_counts(sampler: str, requests: int = 400, new_tokens: int = 12) -> tuple[np.ndarray, int]:
+    """Prompt lookup (γ = 4) on a target whose law is LAW after every context, T = 1: the counts of every token
+    emitted after the first (each is a draw from LAW under an exact rule, wherever the lookup proposed), and how
+    many drafts were proposed. Prompts repeat a phrase of frequent tokens, so the lookup proposes likely tokens."""
+    target = constant_law_llama(LAW)
+    engine = Engine(target, PromptLookup(max_n=3), sampling=SamplingParams(temperature=1.0),
+                    sampler=get_sampler(sampler), device="cpu", seed=0)
+    prompt = [0, 1, 0, 2, 0, 1, 0, 2, 0, 1]
+    result = engine.run([Request(i, f"s{i}", "en", prompt, new_tokens) for i in range(requests)], FixedGamma(4), 40)
+    counts = np.bincount([t for r in result.requests for t in r.output_ids[1:]], minlength=len(LAW))
+    return counts, sum(c.num_drafts for c in result.cycles)
+
+
+@pytest.mark.slow(reason="three engines × 400 requests at T = 1: about 30 s on two quiet cores")
+def test_sampled_lookup_emits_the_target_law_and_the_mutants_do_not():
+    """400 requests × 11 tokens = 4,400 emitted tokens per sampler (seed 0), chi-square goodness of fit against the
+    target's known law: the exact rule passes at alpha = 0.001; "resample from p" and "accept when the target's
+    argmax matches" (both wrong at T > 0) are rejected (p-value < 1e-6)."""
+    expected = np.array(LAW)
+    counts, drafted = emitted_counts("exact")
+    assert drafted > 1000, drafted  # the lookup did propose: the test is about its verification
+    assert chisquare(counts, expected * counts.sum()).pvalue > 0.001, counts
+    for wrong in ("naive", "argmax-match"):
+        counts, _ = emitted_counts(wrong)
+        assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)
+
+
+def point_mass_laws(sampler_name: str, x: int, n: int = 20_000) -> np.ndarray:
+    """The emitted token's law for p = (0.5, 0.3, 0.2) and a point mass on token ``x``."""
+    p = torch.tensor([0.5, 0.3, 0.2])
+    target = p.expand(n, 2, 3).clone()  # position 0 verifies the draft, position 1 would be the bonus
+    q = torch.zeros(n, 1, 3)
+    q[:, 0, x] = 1.0
+    tokens = torch.full((n, 1), x, dtype=torch.long)
+    verdict = get_sampler(sampler_name)(target, q, tokens, torch.Generator().manual_seed(x))
+    first = torch.where(verdict.num_accepted > 0, tokens[:, 0], verdict.next_token)
+    return np.bincount(first.numpy(), minlength=3)
+
+
+def test_point_mass_proposal_is_exact_and_both_mutants_are_caught():
+    """n = 20,000 draws each (seeded), chi-square against p = (0.5, 0.3, 0.2) at alpha = 0.001. The exact rule
+    passes with the point mass on token 0 and on token 1 (p(x) = 0.5 and 0.3: neither 0 nor 1). With it on token 0
+    (the target's argmax), "resample from p" (law 0.5·δ_0 + 0.5·p = (0.75, 0.15, 0.10)) and "accept when the
+    target's argmax matches" (law δ_0) are rejected (p-value < 1e-6)."""
+    p = np.array([0.5, 0.3, 0.2])
+    for x in (0, 1):
+        exact = point_mass_laws("exact", x)
+        assert chisquare(exact, p * exact.sum()).pvalue > 0.001, x
+    for wrong in ("naive", "argmax-match"):
+        counts = point_mass_laws(wrong, 0)
+        assert chisquare(counts, p * counts.sum()).pvalue < 1e-6, wrong
