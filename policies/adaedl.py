@@ -26,6 +26,7 @@ class AdaEDL(DraftLengthPolicy):
     """Per-row stop when 1 − √(c_e·H(q)) < λ; λ adapted from the acceptance of each cycle (see the module)."""
 
     name = "adaedl"
+    tuning = ("c_e", (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))  # tuned in replay before an evaluation
     signals = frozenset({"entropy"})
 
     def __init__(self, gamma: int, c_e: float, lam: float, epsilon: float, beta: float, lam_min: float,

@@ -133,6 +133,7 @@ class AcceptanceClassifier(DraftLengthPolicy):
     """Per-row stop once 1 − Π_{j≤i} p_acc(x_j) > ``threshold``; γ (the grid's value) is the ceiling."""
 
     name = "acceptance-classifier"
+    tuning = ("threshold", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7))  # tuned in replay before an evaluation
 
     def __init__(self, gamma: int, weights_path: str, threshold: float) -> None:
         check_gamma(gamma, "the acceptance-classifier ceiling")

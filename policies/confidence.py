@@ -11,6 +11,11 @@ from policies.rows import RowTracker
 from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
 from spectune.errors import SpectuneError
 
+# The q(x) thresholds policies.evaluate tries in replay (policies.train.tuning): they cover transformers' default
+# and what q(x) spans on a flat and on a peaked draft (a drafted token's q(x) has a median of 0.0024 on the
+# embedded pair, hence the low values).
+THRESHOLDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
 
 class ConfidenceStop(DraftLengthPolicy):
     """Draft up to γ tokens (the grid's value is the ceiling); a row stops after a token whose draft
@@ -21,6 +26,7 @@ class ConfidenceStop(DraftLengthPolicy):
 
     name = "confidence"
     signals = frozenset({"token_prob"})
+    tuning = ("threshold", THRESHOLDS)  # (parameter, values) tuned in replay before an evaluation
 
     def __init__(self, gamma: int, threshold: float) -> None:
         check_gamma(gamma, "the confidence policy's ceiling")
@@ -51,6 +57,7 @@ class StepThresholds(DraftLengthPolicy):
 
     name = "step-thresholds"
     signals = frozenset({"token_prob"})
+    tuning = ("thresholds", (0.0, *THRESHOLDS, 2.0))  # per draft step: 0 continues, 2 stops (a shorter ceiling)
 
     def __init__(self, gamma: int, thresholds: Sequence[float]) -> None:
         check_gamma(gamma, "the step-thresholds ceiling")
@@ -104,6 +111,7 @@ class AdaptiveConfidence(DraftLengthPolicy):
     """
 
     name = "confidence-adaptive"
+    tuning = ("threshold", THRESHOLDS)  # its start value
     signals = frozenset({"token_prob"})
     SCOPES = ("request", "run")
 

@@ -1,32 +1,68 @@
 """Policies by config name: ``conf/policy/<name>.yaml`` holds each policy's parameters (defaults live there only).
 
+A policy is a class with a ``name`` (its config's name) in a module of this package; the catalogue finds it by
+reading the modules' source, without importing them, and imports only the module of the policy asked for. So a
+new policy is its module and its config, and naming one policy never loads the others (nor SB3 and torch's
+training stack for a rule that needs neither). The fixed γ lives with the engine (``name = "fixed"``).
+
 The grid's γ reaches every policy as ``gamma`` (the fixed length, a start value or a ceiling); every other
 parameter comes from the policy's config node, so ``policy=confidence policy.threshold=0.3`` works.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-from policies.adaedl import AdaEDL
-from policies.bandit import UCBBandit
-from policies.classifier import AcceptanceClassifier
-from policies.confidence import AdaptiveConfidence, ConfidenceStop, StepThresholds
-from policies.heuristic import HFHeuristic, HFHeuristicTransient
-from policies.model_based import ModelBased
-from policies.ppo import PPODepth
-from policies.ppo_cycle import PPOCycle
-from policies.ppo_distilled import PPODistilled
-from policies.svip import SVIP
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.errors import SpectuneError
 
-POLICIES: dict[str, type[DraftLengthPolicy]] = {cls.name: cls for cls in (
-    FixedGamma, HFHeuristic, HFHeuristicTransient, ConfidenceStop, AdaptiveConfidence, StepThresholds, SVIP, AdaEDL,
-    AcceptanceClassifier, UCBBandit, ModelBased, PPODepth, PPODistilled, PPOCycle,
-)}
+HERE = Path(__file__).resolve().parent
+
+
+@cache
+def _locations() -> dict[str, tuple[str, str]]:
+    """Config name -> (module, class) of every policy class in this package's modules (read, not imported)."""
+    found = {FixedGamma.name: (FixedGamma.__module__, FixedGamma.__name__)}
+    for path in sorted(HERE.glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.ClassDef) or not node.bases:
+                continue
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and [getattr(t, "id", None) for t in stmt.targets] == ["name"]
+                        and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                    name = stmt.value.value
+                    if name in found:
+                        raise SpectuneError(f"two policies are named {name!r}: {found[name]} and {path.stem}")
+                    found[name] = (f"{__package__}.{path.stem}", node.name)
+    return found
+
+
+class Catalogue(Mapping[str, type[DraftLengthPolicy]]):
+    """Every policy by config name; a policy's module is imported when its class is first looked up."""
+
+    def __getitem__(self, name: str) -> type[DraftLengthPolicy]:
+        if name not in _locations():
+            raise KeyError(name)
+        module, cls = _locations()[name]
+        return getattr(importlib.import_module(module), cls)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(_locations()))
+
+    def __len__(self) -> int:
+        return len(_locations())
+
+    def __contains__(self, name: object) -> bool:
+        return name in _locations()
+
+
+POLICIES = Catalogue()
 
 
 def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
@@ -49,4 +85,3 @@ def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
         raise SpectuneError(f"policy={name} needs policy.{missing[0]} (set it in conf/policy/{name}.yaml "
                             "or on the command line)")
     return cls(gamma=gamma, **params)
-

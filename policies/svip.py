@@ -17,6 +17,7 @@ class SVIP(DraftLengthPolicy):
     (entropy in nats). Per row, stateless."""
 
     name = "svip"
+    tuning = ("h", (0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0))  # bounds √entropy: √H ≈ 2.4 on a flat draft
     signals = frozenset({"entropy"})
 
     def __init__(self, gamma: int, h: float) -> None:

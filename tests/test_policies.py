@@ -330,3 +330,20 @@ def test_fit_classifier_command_writes_a_model_file_with_the_traces_provenance(t
     assert recorded["traces_metadata"]["max_depth"] == 4 and recorded["rows"] == n
     assert main([str(tmp_path / "missing.parquet"), str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_catalogue_is_the_policy_configs_and_imports_only_the_policy_named():
+    """A policy is its module and its config: the catalogue finds every class with a ``name`` in the package's
+    modules (read, not imported), one per conf/policy/*.yaml; looking one up imports its module only."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    configs = {path.stem for path in (REPO / "conf" / "policy").glob("*.yaml")}
+    assert set(POLICIES) == configs
+    probe = ("import sys; from policies.registry import POLICIES, make_policy; "
+             "make_policy({'name': 'confidence', 'threshold': 0.4}, 3); "
+             "print(sorted(m for m in sys.modules if m.startswith('policies.') or m == 'stable_baselines3'))")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "['policies.confidence', 'policies.registry', 'policies.rows']", loaded.stdout

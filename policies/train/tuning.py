@@ -7,6 +7,7 @@ of its grid, with the cost profile PPO was trained with, and the value with the 
 (the comparison's metric, pooled over requests; ties: the one listed first) is the one evaluated on the held-out
 prompts. Adaptive thresholds (confidence-adaptive, AdaEDL) adapt online from the tuned start.
 
+Each policy's grid is its class's ``tuning`` attribute (parameter, values), beside the rule it tunes.
 ``step-thresholds`` has a threshold per draft step: too many combinations to try them all (15 values at 7 steps
 is 1.7e8), so :func:`tune_steps` searches coordinate by coordinate from the best single threshold.
 """
@@ -22,30 +23,30 @@ import pandas as pd
 
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_depths, replay_scores
-from policies.registry import make_policy
+from policies.registry import POLICIES, make_policy
 from spectune.profile import Profile
 
 log = logging.getLogger(__name__)
 
-# policy -> (parameter, values tried). Ranges cover the published defaults and what each signal spans on a flat
-# and on a peaked draft: q(x) of a drafted token has a median of 0.0024 on the embedded pair (hence the low
-# thresholds), SVIP's h bounds √entropy (√H ≈ 2.4 for a flat 8k-id draft, well below 1 for a peaked one).
-THRESHOLDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
-    "confidence": ("threshold", THRESHOLDS),
-    "confidence-adaptive": ("threshold", THRESHOLDS),
-    "svip": ("h", (0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)),
-    "adaedl": ("c_e", (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)),
-    "acceptance-classifier": ("threshold", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)),
-    # per draft step: every value of THRESHOLDS, 0 (always continue) and 2 (stop: a shorter ceiling)
-    "step-thresholds": ("thresholds", (0.0, *THRESHOLDS, 2.0)),
-}
 STEP_PASSES = 2  # coordinate passes over the steps; a pass that improves nothing ends the search early
 
 
+def grid(name: str) -> tuple[str, tuple[Any, ...]] | None:
+    """(parameter, values) a policy tunes in replay: its class's ``tuning`` (None: nothing to tune)."""
+    return getattr(POLICIES[name], "tuning", None) if name in POLICIES else None
+
+
 def tunable(names: Iterable[str]) -> list[str]:
-    """The policies among ``names`` that have a threshold grid."""
-    return [name for name in names if name in GRIDS]
+    """The policies among ``names`` that have a grid (only their modules are imported)."""
+    return [name for name in names if grid(name) is not None]
+
+
+def __getattr__(attribute: str) -> Any:
+    """``GRIDS``: every tunable policy's grid, by name (imports every policy module: read it only when all are
+    wanted)."""
+    if attribute == "GRIDS":
+        return {name: grid(name) for name in POLICIES if grid(name) is not None}
+    raise AttributeError(attribute)
 
 
 def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile, max_depth: int
@@ -59,9 +60,9 @@ def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile
     rows = []
     for label, node in nodes.items():
         name = node.get("name", label)
-        if name not in GRIDS:
+        if grid(name) is None:
             continue
-        parameter, values = GRIDS[name]
+        parameter, values = grid(name)
         if name == "step-thresholds":
             tuned[label], tried = tune_steps(label, node, traces, profile, max_depth)
             rows.extend(tried)
@@ -99,7 +100,7 @@ def tune_steps(label: str, node: Mapping[str, Any], traces: TraceSet, profile: P
     value with the best replay tokens/s, the others held (ties keep the current value), for up to
     :data:`STEP_PASSES` passes. A step's threshold decides after that draft step, so steps 0..max_depth − 2
     decide (the draft at the ceiling stops anyway). Rows record the whole vector as ``value`` (a tuple)."""
-    _, values = GRIDS["step-thresholds"]
+    _, values = grid("step-thresholds")
     steps = max(max_depth - 1, 1)
     cache: dict[tuple[float, ...], float] = {}
     rows: list[dict[str, Any]] = []
