@@ -13,7 +13,7 @@ import torch
 from scipy.stats import chisquare
 
 from spectune.engine import Engine, Request
-from spectune.engine.lookup import LookupProposer, PromptLookup, clip, lookup
+from spectune.engine.lookup import LookupProposer, PromptLookup, clip, copyable_fraction, lookup, replay_greedy
 from spectune.engine.policy import FixedGamma
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
@@ -162,3 +162,49 @@ def test_point_mass_proposal_is_exact_and_both_mutants_are_caught():
     for wrong in ("naive", "argmax-match"):
         counts = point_mass_laws(wrong, 0)
         assert chisquare(counts, p * counts.sum()).pvalue < 1e-6, wrong
+
+
+def test_greedy_replay_predicts_the_engines_cycles(target):
+    """From autoregressive outputs alone, the replay gives every cycle's (drafted, accepted) that the engine then
+    runs with prompt lookup, greedy, concurrency 1, γ 1 and 4, 7 requests of 16 tokens."""
+    spec = PromptLookup(max_n=3)
+    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    engine = Engine(target, spec, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    requests = repetitive_requests(7, 16)
+    outputs = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+    for gamma in (1, 4):
+        result = engine.run(requests, FixedGamma(gamma), 1)
+        for request in requests:
+            ran = [(c.num_drafts, c.accepted) for c in result.cycles if c.request_id == request.request_id]
+            assert ran == replay_greedy(request.input_ids, outputs[request.request_id], gamma, spec, 16), gamma
+
+
+def test_copyable_fraction_counts_output_tokens_inside_earlier_ngrams():
+    assert copyable_fraction([1, 2, 3, 4], [1, 2, 3, 9]) == 0.75  # 1 2 3 copies the prompt; 9 does not
+    assert copyable_fraction([1, 2, 3], [5, 6, 7, 5, 6, 7]) == 0.5  # the second 5 6 7 repeats the output's first
+    assert copyable_fraction([1, 2], [3]) == 0.0 and copyable_fraction([], []) == 0.0
+
+
+def test_the_configured_pair_drafts_by_prompt_lookup_and_greedy_stays_autoregressive(compose_config):
+    """The embedded tiny pair through the product's own loading (Hydra composition, workload, tokenizer): with
+    ``{name: lookup}`` prompt lookup drafts, never a special (chat-template) id, and greedy output equals plain
+    decoding on 6 English task prompts (24 new tokens); an unknown proposer or setting is a one-line error."""
+    from spectune.measure import draft_of, load_models, open_engine, requests_of
+    from workloads.loader import load_workload
+
+    cfg = compose_config("+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=6",
+                         "workload.sampling.temperature=0")
+    models = load_models(cfg.models, cfg.hardware)
+    workload = load_workload(cfg.workload, models.tokenizer)
+    spec = draft_of(models, {"name": "lookup", "max_n": 4})
+    assert isinstance(spec, PromptLookup) and spec.max_n == 4
+    assert set(models.tokenizer.all_special_ids) <= set(spec.stop_ids)
+    requests = requests_of(workload.prompts, 24)
+    plain = open_engine(models, workload.sampling, "exact", 0, {"name": "model"}).run(requests, None, 1)
+    looked = open_engine(models, workload.sampling, "exact", 0, {"name": "lookup"}).run(requests, FixedGamma(4), 2)
+    assert {r.request_id: r.output_ids for r in looked.requests} == {r.request_id: r.output_ids for r in plain.requests}
+    assert sum(c.num_drafts for c in looked.cycles) > 0
+    with pytest.raises(SpectuneError, match="proposer='ngram' is unknown: choose one of model, lookup"):
+        draft_of(models, {"name": "ngram"})
+    with pytest.raises(SpectuneError, match=r"proposer\.n is not a setting of proposer=lookup"):
+        draft_of(models, {"name": "lookup", "n": 3})

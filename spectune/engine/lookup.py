@@ -203,3 +203,44 @@ class LookupProposer:
     def _extend(self, row: int, tokens: list[int]) -> None:
         self.history[row].extend(tokens)
         self.budget[row] -= len(tokens)
+
+
+def copyable_fraction(prompt: Sequence[int], output: Sequence[int], n: int = 3) -> float:
+    """Share of ``output``'s tokens that lie inside an n-gram of the output that occurred earlier, in the prompt or
+    in the output before it: the tokens prompt lookup with matches of at least n could have copied (0.0 for an
+    output shorter than n)."""
+    text = [*prompt, *output]
+    start = len(prompt)
+    seen = {tuple(text[i:i + n]) for i in range(start - n + 1)}
+    covered = [False] * len(output)
+    for i in range(start, len(text) - n + 1):
+        gram = tuple(text[i:i + n])
+        if gram in seen:
+            for j in range(i - start, i - start + n):
+                covered[j] = True
+        seen.add(gram)
+    return sum(covered) / len(output) if output else 0.0
+
+
+def replay_greedy(prompt: Sequence[int], output: Sequence[int], gamma: int, spec: PromptLookup,
+                  max_new_tokens: int, eos: Iterable[int] = ()) -> list[tuple[int, int]]:
+    """(drafted, accepted) per cycle of greedy decoding with prompt lookup at a fixed ``gamma``, from the target's
+    own greedy ``output`` (what autoregressive decoding emits; its first token comes at admission).
+
+    Greedy verification accepts a draft iff it is the token the target would emit, so the cycles are known without
+    running the target: this is what the engine does (a test compares them cycle by cycle), and with a cost per
+    verified length it predicts the speed-up before any timing.
+    """
+    stops = frozenset(eos) | frozenset(spec.stop_ids)
+    cycles: list[tuple[int, int]] = []
+    position = 1
+    while position < len(output):
+        context = [*prompt, *output[:position]]
+        chain = clip(lookup(context, spec.max_n, spec.min_n, gamma), stops, max_new_tokens - position - 1)
+        accepted = 0
+        while accepted < len(chain) and position + accepted < len(output) \
+                and chain[accepted] == output[position + accepted]:
+            accepted += 1
+        cycles.append((len(chain), accepted))
+        position += accepted + 1
+    return cycles

@@ -89,13 +89,35 @@ def load_models(models_cfg: Any, hardware_cfg: Any) -> Models:
     return _LOADED[key]
 
 
-def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: int) -> Engine:
-    """An engine on ``models`` that samples with ``sampling`` (a workload's) and the named rejection sampler."""
+def draft_of(models: Models, proposer: Any = None) -> Any:
+    """What drafts: the pair's draft model (``proposer`` None or ``{name: model}``), or prompt lookup
+    (``{name: lookup, max_n, min_n}``), which never proposes the tokenizer's special (chat-template) ids."""
+    from spectune.engine.lookup import PromptLookup
+
+    node = dict(proposer or {"name": "model"})
+    name = node.pop("name", "model")
+    if name == "model":
+        if node:
+            raise SpectuneError(f"proposer.{next(iter(node))} is not a setting of proposer=model: it has none")
+        return models.pair.draft
+    if name == "lookup":
+        allowed = {"max_n", "min_n"}
+        if unknown := sorted(set(node) - allowed):
+            raise SpectuneError(f"proposer.{unknown[0]} is not a setting of proposer=lookup: "
+                                f"its settings are {', '.join(sorted(allowed))}")
+        special = tuple(getattr(models.tokenizer, "all_special_ids", ()) or ())
+        return PromptLookup(max_n=int(node.get("max_n", 3)), min_n=int(node.get("min_n", 1)), stop_ids=special)
+    raise SpectuneError(f"proposer={name!r} is unknown: choose one of model, lookup")
+
+
+def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: int, proposer: Any = None) -> Engine:
+    """An engine on ``models`` that samples with ``sampling`` (a workload's) and the named rejection sampler;
+    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model)."""
     from spectune.engine import Engine
     from spectune.sampling.rejection import get_sampler
 
     eos = models.tokenizer.eos_token_id
-    return Engine(models.pair.target, models.pair.draft, sampling=sampling, sampler=get_sampler(sampler),
+    return Engine(models.pair.target, draft_of(models, proposer), sampling=sampling, sampler=get_sampler(sampler),
                   device=models.device, eos_token_ids=[eos] if eos is not None else [], seed=int(seed),
                   path=models.path, vocab_size=models.pair.vocab_size)
 
