@@ -19,10 +19,13 @@ import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
 
+from harness.tasks import schemas
+
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "bench/results/smollm2-eagle-policies-c8-cpu-20261203/train/c8"
 variants = sys.argv[1].split(",") if len(sys.argv) > 1 else ["ar", "ppo", "ppo-cycle", "ar2"]
 repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+schemas.register()  # conf/'s schemas, as the entry module registers them
 with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
     cfg = compose(config_name="config", overrides=["+workload=en", "models=smollm2-eagle", "hardware.threads=2",
                                                    "hardware.dtype=bfloat16", "workload.num_prompts=40"])

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
+from harness.tasks import schemas
 from policies.envs.data import TraceSet
 from policies.envs.depth import DraftDepthEnv
 from spectune.engine import Engine
@@ -91,6 +92,7 @@ def main() -> None:
 
 def workload_cfg(language: str, prompts: int):
     """The bundled workload ``language`` as Hydra composes it, cut to ``prompts`` prompts."""
+    schemas.register()  # conf/'s schemas, as the entry module registers them
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"+workload={language}", f"workload.num_prompts={prompts}"])
     return cfg.workload

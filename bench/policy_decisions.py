@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
+from harness.tasks import schemas
 from policies.classifier import AcceptanceModel, save_classifier
 from policies.ppo import DEFAULT_OBSERVATION, observation_low_high
 from policies.registry import make_policy
@@ -135,6 +136,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    schemas.register()  # conf/'s schemas, as the entry module registers them
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=[f"+workload={args.workload}", "workload.num_prompts=8",
                                            "workload.max_new_tokens=32"])

@@ -44,6 +44,7 @@ from policies.classifier import fit_classifier, save_classifier
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_scores, replay_table
 from policies.registry import make_policy
+from policies.train import schema as train_schema
 from policies.train.pipeline import train_policies
 from policies.train.ppo import split_requests
 from spectune import rundir
@@ -62,6 +63,7 @@ log = logging.getLogger("bench.replay_comparison")
 
 def config(language: str, args: argparse.Namespace, *overrides: str) -> DictConfig:
     """conf/train.yaml on the embedded pair, ``language``'s workload sized for the split."""
+    train_schema.register()  # conf/'s schemas, as the entry module registers them
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return compose(config_name="train", overrides=[
             f"+workload={language}", f"workload.num_prompts={args.train + args.heldout}",

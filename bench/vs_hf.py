@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
+from harness.tasks import schemas
 from spectune import hardware as hw
 from spectune.engine import Engine, Request
 from spectune.engine.features import reads_features
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args()
 
+    schemas.register()  # conf/'s schemas, as the entry module registers them
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=[f"+workload={args.workload}", f"models={args.models}",
                                            f"hardware={args.hardware}", f"workload.num_prompts={args.prompts}",

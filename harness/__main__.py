@@ -11,9 +11,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from harness.tasks import run_task
+from harness.tasks import run_task, schemas
 from spectune import cli
 from workloads.task_sets import check_workload
+
+schemas.register()  # the YAML files' schemas, before Hydra composes (spectune/config.py)
 
 
 def checked_task(cfg: DictConfig, run_dir: Path) -> int:

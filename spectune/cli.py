@@ -15,12 +15,13 @@ Two kinds of application share them:
       def main(argv=None): return cli.run_command(parser, body, argv)
 
 For both, bad input (a :class:`~spectune.errors.SpectuneError`, a malformed override, an unknown key or option, a
-bad argument) is one line ``error: <what is wrong>`` on stderr and exit code 2, before any work starts when it
-can be told then, and never losing results already written (every writer is atomic). In a Hydra multirun a
-job's bad input also lands in ``error.json`` in its job directory: the sweep goes on and exits 2 at its end
-(:class:`harness.sweeps.FailedJobsExit`). Logging: the Hydra applications log through the job logging config
-(conf/hydra/job_logging/spectune.yaml: messages on stdout, warnings and errors on stderr, a timestamped job log
-in the run directory); the argparse ones log plain messages on stdout. Both route ``warnings.warn`` into logging.
+value of the wrong type for its schema (:mod:`spectune.config`), a bad argument) is one line ``error: <what is
+wrong>`` on stderr and exit code 2, before any work starts when it can be told then, and never losing results
+already written (every writer is atomic). In a Hydra multirun a job's bad input also lands in ``error.json`` in
+its job directory: the sweep goes on and exits 2 at its end (:class:`harness.sweeps.FailedJobsExit`). Logging:
+the Hydra applications log through the job logging config (conf/hydra/job_logging/spectune.yaml: messages on
+stdout, warnings and errors on stderr, a timestamped job log in the run directory); the argparse ones log plain
+messages on stdout. Both route ``warnings.warn`` into logging.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from spectune import rundir
+from spectune import config, rundir
 from spectune.errors import SpectuneError
 from spectune.logs import capture_warnings
 
@@ -77,8 +78,10 @@ def check_override_syntax(argv: list[str], config_name: str = "config") -> None:
                                 "grammar: https://hydra.cc/docs/advanced/override_grammar/basic)") from None
     if args.multirun:
         check_swept_groups(parsed)
-    # A sweep's jobs share their keys: the first job's overrides stand for all of them.
-    check_keys_exist([_first_job(o) for o in parsed], config_name)
+    # A sweep's jobs share their keys: the first job's overrides stand for all of them; its other values are
+    # checked against the schemas on the first job's config.
+    check_keys_exist([_first_job(o) for o in parsed], config_name,
+                     [o for o in parsed if o.is_sweep_override()] if args.multirun else [])
 
 
 def check_swept_groups(parsed: list[Any]) -> None:
@@ -103,24 +106,42 @@ def _first_job(override: Any) -> str:
     return f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"
 
 
-def check_keys_exist(overrides: list[str], config_name: str = "config") -> None:
-    """A key that is not in the config (``task.alfas=...``) fails in one line naming it, before Hydra composes
-    (whose own message is several lines, once per job of a sweep)."""
+def check_keys_exist(overrides: list[str], config_name: str = "config", sweeps: Sequence[Any] = ()) -> None:
+    """A key that is not in the config (``task.alfas=...``) or a value of the wrong type for its schema
+    (``task.warmup=abc``) fails in one line naming it, before Hydra composes (whose own message is several lines,
+    once per job of a sweep). ``sweeps``: the sweep overrides (parsed), whose every value is checked too."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     own = [o for o in overrides if not o.lstrip("~+").startswith("hydra.") and not o.startswith("hydra/")]
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            compose(config_name=config_name, overrides=own)
+            cfg = compose(config_name=config_name, overrides=own)
     except (HydraException, OmegaConfBaseException) as err:
         cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
-        key = getattr(cause, "full_key", None)
-        first = str(cause).strip().splitlines()[0]
-        if "not in struct" in first and key:
-            raise SpectuneError(f"{key} is not a key of the config: check its spelling, or add it with "
-                                f"+{key}=...") from None
-        raise SpectuneError(f"cannot apply the overrides: {first}") from None
+        if isinstance(cause, OmegaConfBaseException):
+            raise SpectuneError(config.one_line(cause)) from None
+        raise SpectuneError(f"cannot apply the overrides: {str(cause).strip().splitlines()[0]}") from None
+    check_swept_values(cfg, sweeps)
+
+
+def check_swept_values(cfg: DictConfig, sweeps: Sequence[Any]) -> None:
+    """Every value of a swept key (``-m task.warmup=1,abc``) is set on the first job's config, so that a later
+    job's value of the wrong type fails in one line before any job starts (Hydra would compose that job only when
+    it comes, and stop the sweep there in several lines). Swept config groups are checked by their choices."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in sweeps:
+        key = override.key_or_group
+        if override.is_delete() or key.startswith("hydra") or ("." not in key and key in GROUPS):
+            continue
+        for text in override.sweep_string_iterator():
+            value = parser.parse_override(f"{override.get_key_element()}={text}").value()
+            try:
+                OmegaConf.update(cfg, key, value, merge=True, force_add=override.is_add() or override.is_force_add())
+            except OmegaConfBaseException as err:
+                raise SpectuneError(f"{config.one_line(err)} (a value of the sweep {override.input_line})") from None
 
 
 def check_group_choices(argv: list[str]) -> None:
@@ -185,8 +206,7 @@ def run_job(job: Callable[[DictConfig, Path], int], cfg: DictConfig, resumable: 
     except SpectuneError as err:
         return bad_input(str(err))
     except OmegaConfBaseException as err:  # e.g. an override whose ${interpolation} does not resolve
-        key = getattr(err, "full_key", None)
-        return bad_input(f"{key + ': ' if key else ''}{str(err).strip().splitlines()[0]}")
+        return bad_input(config.one_line(err))
     except Interrupted as stop:
         log.error(f"error: {stop}: the grid point in flight was dropped, the completed ones are in {run_dir}; "
                   f"rerun the same command with resume=true {where} to finish")

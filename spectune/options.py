@@ -1,4 +1,7 @@
-"""Read task options from the Hydra config with one-line errors that name the key and what is allowed."""
+"""Read task options from the Hydra config with one-line errors that name the key and what is allowed.
+
+Hydra has checked the types of a composed config against its schemas (:mod:`spectune.config`); these helpers check
+the ranges, and the types too where a config did not come through a schema (a plain dict built by a caller)."""
 
 from __future__ import annotations
 

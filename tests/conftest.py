@@ -142,6 +142,23 @@ def templated(tokenizer):
     return tok
 
 
+def register_schemas() -> None:
+    """What the entry modules (python -m harness, policies.train, policies.evaluate) do at import: store the schemas
+    that conf/'s YAML files name (spectune/config.py), here for the compositions tests make in process."""
+    from harness.tasks import schemas
+    from policies.evaluate import schema
+
+    schemas.register()
+    schema.register()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def schemas_registered() -> None:
+    """Every test composes as the applications do: with the schemas registered (after collection, so that torch is
+    first imported after this module set the thread count)."""
+    register_schemas()
+
+
 @pytest.fixture
 def compose_config():
     """Compose conf/config.yaml with overrides, as Hydra does for the CLI."""

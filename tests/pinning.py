@@ -77,6 +77,9 @@ def compose(config: str, *overrides: str) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from tests.conftest import register_schemas
+
+    register_schemas()  # as the entry modules do (this module also runs outside pytest)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose(config_name=config, overrides=list(overrides))
 

@@ -171,12 +171,14 @@ def test_bad_interleave_options_fail_in_one_line(override, message):
     from hydra import compose, initialize_config_dir
 
     from policies.evaluate import EvaluateSettings
+    from spectune import cli
     from spectune.errors import SpectuneError
     from tests.conftest import REPO
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="evaluate", overrides=[override])
     with pytest.raises(SpectuneError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        cli.check_keys_exist([override], "evaluate")  # a value of the wrong type: the schema, as Hydra composes
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose(config_name="evaluate", overrides=[override])
         EvaluateSettings.from_cfg(cfg)
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from harness.tasks.tune import TuneSettings, _workload_cfgs
+from spectune import cli
 from spectune.errors import SpectuneError
 from spectune.vllm_export import VLLM_VERSION, vllm_form, vllm_schedule
 
@@ -43,9 +44,12 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
     ("task.noise_floor=maybe", "task.noise_floor"),
 ])
 def test_tune_bad_input_is_rejected_before_any_model_loads(compose_config, override, names):
-    cfg = compose_config("task=tune", "+workload=en", override)
+    """A value of the wrong type fails as Hydra composes (the schema, restated by the front door's check), a bad
+    range or rule in TuneSettings.from_cfg: one line naming the key either way."""
+    overrides = ["task=tune", "+workload=en", override]
     with pytest.raises(SpectuneError) as err:
-        TuneSettings.from_cfg(cfg)
+        cli.check_keys_exist(overrides)
+        TuneSettings.from_cfg(compose_config(*overrides))
     assert names in str(err.value) and "\n" not in str(err.value)
 
 

@@ -8,6 +8,7 @@ import re
 import pytest
 from hydra import compose, initialize_config_dir
 
+from spectune import cli
 from spectune.errors import SpectuneError
 from spectune.models.loading import REPO_ROOT
 from workloads.loader import load_workload
@@ -77,8 +78,12 @@ def test_user_jsonl_path(tmp_path, tokenizer, monkeypatch):
     ("workload.prompt_tokens=[48,24]", "prompt_tokens"),
 ])
 def test_bad_values_are_one_line_errors(tokenizer, override, message):
+    """A value of the wrong type fails as Hydra composes (the schema, restated by the front door's check), a bad
+    value of the right type as the loader reads it: one line either way."""
+    overrides = ["+workload=en", override]
     with pytest.raises(SpectuneError, match=re.escape(message)) as err:
-        load_workload(composed("+workload=en", override).workload, tokenizer)
+        cli.check_keys_exist(overrides)
+        load_workload(composed(*overrides).workload, tokenizer)
     assert "\n" not in str(err.value)
 
 

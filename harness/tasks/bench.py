@@ -21,12 +21,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
+from harness.tasks.schemas import BenchFile, BenchTask
 from policies.registry import make_policy
 from spectune import conditions, resume, rundir
 from spectune import hardware as hw
+from spectune.config import typed
 from spectune.engine.policy import check_gamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
@@ -77,47 +79,44 @@ class BenchSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
-        """Validate the bench knobs in one place (one-line SpectuneError naming the key), before any model loads."""
-        raw = cfg.gamma
-        gammas = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
+        """The bench knobs, before any model loads: their types from the schema (harness/tasks/schemas.py), then
+        the ranges and the rules across keys here; each error one line (SpectuneError) naming the key."""
+        f = typed(BenchFile, cfg)
+        t = f.task
+        gammas = tuple(f.gamma) if isinstance(f.gamma, list) else (f.gamma,)
         for g in gammas:
             check_gamma(g, "each γ of the grid (the AR baseline is task.baseline=true)")
         if len(set(gammas)) != len(gammas):
             raise SpectuneError(f"gamma={list(gammas)} is invalid: each γ may appear once")
-        baseline = cfg.task.baseline
-        if not isinstance(baseline, bool):
-            raise SpectuneError(f"task.baseline={baseline!r} is invalid: must be true or false")
         if not gammas:
             raise SpectuneError("gamma=[] is invalid: give at least one γ >= 1 (task.baseline=true adds AR)")
-        c = cfg.concurrency
-        if not (isinstance(c, int) and not isinstance(c, bool) and c >= 1):
+        c = f.concurrency
+        if c < 1:
             raise SpectuneError(f"concurrency={c!r} is invalid: must be an integer >= 1")
-        rate = cfg.request_rate
-        if rate is not None and not (_finite(rate) and rate > 0):
+        rate = f.request_rate
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
             raise SpectuneError(f"request_rate={rate!r} is invalid: must be a finite number > 0 (req/s) "
                                 "or null (closed loop)")
-        if not (_finite(cfg.burstiness) and cfg.burstiness > 0):
-            raise SpectuneError(f"burstiness={cfg.burstiness!r} is invalid: must be a finite number > 0 "
+        if not (math.isfinite(f.burstiness) and f.burstiness > 0):
+            raise SpectuneError(f"burstiness={f.burstiness!r} is invalid: must be a finite number > 0 "
                                 "(1 = Poisson)")
-        warmup = cfg.task.warmup
-        if not (isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0):
-            raise SpectuneError(f"task.warmup={warmup!r} is invalid: must be an integer >= 0")
+        if t.warmup < 0:
+            raise SpectuneError(f"task.warmup={t.warmup!r} is invalid: must be an integer >= 0")
         policy = OmegaConf.to_container(cfg.policy, resolve=True)
         for g in gammas:  # an unknown policy or a bad parameter fails here, before any model loads
             make_policy(policy, g)
-        repeats = repeats_option(cfg.task.get("repeats", 1))
-        noise_floor = bool(cfg.task.get("noise_floor", False))
-        if noise_floor and not baseline:
+        repeats = repeats_option(t.repeats)
+        if t.noise_floor and not t.baseline:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
                                 "the A/A spread of the AR baseline")
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
-        block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
-        design = design_option(cfg.task.get("design"), "task.design", block, rate)
+        block = block_size(t.block_prompts, "task.block_prompts", [c], f"concurrency={c}")
+        design = design_option(t.design, "task.design", block, rate)
         unit = unit_size_of(c, block_for(design, block, c))
-        target, pilot = _planning(cfg, baseline, unit)
-        confirm = _confirming(cfg, baseline, unit)
-        return cls(gammas, baseline, policy, c, None if rate is None else float(rate), float(cfg.burstiness),
-                   warmup, repeats, noise_floor, slo, block_for(design, block, c), design, target, pilot, confirm)
+        target, pilot = _planning(t, bool(cfg.get("resume")), unit)
+        confirm = _confirming(t, unit)
+        return cls(gammas, t.baseline, policy, c, rate, f.burstiness, t.warmup, repeats, t.noise_floor, slo,
+                   block_for(design, block, c), design, target, pilot, confirm)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
@@ -127,44 +126,38 @@ class BenchSettings:
         return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
 
 
-def _planning(cfg: DictConfig, baseline: bool, unit: int) -> tuple[float | None, int]:
+def _planning(task: BenchTask, resume: bool, unit: int) -> tuple[float | None, int]:
     """``task.target_mde`` (null, or a relative speedup in (0, 1)) and ``task.pilot_prompts`` (at least two units)."""
-    target = cfg.task.get("target_mde")
-    pilot = cfg.task.get("pilot_prompts", 8)
+    target, pilot = task.target_mde, task.pilot_prompts
     if target is None:
-        return None, 8 if pilot is None else int(pilot)
-    if not (_finite(target) and 0 < target < 1):
+        return None, 8 if pilot is None else pilot
+    if not (math.isfinite(target) and 0 < target < 1):
         raise SpectuneError(f"task.target_mde={target!r} is invalid: must be a relative speedup in (0, 1), e.g. 0.03, "
                             "or null")
-    if not baseline:
+    if not task.baseline:
         raise SpectuneError(f"task.target_mde={target} is invalid with task.baseline=false: the plan is for speedups "
                             "over the AR baseline")
-    if cfg.get("resume"):
+    if resume:
         raise SpectuneError(f"task.target_mde={target} is invalid with resume=true: a planned run starts afresh")
     pilot = integer(pilot, "task.pilot_prompts", lo=2 * unit)
     if pilot % unit:
         raise SpectuneError(f"task.pilot_prompts={pilot} is invalid: must be a multiple of the unit ({unit} prompts)")
-    return float(target), pilot
+    return target, pilot
 
 
-def _confirming(cfg: DictConfig, baseline: bool, unit: int) -> int | None:
+def _confirming(task: BenchTask, unit: int) -> int | None:
     """``task.confirm_prompts``: null, or at least two units of fresh prompts on which the top estimate is measured
     again against AR (a γ picked on some prompts is confirmed on others)."""
-    value = cfg.task.get("confirm_prompts")
+    value = task.confirm_prompts
     if value is None:
         return None
-    if not baseline:
+    if not task.baseline:
         raise SpectuneError(f"task.confirm_prompts={value} is invalid with task.baseline=false: the top estimate is "
                             "confirmed against AR")
     count = integer(value, "task.confirm_prompts", lo=2 * unit)
     if count % unit:
         raise SpectuneError(f"task.confirm_prompts={count} is invalid: must be a multiple of the unit ({unit} prompts)")
     return count
-
-
-def _finite(value: Any) -> bool:
-    """A real number (not a bool), neither infinite nor NaN."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> list[float | None]:

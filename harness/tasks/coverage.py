@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
+from harness.tasks.schemas import CoverageFile
 from spectune import conditions, resume, rundir
 from spectune import hardware as hw
+from spectune.config import typed
 from spectune.errors import SpectuneError
 from spectune.io import write_json
 from spectune.measure import (
@@ -69,19 +71,20 @@ class CoverageSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> CoverageSettings:
-        t = cfg.task
-        raw = t.pairs
-        pairs = tuple(raw) if isinstance(raw, ListConfig | list | tuple) else (raw,)
+        """Types from the schema (harness/tasks/schemas.py), ranges and choices here: one line each, before any
+        model loads."""
+        f = typed(CoverageFile, cfg)
+        t = f.task
+        pairs = tuple(t.pairs) if isinstance(t.pairs, list) else (t.pairs,)
         unknown = [p for p in pairs if p not in PAIRS]
         if unknown or not pairs or len(set(pairs)) != len(pairs):
             raise SpectuneError(f"task.pairs={list(pairs)} is invalid: choose distinct pairs from {', '.join(PAIRS)}")
-        c = integer(cfg.concurrency, "concurrency", lo=1)
-        block = block_size(t.get("block_prompts"), "task.block_prompts", [c], f"concurrency={c}")
-        design = design_option(t.get("design"), "task.design", block, None)
-        worker = t.get("worker")
+        c = integer(f.concurrency, "concurrency", lo=1)
+        block = block_size(t.block_prompts, "task.block_prompts", [c], f"concurrency={c}")
+        design = design_option(t.design, "task.design", block, None)
         return cls(integer(t.comparisons, "task.comparisons", lo=1), pairs, integer(t.gamma, "task.gamma", lo=1),
                    repeats_option(t.repeats), integer(t.warmup, "task.warmup", lo=0), c, design,
-                   block_for(design, block, c), None if worker is None else integer(worker, "task.worker", lo=0))
+                   block_for(design, block, c), None if t.worker is None else integer(t.worker, "task.worker", lo=0))
 
     @property
     def unit_size(self) -> int:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.tasks.schemas import TraceTask
 from spectune import rundir
+from spectune.config import typed
 from spectune.measure import check_depth, requests_of
 from spectune.options import integer
 
@@ -30,10 +32,10 @@ class TraceSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TraceSettings:
-        task = cfg.task
-        return cls(integer(task.get("max_depth"), "task.max_depth", lo=1),
-                   integer(task.get("concurrency"), "task.concurrency", lo=1),
-                   integer(task.get("warmup"), "task.warmup", lo=0))
+        """Types from the schema (harness/tasks/schemas.py), ranges here: one line each, before any model loads."""
+        task = typed(TraceTask, cfg.task, "task")
+        return cls(integer(task.max_depth, "task.max_depth", lo=1), integer(task.concurrency, "task.concurrency", lo=1),
+                   integer(task.warmup, "task.warmup", lo=0))
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:

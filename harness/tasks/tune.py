@@ -23,9 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
 from harness.tasks.bench import BenchSettings, build_requests, task_breakdown
+from harness.tasks.schemas import TuneFile
 from policies.registry import make_policy
 from spectune import conditions, rundir
 from spectune import hardware as hw
+from spectune.config import typed
 from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
@@ -62,14 +64,18 @@ class TuneSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
-        gammas = tuple(integer(g, "gamma", lo=1) for g in as_list(cfg.gamma, "gamma"))
-        concurrencies = tuple(integer(c, "task.concurrency", lo=1) for c in as_list(cfg.task.concurrency,
+        """The tune knobs, before any model loads: their types from the schema (harness/tasks/schemas.py), then
+        the ranges and the rules across keys here; each error one line (SpectuneError) naming the key."""
+        f = typed(TuneFile, cfg)
+        t = f.task
+        gammas = tuple(integer(g, "gamma", lo=1) for g in as_list(f.gamma, "gamma"))
+        concurrencies = tuple(integer(c, "task.concurrency", lo=1) for c in as_list(t.concurrency,
                                                                                          "task.concurrency"))
         if len(set(concurrencies)) != len(concurrencies):
             raise SpectuneError(f"task.concurrency={list(concurrencies)} is invalid: each concurrency once")
         languages = None
-        if cfg.task.get("languages") is not None:
-            languages = tuple(str(x) for x in as_list(cfg.task.languages, "task.languages"))
+        if t.languages is not None:
+            languages = tuple(str(x) for x in as_list(t.languages, "task.languages"))
             for lang in languages:
                 if lang not in BUNDLED_LANGUAGES:
                     raise SpectuneError(f"task.languages={list(languages)} is invalid: {lang!r} is not a bundled "
@@ -77,19 +83,15 @@ class TuneSettings:
         if cfg.policy.name != "fixed":
             raise SpectuneError(f"policy={cfg.policy.name} is invalid for task=tune: it tunes a fixed γ "
                                 "(policy=fixed), the K a vLLM deployment takes")
-        rate = cfg.task.get("request_rate")
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0):
+        rate = t.request_rate
+        if rate is not None and rate <= 0:
             raise SpectuneError(f"task.request_rate={rate!r} is invalid: must be > 0 (req/s) or null (closed loop)")
-        noise_floor = cfg.task.get("noise_floor", False)
-        if not isinstance(noise_floor, bool):
-            raise SpectuneError(f"task.noise_floor={noise_floor!r} is invalid: must be true or false")
-        block = block_size(cfg.task.get("block_prompts"), "task.block_prompts", list(concurrencies),
+        block = block_size(t.block_prompts, "task.block_prompts", list(concurrencies),
                            f"task.concurrency={list(concurrencies)}")
-        design = design_option(cfg.task.get("design"), "task.design", block, rate)
-        return cls(gammas, concurrencies, languages, repeats_option(cfg.task.repeats),
-                   integer(cfg.task.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)),
-                   None if rate is None else float(rate), float(cfg.task.get("burstiness", 1.0)), noise_floor, block,
-                   design)
+        design = design_option(t.design, "task.design", block, rate)
+        return cls(gammas, concurrencies, languages, repeats_option(t.repeats),
+                   integer(t.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)), rate, t.burstiness,
+                   t.noise_floor, block, design)
 
     def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
         return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup,

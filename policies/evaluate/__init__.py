@@ -32,23 +32,26 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analysis.policy_table import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
+from policies.evaluate.schema import EvaluateConfig
 from policies.registry import POLICIES, make_policy
+from policies.train.schema import TrainConfig
 from policies.train.tuning import tunable
 from spectune import conditions, rundir
+from spectune.config import typed
 from spectune.errors import SpectuneError
 from spectune.measure import Grid, aggregate, repeats_option
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.metadata import finished_metadata
-from spectune.options import flag, integer
+from spectune.options import integer
 from spectune.stats.by_task import by_task, durations_of, several_tasks
 from spectune.stats.compare import AA_LABEL, decode_rates
 from spectune.stats.units import unit_size_of
@@ -84,42 +87,40 @@ class EvaluateSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> EvaluateSettings:
-        e = cfg.evaluate
-        names = list(e.policies) if isinstance(e.policies, ListConfig | list) else [e.policies]
+        """The ``evaluate`` node and the ``train`` keys it shares, before any model loads: their types from the
+        schemas (policies/evaluate/schema.py, policies/train/schema.py), then the ranges, choices and the rules
+        across keys here; each error one line (SpectuneError) naming the key."""
+        e = typed(EvaluateConfig, cfg.evaluate, "evaluate")
+        train = typed(TrainConfig, cfg.train, "train")
+        names = list(e.policies) if isinstance(e.policies, list) else [e.policies]
         for name in names:
             if name not in POLICIES or name == FIXED:
                 allowed = ", ".join(sorted(n for n in POLICIES if n != FIXED))
                 raise SpectuneError(f"evaluate.policies contains {name!r}: choose from {allowed} (AR and the best "
                                     "fixed γ always run)")
-        conc = list(e.concurrency) if isinstance(e.concurrency, ListConfig | list) else [e.concurrency]
+        conc = list(e.concurrency) if isinstance(e.concurrency, list) else [e.concurrency]
         conc = [integer(c, "evaluate.concurrency", lo=1) for c in conc]
         if not conc or len(set(conc)) != len(conc):
             raise SpectuneError(f"evaluate.concurrency={conc} is invalid: one or more distinct integers >= 1")
-        params = OmegaConf.to_container(e.params, resolve=True) if e.get("params") else {}
+        params = e.params or {}
         for name in params:
             if name not in names:
                 raise SpectuneError(f"evaluate.params.{name} is invalid: {name!r} is not in evaluate.policies "
                                     f"({', '.join(names)})")
+        block = block_size(e.block_prompts, "evaluate.block_prompts", conc, f"evaluate.concurrency={conc}")
         settings = cls(tuple(names), tuple(conc), repeats_option(e.repeats),
                        integer(e.grid_repeats, "evaluate.grid_repeats", lo=1), integer(e.warmup, "evaluate.warmup",
                                                                                      lo=0),
-                       e.get("policies_from"), integer(cfg.train.max_depth, "train.max_depth", lo=1),
-                       integer(cfg.train.train_prompts, "train.train_prompts", lo=1),
-                       integer(cfg.train.heldout_prompts, "train.heldout_prompts", lo=0), params,
-                       flag(e.get("calibrate", False), "evaluate.calibrate"),
-                       flag(e.get("tune", True), "evaluate.tune"), flag(e.get("hindsight", False),
-                                                                        "evaluate.hindsight"),
-                       block_size(e.get("block_prompts"), "evaluate.block_prompts", conc,
-                                  f"evaluate.concurrency={conc}"),
-                       flag(e.get("noise_floor", False), "evaluate.noise_floor"))
-        settings = replace(settings, design=design_option(e.get("design"), "evaluate.design", settings.block_prompts,
-                                                          None))
+                       e.policies_from, integer(train.max_depth, "train.max_depth", lo=1),
+                       integer(train.train_prompts, "train.train_prompts", lo=1),
+                       integer(train.heldout_prompts, "train.heldout_prompts", lo=0), params, e.calibrate, e.tune,
+                       e.hindsight, block, e.noise_floor, design_option(e.design, "evaluate.design", block, None))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
             raise SpectuneError(f"evaluate.policies_from={settings.policies_from!r} is not found: give the run "
                                 "directory of python -m policies.train (with depth.zip)")
-        if "ppo-cycle" in names and not settings.policies_from and not cfg.train.get("cycle_timesteps"):
+        if "ppo-cycle" in names and not settings.policies_from and not train.cycle_timesteps:
             raise SpectuneError("evaluate.policies contains 'ppo-cycle': set train.cycle_timesteps > 0 so that the "
                                 "training stage writes its cycle.zip (or give evaluate.policies_from with one)")
         for name in names:  # parameters checked before any model loads (learned policies' files come later)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from policies.evaluate import run
+from policies.evaluate import run, schema
 from spectune import cli
+
+schema.register()  # conf/evaluate.yaml's schemas (and train.yaml's), before Hydra composes (spectune/config.py)
 
 
 @hydra.main(config_path="../../conf", config_name="evaluate", version_base="1.3")

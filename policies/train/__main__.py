@@ -10,8 +10,11 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from policies.train import schema
 from policies.train.pipeline import train_policies
 from spectune import cli
+
+schema.register()  # conf/train.yaml's schemas, before Hydra composes (spectune/config.py)
 
 
 @hydra.main(config_path="../../conf", config_name="train", version_base="1.3")

@@ -55,11 +55,13 @@ from policies.envs.data import TraceSet, read_traces
 from policies.envs.observation import CYCLE, DEPTH
 from policies.ppo_distilled import distill_into
 from policies.train.ppo import CycleTraining, DepthTraining, save_policy, split_requests
+from policies.train.schema import TrainConfig
 from spectune import rundir
+from spectune.config import typed
 from spectune.errors import SpectuneError
 from spectune.io import write_figure
 from spectune.metadata import base_metadata
-from spectune.options import flag, integer
+from spectune.options import integer
 from spectune.profile import Profile, load_profile
 
 log = logging.getLogger(__name__)
@@ -92,39 +94,26 @@ class TrainSettings:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
-        t = cfg.train
-        validation = t.get("validation")
-        if isinstance(validation, bool) or not isinstance(validation, int | float) or not 0 < validation < 1:
-            raise SpectuneError(f"train.validation={validation!r} is invalid: a fraction in (0, 1)")
-        if not isinstance(t.get("allow_profile_mismatch"), bool):
-            raise SpectuneError(f"train.allow_profile_mismatch={t.get('allow_profile_mismatch')!r} is invalid: "
-                                "true or false")
-        ppo = OmegaConf.to_container(t.ppo, resolve=True)
+        """The ``train`` node, before any model loads: its types from the schema (policies/train/schema.py), then
+        the ranges and choices here; each error one line (SpectuneError) naming the key."""
+        t = typed(TrainConfig, cfg.train, "train")
+        if not 0 < t.validation < 1:
+            raise SpectuneError(f"train.validation={t.validation!r} is invalid: a fraction in (0, 1)")
         for key in ("n_steps", "batch_size", "n_epochs"):
-            integer(ppo.get(key), f"train.ppo.{key}", lo=1)
-        if not 0 <= float(ppo.get("warmup", 0)) < 1:
-            raise SpectuneError(f"train.ppo.warmup={ppo.get('warmup')!r} is invalid: a fraction in [0, 1)")
-        return cls(t.get("traces"), t.get("profile"), bool(t.allow_profile_mismatch),
-                   integer(t.get("train_prompts"), "train.train_prompts", lo=1),
-                   integer(t.get("heldout_prompts"), "train.heldout_prompts", lo=0), float(validation),
-                   integer(t.get("max_depth"), "train.max_depth", lo=1),
-                   integer(t.get("concurrency"), "train.concurrency", lo=1),
-                   integer(t.get("profile_repeats"), "train.profile_repeats", lo=1), str(t.get("reward")),
-                   str(t.get("outcome")), float(t.get("profile_jitter")),
-                   integer(t.get("timesteps"), "train.timesteps", lo=1), integer(t.get("eval_every"),
-                                                                                "train.eval_every", lo=1), ppo,
-                   integer(t.get("rounds", 1), "train.rounds", lo=1),
-                   integer(t.get("size_timesteps", 0), "train.size_timesteps", lo=0),
-                   integer(t.get("live_steps", 0), "train.live_steps", lo=0), t.get("calibrate_to"),
-                   _live_time(t.get("live_time", "measured")),
-                   integer(t.get("cycle_timesteps", 0), "train.cycle_timesteps", lo=0),
-                   flag(t.get("calibrate_per_depth", False), "train.calibrate_per_depth"))
-
-
-def _live_time(value: Any) -> str:
-    if value not in ("measured", "profile"):
-        raise SpectuneError(f"train.live_time={value!r} is invalid: choose measured or profile")
-    return str(value)
+            integer(getattr(t.ppo, key), f"train.ppo.{key}", lo=1)
+        if not 0 <= t.ppo.warmup < 1:
+            raise SpectuneError(f"train.ppo.warmup={t.ppo.warmup!r} is invalid: a fraction in [0, 1)")
+        if t.live_time not in ("measured", "profile"):
+            raise SpectuneError(f"train.live_time={t.live_time!r} is invalid: choose measured or profile")
+        return cls(t.traces, t.profile, t.allow_profile_mismatch, integer(t.train_prompts, "train.train_prompts", lo=1),
+                   integer(t.heldout_prompts, "train.heldout_prompts", lo=0), t.validation,
+                   integer(t.max_depth, "train.max_depth", lo=1), integer(t.concurrency, "train.concurrency", lo=1),
+                   integer(t.profile_repeats, "train.profile_repeats", lo=1), t.reward, t.outcome, t.profile_jitter,
+                   integer(t.timesteps, "train.timesteps", lo=1), integer(t.eval_every, "train.eval_every", lo=1),
+                   asdict(t.ppo), integer(t.rounds, "train.rounds", lo=1),
+                   integer(t.size_timesteps, "train.size_timesteps", lo=0),
+                   integer(t.live_steps, "train.live_steps", lo=0), t.calibrate_to, t.live_time,
+                   integer(t.cycle_timesteps, "train.cycle_timesteps", lo=0), t.calibrate_per_depth)
 
 
 def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[Any, list, list]:

@@ -1,0 +1,47 @@
+"""The schema of conf/evaluate.yaml's ``evaluate`` node (conf/train.yaml, which it composes, has its own:
+:mod:`policies.train.schema`), as spectune/config.py describes. ``python -m policies.evaluate`` registers both at
+import, before Hydra composes; values, ranges and the rules across keys stay in the YAML file and in
+:class:`policies.evaluate.EvaluateSettings`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from policies.train import schema as train_schema
+from spectune import config
+
+
+@dataclass
+class EvaluateConfig:
+    """``evaluate``: in conf/evaluate.yaml's order."""
+
+    policies: Any = MISSING  # a policy name or a list of them
+    params: dict[str, dict[str, Any]] | None = MISSING  # {policy: {parameter: value}}
+    concurrency: Any = MISSING  # a concurrency or a list of them
+    repeats: int = MISSING
+    grid_repeats: int = MISSING
+    warmup: int = MISSING
+    policies_from: str | None = MISSING
+    calibrate: bool = MISSING
+    tune: bool = MISSING
+    hindsight: bool = MISSING
+    design: str | None = MISSING
+    block_prompts: int | None = MISSING
+    noise_floor: bool = MISSING
+
+
+@dataclass
+class EvaluateFile:
+    """conf/evaluate.yaml's own node (its ``train`` values are typed by train.yaml's schema)."""
+
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+
+
+def register() -> None:
+    """Store /schema/evaluate and what conf/train.yaml names (the workload and hardware schemas with it)."""
+    train_schema.register()
+    config.store("evaluate", EvaluateFile, root=True)

@@ -1,0 +1,167 @@
+"""Typed configs: every YAML file of the task, workload, hardware, train and evaluate groups has a dataclass schema
+(spectune/config.py, harness/tasks/schemas.py, policies/train/schema.py, policies/evaluate/schema.py), so that a value
+of the wrong type or an unknown key fails as Hydra composes: one ``error:`` line naming the key, the value and what is
+allowed, exit code 2, before the job starts (so before any model loads). The schemas add types only: the composed
+configs are the YAML files' (tests/test_pinned_outputs.py pins their text).
+
+The keys a case breaks are drawn from the schemas with a seeded generator (SEED): each run checks the same ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+import types
+import typing
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from spectune.cli import hydra_entry
+from spectune.config import HardwareConfig, MixWorkloadConfig, WorkloadConfig, describe, typed
+from spectune.errors import SpectuneError
+
+SEED = 20261205
+KEYS_PER_GROUP = 2  # wrong-typed keys drawn per group (and one unknown key each)
+
+
+def _leaves(schema: type, prefix: str) -> list[tuple[str, Any]]:
+    """(dotted key, type hint) of every typed leaf of ``schema`` (nested schemas walked; ``Any`` is untyped)."""
+    out = []
+    for item in dataclasses.fields(schema):
+        hint = typing.get_type_hints(schema)[item.name]
+        key = f"{prefix}{item.name}"
+        if dataclasses.is_dataclass(hint):
+            out += _leaves(hint, f"{key}.")
+        elif hint is not Any:
+            out.append((key, hint))
+    return out
+
+
+def _wrong(hint: Any) -> str:
+    """An override value that ``hint`` does not allow (as Hydra parses the command line)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] if union else [hint]
+    if any(typing.get_origin(k) in (list, dict) for k in kinds):
+        return "3"  # a number is no list and no mapping
+    if str in kinds:
+        return "[1,2]"  # a list is no string
+    return "maybe" if kinds == [bool] else "abc"  # no bool; no integer or number
+
+
+def _cases() -> list[Any]:
+    """(module, config name, overrides, broken key, kind) per group: wrong types drawn from its schema, a bad key."""
+    from harness.tasks.schemas import SCHEMAS
+    from policies.evaluate.schema import EvaluateFile
+    from policies.train.schema import TrainFile
+
+    rng = random.Random(SEED)
+    task = rng.choice(sorted(SCHEMAS))
+    task_schema, root = SCHEMAS[task]
+    groups = {
+        "task": ("harness", "config", [f"task={task}"], _leaves(task_schema, "" if root else "task.")),
+        "workload": ("harness", "config", ["+workload=mix"], _leaves(MixWorkloadConfig, "workload.")),
+        "hardware": ("harness", "config", [f"hardware={rng.choice(['cpu', 'cpu-static', 'cuda', 'cuda-compiled'])}"],
+                     _leaves(HardwareConfig, "hardware.")),
+        "train": ("policies.train", "train", [], _leaves(TrainFile, "")),
+        "evaluate": ("policies.evaluate", "evaluate", [], _leaves(EvaluateFile, "")),
+    }
+    cases = []
+    for group, (module, config, base, leaves) in groups.items():
+        for key, hint in rng.sample(leaves, KEYS_PER_GROUP):
+            cases.append(pytest.param(module, config, [*base, f"{key}={_wrong(hint)}"], key, "type",
+                                      id=f"{group}-type-{key}"))
+        node = {"task": "task", "workload": "workload", "hardware": "hardware", "train": "train.ppo",
+                "evaluate": "evaluate"}[group]
+        cases.append(pytest.param(module, config, [*base, f"{node}.no_such_key=1"], f"{node}.no_such_key", "unknown",
+                                  id=f"{group}-unknown"))
+    return cases
+
+
+@pytest.mark.parametrize(("module", "config", "overrides", "key", "kind"), _cases())
+def test_a_wrong_type_or_an_unknown_key_fails_in_one_line_with_exit_2_before_the_job(monkeypatch, capsys, module,
+                                                                                     config, overrides, key, kind):
+    """Through the front door (cli.hydra_entry, as ``python -m MODULE`` runs it): exit 2, one error line naming the
+    key (and for a type, its value and what is allowed), and the job -- where models load -- never starts."""
+    started = []
+    monkeypatch.setattr(sys, "argv", [module, *overrides])
+    with pytest.raises(SystemExit) as stop:
+        hydra_entry(lambda: started.append(True), config)
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and not started
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {key}"), err
+    if kind == "type":
+        assert f"error: {key}=" in err and " is invalid: must be " in err, err
+    else:
+        assert err == f"error: {key} is not a key of the config: check its spelling, or add it with +{key}=...", err
+
+
+@pytest.mark.parametrize(("module", "overrides", "message"), [
+    ("harness", ["+workload=en", "workload.num_prompts=abc"],
+     "error: workload.num_prompts='abc' is invalid: must be an integer or null"),
+    ("policies.train", ["train.ppo.n_steps=1.5"], "error: train.ppo.n_steps=1.5 is invalid: must be an integer"),
+    ("policies.evaluate", ["+workload=en", "evaluate.hindsight=maybe"],
+     "error: evaluate.hindsight='maybe' is invalid: must be true or false"),
+])
+def test_each_application_registers_its_schemas_at_import_and_fails_in_one_line(cli, tmp_path, module, overrides,
+                                                                               message):
+    """A real process per application: its entry module registers the schemas before Hydra composes, so a wrong
+    type is one line and exit code 2, and nothing but logs is written."""
+    done = cli(*overrides, run_dir=tmp_path / "run", module=module, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip() == message, (done.returncode, done.stderr[-2000:])
+    assert not (tmp_path / "run").exists() or not [p for p in (tmp_path / "run").iterdir() if p.suffix != ".log"]
+
+
+def test_a_later_value_of_a_sweep_with_the_wrong_type_fails_before_any_job(monkeypatch, capsys):
+    """Hydra composes a sweep's job only when it comes; the front door sets every swept value on the first job's
+    config first, so ``-m task.warmup=1,abc`` is one line before the sweep starts."""
+    started = []
+    monkeypatch.setattr(sys, "argv", ["harness", "-m", "task=trace", "task.warmup=1,abc"])
+    with pytest.raises(SystemExit) as stop:
+        hydra_entry(lambda: started.append(True), "config")
+    assert stop.value.code == 2 and not started
+    assert capsys.readouterr().err.strip() == ("error: task.warmup='abc' is invalid: must be an integer (a value of "
+                                               "the sweep task.warmup=1,abc)")
+
+
+def test_every_schema_key_has_its_value_in_the_yaml_files(compose_config):
+    """The schemas carry no defaults: every key they type is set by its YAML file (no ``???`` after composing),
+    for each task, hardware and bundled workload, and for train.yaml and evaluate.yaml."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import REPO
+
+    for task in ("bench", "tune", "coverage", "trace", "profile", "acceptance", "costmodel", "verify"):
+        for hardware in ("cpu", "cpu-static", "cuda", "cuda-compiled"):
+            assert not OmegaConf.missing_keys(compose_config(f"task={task}", f"hardware={hardware}", "+workload=mix"))
+    for workload in ("en", "es", "it", "zh"):
+        assert OmegaConf.get_type(compose_config(f"+workload={workload}").workload) is WorkloadConfig
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for name in ("train", "evaluate"):
+            assert not OmegaConf.missing_keys(compose(config_name=name, overrides=["+workload=en"]))
+
+
+def test_a_plain_config_is_read_through_the_same_schema():
+    """A config that did not come through Hydra (a caller's own dict) gets the same types, in one line; a missing
+    key is named; a key added with +key=... is the caller's own and ignored; interpolations are resolved."""
+    from harness.tasks.schemas import TraceTask
+
+    node = {"name": "trace", "max_depth": 4, "concurrency": 1, "warmup": 0, "extra": "mine"}
+    assert typed(TraceTask, node, "task") == TraceTask("trace", 4, 1, 0)
+    with pytest.raises(SpectuneError, match=r"^task\.max_depth='x' is invalid: must be an integer$"):
+        typed(TraceTask, {**node, "max_depth": "x"}, "task")
+    with pytest.raises(SpectuneError, match=r"^task\.warmup is missing: set it in its conf/ file"):
+        typed(TraceTask, {k: v for k, v in node.items() if k != "warmup"}, "task")
+    cfg = OmegaConf.create({"depth": 6, "task": {**node, "max_depth": "${depth}"}})
+    assert typed(TraceTask, cfg.task, "task").max_depth == 6
+
+
+@pytest.mark.parametrize(("hint", "words"), [
+    (int, "an integer"), (int | None, "an integer or null"), (float, "a number"), (int | float, "a number"),
+    (bool, "true or false"), (str | bool, "a string, true or false"), (list[int], "a list of integers"),
+    (list[str] | None, "a list of strings or null"), (dict[str, Any] | None, "a mapping or null"),
+])
+def test_what_a_schema_allows_is_said_in_words(hint, words):
+    assert describe(hint) == words
