@@ -48,6 +48,7 @@ def bundled_workload(language: str) -> dict:
     """The bundled workload's config as ``+workload=<language>`` composes it (defaults + the language file)."""
     base = OmegaConf.load(ROOT / "conf" / "workload" / "_bundled.yaml")
     own = OmegaConf.load(ROOT / "conf" / "workload" / f"{language}.yaml")
+    base.pop("defaults", None)  # Hydra's defaults lists (the schema, the base file), not workload keys
     own.pop("defaults", None)
     return OmegaConf.to_container(OmegaConf.merge(base, own), resolve=True)
 
