@@ -118,8 +118,12 @@ def test_reward_charges_the_rows_share_and_uses_the_running_rate(setup):
 
 
 def test_observation_layout_is_shared():
-    assert OBS_FIELDS[:4] == ("token_prob", "entropy", "margin", "cum_prob") and len(OBS_FIELDS) == 10
-    rows = depth_observation(np.array([0.5, 0.2]), 3.0, 0.1, 0.5, 2, 500, 4, 0.7, 0.15, 1.02)
+    """The default layout's first ten fields keep their order (policy files without a feature list read them so)."""
+    first = ("token_prob", "entropy", "margin", "cum_prob", "position", "context_length", "batch_size",
+             "recent_acceptance", "c", "g")
+    assert OBS_FIELDS[:10] == first
+    rows = depth_observation(first, token_prob=np.array([0.5, 0.2]), entropy=3.0, margin=0.1, cum_prob=0.5,
+                             position=2, context_length=500, batch_size=4, recent_acceptance=0.7, c=0.15, g=1.02)
     assert rows.shape == (2, 10) and rows.dtype == np.float32
     assert rows[0].tolist() == pytest.approx([0.5, 0.3, 0.1, 0.5, 0.2, 0.5, 0.125, 0.7, 0.15, 1.02])
 

@@ -347,7 +347,8 @@ def test_ppo_observation_is_the_depth_environments(tmp_path):
     from policies.envs.observation import depth_observation
 
     path = tmp_path / "p.zip"
-    _ppo(path, DEFAULT_OBSERVATION)
+    features = tuple(DEFAULT_OBSERVATION[:10])  # the fields this test gives values for
+    _ppo(path, features)
     policy = make_policy(_node(str(path), profile=str(write_json(tmp_path / "cpu.json", _profile("cpu")))), 2)
     step = DraftStep(step=0, active=torch.ones(3, dtype=torch.bool), context_length=torch.tensor([40, 0, 250]),
                      batch_size=3, token_prob=torch.tensor([0.3, 0.5, 0.9], dtype=torch.float64),
@@ -355,9 +356,10 @@ def test_ppo_observation_is_the_depth_environments(tmp_path):
                      margin=torch.tensor([0.1, 0.2, 0.8], dtype=torch.float64),
                      cum_prob=torch.tensor([0.3, 0.5, 0.9], dtype=torch.float64))
     profile = policy.profile
-    expected = depth_observation(step.token_prob.numpy(), step.entropy.numpy(), step.margin.numpy(),
-                                 step.cum_prob.numpy(), 1, step.context_length.numpy(), 2, 0.5, profile.c(2),
-                                 profile.g(2, 2))
+    expected = depth_observation(features, token_prob=step.token_prob.numpy(),
+                                 entropy=step.entropy.numpy(), margin=step.margin.numpy(),
+                                 cum_prob=step.cum_prob.numpy(), position=1, context_length=step.context_length.numpy(),
+                                 batch_size=2, recent_acceptance=0.5, c=profile.c(2), g=profile.g(2, 2))
     np.testing.assert_allclose(policy.observation(step), expected, rtol=1e-6)
 
 

@@ -205,11 +205,11 @@ def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> O
 DEPTH = Observation("depth", OBS_FIELDS, drafts=True, exact=False)
 
 
-def depth_observation(token_prob, entropy, margin, cum_prob, position, context_length, batch_size,
-                      recent_acceptance, c, g) -> np.ndarray:
-    """:func:`scale_depth` by name, for one row (scalars → [10]) or many rows (arrays [B] → [B, 10])."""
-    values = (token_prob, entropy, margin, cum_prob, position, context_length, batch_size, recent_acceptance, c, g)
-    return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in values]), axis=-1))
+def depth_observation(fields: tuple[str, ...] = OBS_FIELDS, **values: Any) -> np.ndarray:
+    """:func:`scale_depth` by name (tests; the sources call :data:`DEPTH`): ``values`` holds a raw value per field
+    of ``fields``, scalars for one row (→ [F]) or arrays [B] for many (→ [B, F])."""
+    return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(values[f], dtype=np.float64) for f in fields]),
+                                axis=-1), fields)
 
 
 # -- the cycle observation --------------------------------------------------------------------------------
@@ -218,12 +218,10 @@ assert set(CYCLE_FIELDS) < set(OBS_FIELDS)
 CYCLE = Observation("cycle", CYCLE_FIELDS, drafts=False, exact=True)  # at drafted = 0: g is g(1, b)
 
 
-def cycle_observation(context_length, batch_size, recent_acceptance, c, g) -> np.ndarray:
+def cycle_observation(**values: Any) -> np.ndarray:
     """The cycle observation from its raw values by name (tests; the sources call :data:`CYCLE`), scaled by
-    :func:`scale_depth`'s scales; one row (scalars → [5]) or many (arrays [B] → [B, 5])."""
-    values = (context_length, batch_size, recent_acceptance, c, g)
-    return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in values]), axis=-1),
-                       CYCLE_FIELDS)
+    :func:`scale_depth`'s scales; one row (scalars → [F]) or many (arrays [B] → [B, F])."""
+    return depth_observation(CYCLE_FIELDS, **values)
 
 
 # -- the size observation and cut ---------------------------------------------------------------------------
