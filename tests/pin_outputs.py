@@ -306,11 +306,13 @@ def env_depths(path: Path, file: Any, traces: Any, profile: Any) -> list[int]:
     traces and profile): the depth of every recorded entry."""
     from policies.envs.cycle_depth import CycleDepthEnv
     from policies.envs.depth import DraftDepthEnv
+    from policies.envs.observation import DEPTH, read_schema
     from policies.train.ppo import policy_depths
 
     cycle = file.extra.get("actions") == "depth"
     env_type = CycleDepthEnv if cycle else DraftDepthEnv
-    env = env_type("replay", traces, profile, max_depth=int(file.extra["max_depth"]))
+    features = {} if cycle else {"features": tuple(read_schema(file.extra, DEPTH, "file").features)}
+    env = env_type("replay", traces, profile, max_depth=int(file.extra["max_depth"]), **features)
     env.reset(seed=0)
     return policy_depths(FileActor(file), env, traces.count).tolist()
 

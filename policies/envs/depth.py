@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from policies.envs.data import attach_source, check_backend
-from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH
+from policies.envs.observation import DEPTH, OBS_HIGH
 from policies.envs.rate import RunningRate
 from spectune.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
 from spectune.errors import SpectuneError
@@ -65,7 +65,7 @@ class DraftDepthEnv(gym.Env):
     def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, max_depth: int | None = None,
                  reward: str = "throughput", outcome: str = "realised", profile_jitter: float = 0.0,
                  allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
-                 concurrency: int = 1, live_time: str = "measured") -> None:
+                 concurrency: int = 1, live_time: str = "measured", features: tuple[str, ...] | None = None) -> None:
         self.backend = check_backend(backend)
         if reward not in REWARDS:
             raise SpectuneError(f"reward={reward!r} is unknown: choose one of {', '.join(REWARDS)}")
@@ -79,8 +79,10 @@ class DraftDepthEnv(gym.Env):
             raise SpectuneError(f"max_depth={max_depth!r} is out of range: must be in 1..{ceiling} "
                                 "(the traces' max_depth and the profile's max_positions - 1)")
         self.action_space = gym.spaces.Discrete(2)
-        self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32)
-        self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
+        # a policy file's features (a subset of the fields, in its order; None: all of them)
+        self.builder = DEPTH if features is None else DEPTH.of(features)
+        self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(self.builder.features),), dtype=np.float32)
+        self._obs = np.zeros(len(self.builder.features), dtype=np.float32)
         self._given = (0.0, 0.0)  # the episode row's (context length, recent acceptance)
         self._rate = RunningRate()
 
@@ -90,11 +92,11 @@ class DraftDepthEnv(gym.Env):
         self._index, self._costs = self.profiles.sample(self.np_random, batch)
         self._batch, self._depth = batch, 0
         self._given = (context, recent)
-        self._obs[:] = DEPTH.from_trace(0, batch, self._costs, context, recent)
+        self._obs[:] = self.builder.from_trace(0, batch, self._costs, context, recent)
 
     def _signals(self, values) -> None:
         """After draft step ``self._depth`` (the drafts so far): that step's signals (DRAFT_SIGNALS order)."""
-        self._obs[:] = DEPTH.from_trace(self._depth, self._batch, self._costs, *self._given, values)
+        self._obs[:] = self.builder.from_trace(self._depth, self._batch, self._costs, *self._given, values)
 
     def _recorded(self, depth: int) -> tuple[float, float]:
         """The recorded row verified at ``depth``: the tokens it emits (accepted prefix + the target's one) and its
