@@ -182,11 +182,11 @@ class Observation:
 
 def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> Observation:
     """The builder of a policy file's observation (``extra``: its ``spectune.json``; ``where``: ``key='path'``).
-    A file without ``observation`` is version 1 with the kind's fields; a list of names (files before the
-    version) is version 1 with those. A kind, version or names the builder does not make fail in one line."""
+    A file without ``observation`` is version 1 with the fields files had before they named theirs
+    (:data:`UNNAMED`); a list of names (files before the version) is version 1 with those. A kind, version or names the builder does not make fail in one line."""
     entry = extra.get("observation")
     if entry is None:
-        kind, version, features = builder.kind, 1, list(builder.fields)
+        kind, version, features = builder.kind, 1, list(UNNAMED[builder.kind])
     elif isinstance(entry, list):
         kind, version, features = builder.kind, 1, entry
     elif isinstance(entry, dict):
@@ -203,6 +203,10 @@ def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> O
 
 
 DEPTH = Observation("depth", OBS_FIELDS, drafts=True, exact=False)
+# What files that name no features observe: every field there was when files began to name them. Fields added
+# since then are named by every file that uses them.
+UNNAMED: dict[str, tuple[str, ...]] = {"depth": ("token_prob", "entropy", "margin", "cum_prob", "position",
+                                                 "context_length", "batch_size", "recent_acceptance", "c", "g")}
 
 
 def depth_observation(fields: tuple[str, ...] = OBS_FIELDS, **values: Any) -> np.ndarray:
@@ -216,6 +220,7 @@ def depth_observation(fields: tuple[str, ...] = OBS_FIELDS, **values: Any) -> np
 CYCLE_FIELDS: tuple[str, ...] = ("context_length", "batch_size", "recent_acceptance", "c", "g")
 assert set(CYCLE_FIELDS) < set(OBS_FIELDS)
 CYCLE = Observation("cycle", CYCLE_FIELDS, drafts=False, exact=True)  # at drafted = 0: g is g(1, b)
+UNNAMED["cycle"] = CYCLE_FIELDS
 
 
 def cycle_observation(**values: Any) -> np.ndarray:
