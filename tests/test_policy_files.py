@@ -279,9 +279,11 @@ def test_ppo_policy_trained_for_another_profile_needs_the_flag(tmp_path):
     assert own.profile.label == "cpu" and own.profile.c(4) == pytest.approx(0.1)
 
 
-def test_a_file_without_feature_names_must_match_the_default_observation(tmp_path):
+def test_a_file_without_feature_names_observes_the_fields_files_had_before_naming_them(tmp_path):
+    from policies.envs.observation import UNNAMED
+
     path = tmp_path / "p.zip"
-    _ppo(path, DEFAULT_OBSERVATION)
+    _ppo(path, UNNAMED["depth"])
     profile = write_json(tmp_path / "cpu.json", _profile("cpu"))
     policy = make_policy(_node(str(path), profile=str(profile)), 4)
     keep = policy.continue_drafting(_step(0, token_prob=[0.3, 0.9], entropy=[1.0, 0.1], margin=[0.1, 0.8],

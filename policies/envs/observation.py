@@ -183,7 +183,8 @@ class Observation:
 def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> Observation:
     """The builder of a policy file's observation (``extra``: its ``spectune.json``; ``where``: ``key='path'``).
     A file without ``observation`` is version 1 with the fields files had before they named theirs
-    (:data:`UNNAMED`); a list of names (files before the version) is version 1 with those. A kind, version or names the builder does not make fail in one line."""
+    (:data:`UNNAMED`); a list of names (files before the version) is version 1 with those. A kind, version or
+    names the builder does not make fail in one line."""
     entry = extra.get("observation")
     if entry is None:
         kind, version, features = builder.kind, 1, list(UNNAMED[builder.kind])
