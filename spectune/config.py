@@ -20,7 +20,6 @@ them all when their entry module is imported, before Hydra composes (:func:`regi
 from __future__ import annotations
 
 import dataclasses
-import logging
 import types
 import typing
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ from omegaconf.errors import (
 )
 
 from spectune.errors import SpectuneError
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SCHEMA_GROUP = "schema"  # conf/ YAML files name their schema as /schema/<name>@_here_ (or /schema/task/<task>@_here_)
@@ -125,8 +122,8 @@ def open_root(schema: type) -> DictConfig:
     """The fields of ``schema`` as typed nodes under an untyped root. Merged at the config's root, a dataclass
     would type the root itself and close it to the keys the other groups add after it (models, hardware,
     workload); this types the schema's own keys and leaves the root open."""
-    typed = OmegaConf.structured(schema)
-    return OmegaConf.create({key: typed._get_node(key) for key in typed})
+    nodes = OmegaConf.structured(schema)
+    return OmegaConf.create({key: nodes._get_node(key) for key in nodes})
 
 
 def typed(schema: type[T], node: Any, prefix: str = "") -> T:

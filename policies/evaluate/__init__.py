@@ -103,6 +103,9 @@ class EvaluateSettings:
         if not conc or len(set(conc)) != len(conc):
             raise SpectuneError(f"evaluate.concurrency={conc} is invalid: one or more distinct integers >= 1")
         params = e.params or {}
+        if not isinstance(params, dict) or not all(isinstance(v, dict | None) for v in params.values()):
+            raise SpectuneError(f"evaluate.params={params!r} is invalid: must be null or a mapping of policies to "
+                                "their parameters, e.g. evaluate.params={confidence:{threshold:0.3}}")
         for name in params:
             if name not in names:
                 raise SpectuneError(f"evaluate.params.{name} is invalid: {name!r} is not in evaluate.policies "

@@ -20,7 +20,8 @@ class EvaluateConfig:
     """``evaluate``: in conf/evaluate.yaml's order."""
 
     policies: Any = MISSING  # a policy name or a list of them
-    params: dict[str, dict[str, Any]] | None = MISSING  # {policy: {parameter: value}}
+    params: Any = MISSING  # null or {policy: {parameter: value}} (OmegaConf 2.3 cannot merge a mapping into a
+    # typed mapping that is null: the command line's evaluate.params={...} would fail)
     concurrency: Any = MISSING  # a concurrency or a list of them
     repeats: int = MISSING
     grid_repeats: int = MISSING
