@@ -47,7 +47,7 @@ def open_setup(cfg: Any, task: str) -> Setup:
     check_workload(cfg.workload)  # task selection errors before any model loads
     models = load_models(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, models.tokenizer)
-    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
+    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed), cfg.get("proposer"))
     metadata = {**base_metadata(), "task": task, "models": models.pair.metadata, "hardware": models.hardware,
                 "workload": workload.describe(), "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)}

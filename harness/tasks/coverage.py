@@ -125,7 +125,7 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     models = load_models(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, models.tokenizer)
     requests = requests_of(workload.prompts, workload.max_new_tokens)
-    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed))
+    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed), cfg.get("proposer"))
     nodes = {label: node for label, _, node in s.methods()}
     order = [(label, gamma) for label, gamma, _ in s.methods()]
     rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,
