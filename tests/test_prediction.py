@@ -1,0 +1,64 @@
+"""Predictions of a model-free proposer from greedy outputs (spectune.measure.prediction): known answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from spectune.cycle import CycleCost
+from spectune.engine.lookup import PromptLookup
+from spectune.measure.prediction import GreedyOutput, by_task, price, replay
+
+
+class LinearCosts(CycleCost):
+    """A verification of k drafts costs 10 + k, a cycle's overhead 1 (no draft model: drafting costs nothing)."""
+
+    overhead = 1.0
+
+    def draft(self, drafted):
+        return 0.0
+
+    def verify(self, drafts):
+        return 10.0 + drafts
+
+
+def outputs() -> list[GreedyOutput]:
+    # a: the output's "1 2 3" copies the prompt: one cycle drafts [2, 3] after the first token and both are accepted.
+    # b: nothing in the context ever repeats: two cycles, neither proposes.
+    return [GreedyOutput(0, "p0", "a", [7, 1, 2, 3, 8], [1, 2, 3, 9], 64),
+            GreedyOutput(1, "p1", "b", [5, 6], [7, 8, 9], 64)]
+
+
+def test_replay_counts_cycles_proposals_and_copyable_tokens_by_hand():
+    frame = replay(outputs(), PromptLookup(max_n=3), [2])
+    a, b = frame.iloc[0], frame.iloc[1]
+    assert (a.cycles, a.drafted, a.accepted, a.no_proposal, a.decode_tokens) == (1, 2, 2, 0, 3)
+    assert list(a.drafts_per_cycle) == [0, 0, 1] and a.copyable_tokens == 3  # "1 2 3" of "1 2 3 9"
+    assert (b.cycles, b.drafted, b.accepted, b.no_proposal, b.decode_tokens) == (2, 0, 0, 2, 2)
+    assert list(b.drafts_per_cycle) == [2, 0, 0] and b.copyable_tokens == 0
+
+
+def test_predicted_speedup_is_a_ratio_of_summed_seconds_and_all_is_the_tasks_sum():
+    table = by_task(price(replay(outputs(), PromptLookup(max_n=3), [2]), LinearCosts(), search_s=0.0))
+    rows = {row.task: row for row in table.itertuples()}
+    assert list(table["task"]) == ["a", "b", "all"]
+    # a: 3 decode tokens at 11 each against one cycle: verify(2) + overhead = 13
+    assert rows["a"].ar_s == 33 and rows["a"].spec_s == 13 and rows["a"].predicted_speedup == pytest.approx(33 / 13)
+    assert rows["a"].acceptance_length == 3 and rows["a"].copyable_fraction == 0.75
+    # b: two cycles with no proposal cost exactly two autoregressive steps
+    assert rows["b"].ar_s == rows["b"].spec_s == 22 and rows["b"].no_proposal_share == 1
+    assert rows["all"].ar_s == 55 and rows["all"].spec_s == 35 and rows["all"].cycles == 3
+    assert rows["all"].predicted_speedup == pytest.approx(55 / 35)  # from the sums, not a mean of the task rows
+    assert rows["all"].copyable_fraction == pytest.approx(3 / 7)
+
+
+def test_a_search_cost_is_charged_every_cycle_whether_it_finds_a_match_or_not():
+    frame = price(replay(outputs(), PromptLookup(max_n=3), [2]), LinearCosts(), search_s=0.5)
+    assert list(frame["spec_s"]) == [13.5, 23.0]
+
+
+def test_measured_search_seconds_are_kept_per_row_and_priced_per_cycle():
+    frame = replay(outputs(), PromptLookup(max_n=3), [1, 2])
+    assert list(frame["gamma"]) == [1, 2, 1, 2] and (frame["search_s"] >= 0).all()
+    priced = price(frame, LinearCosts())
+    no_search = price(frame, LinearCosts(), search_s=0.0)
+    assert ((priced["spec_s"] - no_search["spec_s"]) - frame["search_s"]).abs().max() < 1e-12
