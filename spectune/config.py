@@ -6,15 +6,17 @@ have fails there, before any job starts, and :func:`one_line` restates OmegaConf
 product's one line (spectune.cli). The fields carry no defaults (``MISSING``): the values live in the YAML files
 only, the schema adds the types, and the composed config (what ``--cfg job`` prints) is the YAML's, key for key.
 The schema comes first (before ``_self_``), so its field order is the keys' order, which each schema keeps as its
-file has it; the hardware files list their keys in different orders, so theirs comes after ``_self_``, where it
-types the keys without reordering them (no hardware key is a list that could be null, which a schema merged
-after the values would reset). A value or a list of values (``gamma=4`` or ``gamma=[1,2]``) is ``Any``:
-OmegaConf's unions hold scalars only; such items, ranges and rules across keys are checked in code, where the
-values are read.
+file has it; the hardware files list their keys in different orders, and a models file's extra key (a subclass's
+field) sits between the common ones, so theirs comes after ``_self_``, where it types the keys without reordering
+them (no hardware or models key is a list that could be null, which a schema merged after the values would reset).
+A value or a list of values (``gamma=4`` or ``gamma=[1,2]``) is ``Any``: OmegaConf's unions hold scalars only; such
+items, ranges and rules across keys are checked in code, where the values are read.
 
-This module holds the library's schemas (the workload and hardware groups) and the helpers; the applications keep
-theirs beside them (harness/tasks/schemas.py, policies/train/schema.py, policies/evaluate/schema.py) and register
-them all when their entry module is imported, before Hydra composes (:func:`register` here, theirs there).
+This module holds the library's schemas (the workload, hardware, models and proposer groups, and conf/config.yaml's
+own keys: :class:`RootConfig`, an open root) and the helpers; the applications keep theirs beside them
+(harness/tasks/schemas.py, policies/train/schema.py, policies/evaluate/schema.py) and register them all when their
+entry module is imported, before Hydra composes (:func:`register` here, theirs there). A new proposer's schema:
+see :data:`PROPOSERS`.
 """
 
 from __future__ import annotations
@@ -98,12 +100,93 @@ class HardwareConfig:
     compile_backend: str = MISSING
 
 
+@dataclass
+class ModelConfig:
+    """``models.target`` and ``models.draft``: one model of the pair (spectune.models.loading reads them)."""
+
+    name_or_path: str = MISSING  # a hub id, a folder (against the repo root) or gguf:<package>/<file>
+    revision: str | None = MISSING  # a branch, tag or commit hash; null: the default branch
+
+
+@dataclass
+class ModelsConfig:
+    """``models``: conf/models/*.yaml. A key only some pairs have is typed by a subclass that only their files
+    name, not by a default here: a default would add the key to every pair's composed config (``--cfg job``),
+    and the code reads its absence (``${oc.select:models.prompt_profile,long}``; no weights note in reports)."""
+
+    name: str = MISSING
+    target: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    draft: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+
+
+@dataclass
+class ProfiledModelsConfig(ModelsConfig):
+    """``models=tiny``: a pair that chooses its task prompt sets' profile (workloads/task_sets.py)."""
+
+    prompt_profile: str = MISSING
+
+
+@dataclass
+class NotedModelsConfig(ModelsConfig):
+    """``models=smollm2|smollm2-eagle``: a pair whose weights are not the release's, as its reports say."""
+
+    weights_note: str = MISSING
+
+
+@dataclass
+class ModelProposerConfig:
+    """``proposer=model``: the pair's draft model drafts; it has no settings (spectune.measure.draft_of)."""
+
+    name: str = MISSING
+
+
+@dataclass
+class LookupProposerConfig:
+    """``proposer=lookup``: prompt lookup (spectune/engine/lookup.py); its n-gram lengths, max_n down to min_n."""
+
+    name: str = MISSING
+    max_n: int = MISSING
+    min_n: int = MISSING
+
+
+# proposer=<name> -> its schema, stored as /schema/proposer/<name>. To add a proposer's schema: write a dataclass
+# of conf/proposer/<name>.yaml's keys in its order, add it here, and list `- /schema/proposer/<name>@_here_` before
+# `_self_` in the file's defaults (as conf/proposer/lookup.yaml does).
+PROPOSERS: dict[str, type] = {"model": ModelProposerConfig, "lookup": LookupProposerConfig}
+
+
+@dataclass
+class SloConfig:
+    """``slo``: service-level objectives in ms, null when not set (spectune.stats.goodput checks the ranges)."""
+
+    ttft_ms: int | float | None = MISSING  # a number as written: 200 stays 200 in the recorded config
+    tpot_ms: int | float | None = MISSING
+    e2el_ms: int | float | None = MISSING
+
+
+@dataclass
+class RootConfig:
+    """conf/config.yaml's own keys, stored as an open root (the groups add their keys beside these)."""
+
+    seed: int = MISSING
+    sampler: str = MISSING  # exact, naive or argmax-match (spectune.sampling.rejection checks the name)
+    resume: bool = MISSING
+    slo: SloConfig = dataclasses.field(default_factory=SloConfig)
+
+
 def register() -> None:
     """Store the library's schemas where the YAML files name them: /schema/workload, /schema/workload_mix,
-    /schema/hardware. Every application's own ``register`` calls this first."""
+    /schema/hardware, /schema/models (and models_profiled, models_noted), /schema/proposer/<name>, and
+    /schema/config (conf/config.yaml's own keys). Every application's own ``register`` calls this first."""
     store("workload", WorkloadConfig)
     store("workload_mix", MixWorkloadConfig)
     store("hardware", HardwareConfig)
+    store("models", ModelsConfig)
+    store("models_profiled", ProfiledModelsConfig)
+    store("models_noted", NotedModelsConfig)
+    for name, schema in PROPOSERS.items():
+        store(f"proposer/{name}", schema)
+    store("config", RootConfig, root=True)
 
 
 # ---- storing and reading schemas ----------------------------------------------------------------------------

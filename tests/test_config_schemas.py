@@ -1,5 +1,6 @@
-"""Typed configs: every YAML file of the task, workload, hardware, train and evaluate groups has a dataclass schema
-(spectune/config.py, harness/tasks/schemas.py, policies/train/schema.py, policies/evaluate/schema.py), so that a value
+"""Typed configs: every YAML file of the task, workload, hardware, models and proposer groups, conf/config.yaml's own
+keys, train.yaml and evaluate.yaml have a dataclass schema (spectune/config.py, harness/tasks/schemas.py,
+policies/train/schema.py, policies/evaluate/schema.py), so that a value
 of the wrong type or an unknown key fails as Hydra composes: one ``error:`` line naming the key, the value and what is
 allowed, exit code 2, before the job starts (so before any model loads). The schemas add types only: the composed
 configs are the YAML files' (tests/test_pinned_outputs.py pins their text).
@@ -20,11 +21,26 @@ import pytest
 from omegaconf import OmegaConf
 
 from spectune.cli import hydra_entry
-from spectune.config import HardwareConfig, MixWorkloadConfig, WorkloadConfig, describe, typed
+from spectune.config import (
+    PROPOSERS,
+    HardwareConfig,
+    MixWorkloadConfig,
+    ModelsConfig,
+    NotedModelsConfig,
+    ProfiledModelsConfig,
+    RootConfig,
+    WorkloadConfig,
+    describe,
+    typed,
+)
 from spectune.errors import SpectuneError
+from tests.conftest import REPO
 
 SEED = 20261205
 KEYS_PER_GROUP = 2  # wrong-typed keys drawn per group (and one unknown key each)
+# conf/models/<file> -> its schema: a key only some pairs have is a subclass's (spectune.config.ModelsConfig)
+MODELS = {"tiny": ProfiledModelsConfig, "smollm2": NotedModelsConfig, "smollm2-eagle": NotedModelsConfig,
+          "llama3-8b-1b": ModelsConfig, "qwen2.5-7b-0.5b": ModelsConfig, "vicuna-7b-68m": ModelsConfig}
 
 
 def _leaves(schema: type, prefix: str) -> list[tuple[str, Any]]:
@@ -68,13 +84,18 @@ def _cases() -> list[Any]:
         "train": ("policies.train", "train", [], _leaves(TrainFile, "")),
         "evaluate": ("policies.evaluate", "evaluate", [], _leaves(EvaluateFile, "")),
     }
+    models = rng.choice(sorted(MODELS))
+    groups["models"] = ("harness", "config", [f"models={models}"], _leaves(MODELS[models], "models."))
+    groups["root"] = ("harness", "config", [], _leaves(RootConfig, ""))
+    for name, schema in PROPOSERS.items():  # every proposer's schema (proposer=model has one key: its name)
+        groups[f"proposer-{name}"] = ("harness", "config", [f"proposer={name}"], _leaves(schema, "proposer."))
     cases = []
     for group, (module, config, base, leaves) in groups.items():
-        for key, hint in rng.sample(leaves, KEYS_PER_GROUP):
+        for key, hint in rng.sample(leaves, min(KEYS_PER_GROUP, len(leaves))):
             cases.append(pytest.param(module, config, [*base, f"{key}={_wrong(hint)}"], key, "type",
                                       id=f"{group}-type-{key}"))
         node = {"task": "task", "workload": "workload", "hardware": "hardware", "train": "train.ppo",
-                "evaluate": "evaluate"}[group]
+                "evaluate": "evaluate", "models": "models.draft", "root": "slo"}.get(group, "proposer")
         cases.append(pytest.param(module, config, [*base, f"{node}.no_such_key=1"], f"{node}.no_such_key", "unknown",
                                   id=f"{group}-unknown"))
     return cases
@@ -104,6 +125,9 @@ def test_a_wrong_type_or_an_unknown_key_fails_in_one_line_with_exit_2_before_the
     ("policies.train", ["train.ppo.n_steps=1.5"], "error: train.ppo.n_steps=1.5 is invalid: must be an integer"),
     ("policies.evaluate", ["+workload=en", "evaluate.hindsight=maybe"],
      "error: evaluate.hindsight='maybe' is invalid: must be true or false"),
+    ("harness", ["slo.ttft_ms=x"], "error: slo.ttft_ms='x' is invalid: must be a number or null"),
+    ("policies.train", ["models.target.revision=[1,2]"],  # train.yaml composes the models group too
+     "error: models.target.revision=[1, 2] is invalid: must be a string or null"),
 ])
 def test_each_application_registers_its_schemas_at_import_and_fails_in_one_line(cli, tmp_path, module, overrides,
                                                                                message):
@@ -112,6 +136,53 @@ def test_each_application_registers_its_schemas_at_import_and_fails_in_one_line(
     done = cli(*overrides, run_dir=tmp_path / "run", module=module, timeout=300)
     assert done.returncode == 2 and done.stderr.strip() == message, (done.returncode, done.stderr[-2000:])
     assert not (tmp_path / "run").exists() or not [p for p in (tmp_path / "run").iterdir() if p.suffix != ".log"]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["seed=abc"], "error: seed='abc' is invalid: must be an integer"),
+    (["resume=maybe"], "error: resume='maybe' is invalid: must be true or false"),
+    (["slo.ttft_ms=x"], "error: slo.ttft_ms='x' is invalid: must be a number or null"),
+    (["sampler=[1]"], "error: sampler=[1] is invalid: must be a string"),
+    (["models=smollm2", "models.weights_note=[1]"], "error: models.weights_note=[1] is invalid: must be a string"),
+    (["models=llama3-8b-1b", "models.prompt_profile=short"],  # tiny's key, not llama's
+     "error: models.prompt_profile is not a key of the config: check its spelling, or add it with "
+     "+models.prompt_profile=..."),
+    (["proposer=lookup", "proposer.max_n=abc"], "error: proposer.max_n='abc' is invalid: must be an integer"),
+    (["proposer.max_n=3"],  # proposer=model has no settings
+     "error: proposer.max_n is not a key of the config: check its spelling, or add it with +proposer.max_n=..."),
+    (["-m", "seed=1,x"], "error: seed='x' is invalid: must be an integer (a value of the sweep seed=1,x)"),
+])
+def test_the_root_models_and_proposer_keys_fail_in_these_lines(monkeypatch, capsys, overrides, message):
+    """The messages a user meets, word for word (the drawn cases above check their shape)."""
+    started = []
+    monkeypatch.setattr(sys, "argv", ["harness", *overrides])
+    with pytest.raises(SystemExit) as stop:
+        hydra_entry(lambda: started.append(True), "config")
+    assert stop.value.code == 2 and not started
+    assert capsys.readouterr().err.strip() == message
+
+
+def _options(group: str) -> str:
+    return ", ".join(sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml") if not p.stem.startswith("_")))
+
+
+@pytest.mark.parametrize(("module", "override", "group"), [
+    ("harness", "models=nope", "models"), ("harness", "proposer=nope", "proposer"),
+    ("harness", "hardware=nope", "hardware"), ("harness", "policy=nope", "policy"), ("harness", "task=nope", "task"),
+    ("harness", "+workload=nope", "workload"), ("harness", "proposer=model,nope", "proposer"),
+    ("policies.train", "models=nope", "models"), ("policies.evaluate", "hardware=nope", "hardware"),
+])
+def test_an_unknown_option_of_a_group_fails_in_one_line_listing_its_options(monkeypatch, capsys, module, override,
+                                                                             group):
+    """Every folder of conf/ is a group whose options are checked before Hydra composes (whose own message is
+    several lines): the bad value and the group's files, exit 2, no job."""
+    started = []
+    monkeypatch.setattr(sys, "argv", [module, override])
+    with pytest.raises(SystemExit) as stop:
+        hydra_entry(lambda: started.append(True), "config" if module == "harness" else module.split(".")[-1])
+    assert stop.value.code == 2 and not started
+    assert capsys.readouterr().err.strip() == f"error: {group}='nope' is unknown: choose one of {_options(group)}"
+    assert "tiny" in _options("models") and {"model", "lookup"} <= set(_options("proposer").split(", "))
 
 
 def test_a_later_value_of_a_sweep_with_the_wrong_type_fails_before_any_job(monkeypatch, capsys):
@@ -138,9 +209,25 @@ def test_every_schema_key_has_its_value_in_the_yaml_files(compose_config):
             assert not OmegaConf.missing_keys(compose_config(f"task={task}", f"hardware={hardware}", "+workload=mix"))
     for workload in ("en", "es", "it", "zh"):
         assert OmegaConf.get_type(compose_config(f"+workload={workload}").workload) is WorkloadConfig
+    for models, schema in MODELS.items():
+        assert OmegaConf.get_type(compose_config(f"models={models}").models) is schema
+    for name, schema in PROPOSERS.items():
+        cfg = compose_config(f"proposer={name}")
+        assert OmegaConf.get_type(cfg.proposer) is schema and not OmegaConf.missing_keys(cfg)
+    assert sorted(MODELS) == _options("models").split(", ")  # every pair's file is typed
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for name in ("train", "evaluate"):
             assert not OmegaConf.missing_keys(compose(config_name=name, overrides=["+workload=en"]))
+
+
+@pytest.mark.parametrize("group", ["models", "proposer"])
+def test_a_models_or_proposer_file_composes_to_its_own_keys_in_its_order(compose_config, group):
+    """The schemas add types only (the pins hold models=tiny and proposer=model): each file's node, composed, is
+    the file's own keys and values, in its order, so no schema adds a key (a default) or moves one."""
+    for path in sorted((REPO / "conf" / group).glob("*.yaml")):
+        own = OmegaConf.load(path)
+        own.pop("defaults", None)
+        assert OmegaConf.to_yaml(compose_config(f"{group}={path.stem}")[group]) == OmegaConf.to_yaml(own), path.name
 
 
 def test_a_plain_config_is_read_through_the_same_schema():
