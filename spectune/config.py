@@ -149,10 +149,23 @@ class LookupProposerConfig:
     min_n: int = MISSING
 
 
+@dataclass
+class SuffixProposerConfig:
+    """``proposer=suffix``: suffix decoding (spectune/engine/suffix.py); its tries' depth and its chains' rule."""
+
+    name: str = MISSING
+    max_tree_depth: int = MISSING
+    max_gamma: int | None = MISSING
+    max_spec_factor: float = MISSING
+    min_token_prob: float = MISSING
+    adaptive: bool = MISSING
+
+
 # proposer=<name> -> its schema, stored as /schema/proposer/<name>. To add a proposer's schema: write a dataclass
 # of conf/proposer/<name>.yaml's keys in its order, add it here, and list `- /schema/proposer/<name>@_here_` before
 # `_self_` in the file's defaults (as conf/proposer/lookup.yaml does).
-PROPOSERS: dict[str, type] = {"model": ModelProposerConfig, "lookup": LookupProposerConfig}
+PROPOSERS: dict[str, type] = {"model": ModelProposerConfig, "lookup": LookupProposerConfig,
+                               "suffix": SuffixProposerConfig}
 
 
 @dataclass

@@ -119,7 +119,7 @@ class LookupProposer:
                 self._chains.append([])
                 continue
             context = [*self.history[row], token]
-            chain = lookup(context, self.spec.max_n, self.spec.min_n, width)
+            chain = self.chain(row, context, width)
             self._chains.append(clip(chain, self.stop_ids, self.budget[row] - 1))
         self._tokens: list[torch.Tensor] = []
         self._laws: list[torch.Tensor] = []
@@ -128,6 +128,12 @@ class LookupProposer:
         self.running = torch.tensor(self._host_running, dtype=torch.bool, device=self.device)
         self.steps = 0
         self._cum_prob: torch.Tensor | None = None
+
+    def chain(self, row: int, context: list[int], width: int) -> list[int]:
+        """Row ``row``'s chain after ``context`` (its prompt, emitted tokens and ``last``), at most ``width`` tokens,
+        before the stop ids and the length limit cut it: the one place the draft is found, so another model-free
+        draft is this proposer with this method replaced (``suffix.py``)."""
+        return lookup(context, self.spec.max_n, self.spec.min_n, width)
 
     def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:

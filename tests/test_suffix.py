@@ -1,0 +1,244 @@
+"""Suffix decoding, a draft without a model (spectune/engine/suffix.py): known chains on hand-made sequences (most
+frequent child, scores, the min_token_prob cut, the adaptive length, the per-request/global choice), the global trie
+frozen, greedy output equal to autoregressive decoding at every length with rows with and without a chain in the
+same cycle, chains clipped at stop ids and the length limit, and the point-mass proposal verified exactly at T = 1."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from spectune.engine import Engine, Request
+from spectune.engine.policy import FixedGamma
+from spectune.engine.suffix import SUFFIX_SIGNALS, SuffixDrafting, SuffixProposer, SuffixTrie, speculate
+from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
+from tests.tiny_models import constant_law_llama, tiny_llama
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def trie_of(*sequences: list[int], depth: int = 24) -> SuffixTrie:
+    return SuffixTrie.of(sequences, depth)
+
+
+def snapshot(node) -> tuple:
+    """A trie as nested tuples (token, count, children), to compare two states."""
+    return tuple((token, child.count, snapshot(child)) for token, child in node.children.items())
+
+
+def test_the_chain_follows_the_most_frequent_child_and_the_best_match_wins():
+    """In 1 2 3 1 2 4 1 2 3 1 2, "2" (4 occurrences) goes on with 3 twice and 4 once: the match of 1 token drafts
+    3 (score 2/4), then 1, 2 (score 1 each), then 4 (1 2 3 1 2 occurs twice, once at the context's end: 1/2);
+    sum of running products 2.0. Matches of 3 to 5 tokens (… 3 1 2, occurring twice, once followed by 4) draft
+    4 1 2 3 1 at running product 0.5 throughout: 2.5, the highest; the longest of them (5) is kept."""
+    context = [1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2]
+    trie = trie_of(context)
+    assert trie.find([2]).count == 4 and trie.find([2, 3]).count == 2 and trie.find([1, 2, 3, 1, 2]).count == 2
+    draft = speculate(trie, context, 5, adaptive=False)
+    assert draft.tokens == (4, 1, 2, 3, 1) and draft.match_length == 5
+    assert draft.scores == (0.5, 1.0, 1.0, 1.0, 1.0) and draft.probs == (0.5,) * 5 and draft.score == 2.5
+    one = speculate(trie_of(context), context[-2:], 5, adaptive=False)  # the context 1 2: matches of 1 token only
+    assert one.tokens == (3, 1, 2, 4, 1) and one.probs == (0.5, 0.5, 0.5, 0.25, 0.25) and one.match_length == 1
+    # ties between children: the one created first (3 before 4 after "9 1 2")
+    assert speculate(trie_of([9, 1, 2, 3], [9, 1, 2, 4]), [0, 2], 3).tokens == (3,)
+    assert speculate(trie_of([1, 2, 3]), [7, 8], 4).tokens == ()  # no match: no chain
+    assert speculate(trie_of([5, 6, 7]), [5, 6, 7], 4).tokens == ()  # the context itself: no continuation
+
+
+def test_min_token_prob_cuts_where_the_running_product_falls_below():
+    """After "9": 1 (3 of 4: 0.75), then 2 (2 of 3: running 0.5), then 3 (1 of 2: running 0.25)."""
+    trie = trie_of([9, 1, 2, 3], [9, 1, 2, 4], [9, 1, 5, 6], [9, 7])
+    full = speculate(trie, [0, 9], 8, min_token_prob=0.25, adaptive=False)
+    assert full.tokens == (1, 2, 3) and full.scores == pytest.approx((0.75, 2 / 3, 0.5))
+    assert full.probs == pytest.approx((0.75, 0.5, 0.25))
+    assert speculate(trie, [0, 9], 8, min_token_prob=0.3, adaptive=False).tokens == (1, 2)
+    assert speculate(trie, [0, 9], 8, min_token_prob=0.8, adaptive=False).tokens == ()
+    assert speculate(trie, [0, 9], 2, min_token_prob=0.0, adaptive=False).tokens == (1, 2)  # max_gamma
+
+
+def test_the_adaptive_length_is_the_match_length_times_the_factor():
+    """5 6 7 8 9 0 5: only "5" matches (1 token), followed once by 6 7 8 9 0. Adaptive, a match of 1 token drafts
+    ⌈1.0 · 1⌉ = 1 token (⌈2.5⌉ = 3 with factor 2.5); not adaptive, up to max_gamma."""
+    context = [5, 6, 7, 8, 9, 0, 5]
+    trie = trie_of(context)
+    assert speculate(trie, context, 4).tokens == (6,)
+    assert speculate(trie, context, 4, max_spec_factor=2.5).tokens == (6, 7, 8)
+    assert speculate(trie, context, 4, max_spec_factor=0.5).tokens == (6,)  # ⌈0.5⌉ = 1
+    assert speculate(trie, context, 4, adaptive=False).tokens == (6, 7, 8, 9)
+    assert speculate(trie, context, 4, adaptive=False).probs == (0.5,) * 4
+    # A path holds 24 tokens: a match of m tokens leaves 24 − m. Not adaptive, a match of 1 drafts the most (23);
+    # adaptive, min(m, 24 − m) peaks at m = 12.
+    deep = trie_of(list(range(60)))
+    loose = speculate(deep, list(range(30)), 24, adaptive=False)
+    assert loose.tokens == tuple(range(30, 53)) and loose.match_length == 1
+    tight = speculate(deep, list(range(30)), 24)
+    assert tight.tokens == tuple(range(30, 42)) and tight.match_length == 12
+
+
+def test_the_higher_scoring_trie_wins_and_is_recorded():
+    spec = SuffixDrafting(corpus=[[4, 5, 6, 7], [4, 5, 6, 7]], adaptive=False)
+    request = trie_of([1, 2, 4, 5, 9, 4, 5])  # "4 5" went on with 9 once (and ends the context): 0.5
+    draft = spec.propose(request, [1, 2, 4, 5, 9, 4, 5])
+    assert (draft.source, draft.tokens, draft.match_length) == ("global", (6, 7), 2)
+    request = trie_of([4, 5, 6, 7, 4, 5])  # 4 5 → 6 7 4 5 (once in two): 4 × 0.5 = 2.0, the global chain's score
+    tie = spec.propose(request, [4, 5, 6, 7, 4, 5])
+    assert (tie.source, tie.tokens, tie.score) == ("request", (6, 7, 4, 5), 2.0)  # ties: the per-request trie
+    assert SuffixDrafting().global_tree is None
+    with pytest.raises(SpectuneError, match="min_token_prob"):
+        SuffixDrafting(min_token_prob=1.5)
+    with pytest.raises(SpectuneError, match="max_tree_depth"):
+        SuffixDrafting(max_tree_depth=1)
+
+
+def test_the_proposer_reports_scores_and_match_lengths_and_rows_without_a_chain_draft_nothing():
+    """Two rows in one cycle: row 0's context ends with a repeat (chain 4 1 2 3 1), row 1's has none; the signals
+    asked for by name are the chain's scores, running products and match length, 0 where a row drafts nothing."""
+    proposer = SuffixProposer(SuffixDrafting(adaptive=False, max_gamma=5), batch=2, vocab_size=16, device="cpu")
+    proposer.prefill([0, 1], [[1, 2, 3, 1, 2, 4, 1, 2, 3, 1], [5, 6, 7, 8]], limits=[64, 64])
+    proposer.begin(torch.tensor([2, 9]))
+    assert proposer._chains == [[4, 1, 2, 3, 1], []]
+    assert [d.source for d in proposer.drafts] == ["request", "none"] and proposer.sources["none"] == 1
+    rows = []
+    for _ in range(5):
+        _, q, out = proposer.step(None, frozenset(SUFFIX_SIGNALS) | {"token_prob"})
+        rows.append({name: out[name].tolist() for name in (*SUFFIX_SIGNALS, "token_prob")})
+        assert q[0].max() == 1.0 and q[0].sum() == 1.0  # a point mass
+    assert [r["suffix_score"] for r in rows] == [[0.5, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
+    assert [r["suffix_prob"][0] for r in rows] == [0.5] * 5 and [r["match_length"] for r in rows] == [[5.0, 0.0]] * 5
+    proposal = proposer.finish()
+    assert proposal.tokens[0].tolist() == [4, 1, 2, 3, 1] and proposal.num_drafts.tolist() == [5, 0]
+    # two accepted: they, ``last`` and row 1's ``last`` join the histories, and the tries catch up at the next begin
+    proposer.rollback(torch.tensor([11, 5]), torch.tensor([2, 0]), proposal, torch.tensor([True, True]), [2, 0])
+    proposer.begin(torch.tensor([7, 5]))
+    assert proposer.trees[0].size == 10 + 3 + 1 and proposer.trees[1].size == 4 + 1 + 1
+
+
+def test_chains_stop_before_stop_ids_and_at_the_length_limit():
+    spec = SuffixDrafting(adaptive=False, stop_ids=(9,))
+    proposer = SuffixProposer(spec, batch=2, vocab_size=16, device="cpu", eos=[8])
+    proposer.prefill([0, 1], [[1, 2, 3, 4, 1, 2], [5, 6, 9, 7, 5]], limits=[64, 64])
+    proposer.begin(torch.tensor([3, 6]))  # row 0: ... 1 2 3 → 4 1 2 3; row 1: 5 6 → 9, a stop id
+    assert proposer._chains == [[4, 1, 2, 3], []]
+    proposer.prefill([0], [[1, 2, 3, 4, 1, 2]], limits=[3])  # 2 tokens left after ``last``, one the target's own
+    proposer.begin(torch.tensor([3, 6]))
+    assert proposer._chains[0] == [4]
+    proposer.prefill([0], [[1, 2, 3, 8, 1, 2]], limits=[64])  # EOS ends the chain
+    proposer.begin(torch.tensor([3, 6]))
+    assert proposer._chains[0] == []
+
+
+def repetitive_requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
+    """Prompts that repeat a random phrase (so the per-request trie matches), except every third: random."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        phrase = torch.randint(0, vocab, (3 + i % 4,), generator=gen).tolist()
+        prompt = phrase * 3 if i % 3 else torch.randint(0, vocab, (9,), generator=gen).tolist()
+        out.append(Request(i, f"p{i}", "en", prompt, max_new))
+    return out
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(vocab=64, hidden=32, layers=2, seed=3, init=0.1)
+
+
+def greedy_runs(target, spec: SuffixDrafting, lengths: tuple[int, ...], gammas: tuple[int, ...],
+                concurrencies: tuple[int, ...]) -> tuple[int, int]:
+    """Each (max_new_tokens, γ, concurrency): the engine's greedy outputs with ``spec`` equal plain decoding's, and
+    no row drafts past γ; returns (drafts accepted, cycles where rows with and without a chain shared the batch)."""
+    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    engine = Engine(target, spec, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    accepted = mixed = 0
+    for max_new in lengths:
+        requests = repetitive_requests(7, max_new)
+        reference = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+        assert all(len(ids) == max_new for ids in reference.values())
+        for gamma, concurrency in itertools.product(gammas, concurrencies):
+            result = engine.run(requests, FixedGamma(gamma), concurrency)
+            assert {r.request_id: r.output_ids for r in result.requests} == reference, (max_new, gamma, concurrency)
+            by_cycle: dict[int, list[int]] = {}
+            for c in result.cycles:
+                assert c.num_drafts <= gamma and c.accepted <= c.num_drafts
+                by_cycle.setdefault(c.cycle, []).append(c.num_drafts)
+            accepted += sum(c.accepted for c in result.cycles)
+            mixed += sum(1 for drafts in by_cycle.values() if 0 in drafts and max(drafts) > 0)
+    return accepted, mixed
+
+
+def test_greedy_suffix_equals_autoregressive_at_every_length(target):
+    """Per-request tries alone: max_new_tokens 1, 2, 3, 5, 9, 16 × γ 1, 4 × concurrency 1, 3, 7 give the outputs
+    of plain decoding, the repeated phrases' chains are accepted, and rows with and without a chain share cycles."""
+    accepted, mixed = greedy_runs(target, SuffixDrafting(), (1, 2, 3, 5, 9, 16), (1, 4), (1, 3, 7))
+    assert accepted > 30, "the repeated phrases should be matched and accepted, or this test exercises little"
+    assert mixed > 10, "rows with and without a chain should share cycles (padding of the verification)"
+
+
+def test_greedy_with_a_global_trie_equals_autoregressive_and_leaves_the_trie_unchanged(target):
+    """A global trie of the same prompts' 16-token greedy outputs (a training split that holds the answers): at
+    max_new_tokens 5 and 16 × γ 1, 4 × concurrency 1, 7 the outputs are plain decoding's, more drafts are accepted
+    than with the per-request tries alone, and the global trie is exactly as built (it cannot be extended)."""
+    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    requests = repetitive_requests(7, 16)
+    outputs = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+    spec = SuffixDrafting(corpus=[[*r.input_ids, *outputs[r.request_id]] for r in requests])
+    built = snapshot(spec.global_tree.root)
+    accepted, _ = greedy_runs(target, spec, (5, 16), (1, 4), (1, 7))
+    alone, _ = greedy_runs(target, SuffixDrafting(), (5, 16), (1, 4), (1, 7))
+    assert accepted > alone > 0, (accepted, alone)
+    assert snapshot(spec.global_tree.root) == built
+    with pytest.raises(SpectuneError, match="frozen"):
+        spec.global_tree.extend([1, 2, 3])
+
+
+def test_both_tries_propose_in_a_run_and_the_sources_are_counted(target):
+    """With the answers in the global trie, most row-cycles take its chain; the per-request trie still wins some
+    (repeated phrases in the prompt), and a random prompt's first cycles have none."""
+    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    requests = repetitive_requests(7, 16)
+    outputs = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+    spec = SuffixDrafting(corpus=[[*r.input_ids, *outputs[r.request_id]] for r in requests[:4]])
+    engine = Engine(target, spec, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    session = engine.session(requests, FixedGamma(4), 3)
+    while not session.done:
+        session.step()
+    sources = session.proposer.sources
+    assert sources["global"] > 0 and sources["request"] > 0 and sources["none"] > 0, sources
+
+
+LAW = [0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.01]
+
+
+def emitted_counts(sampler: str, requests: int = 400, new_tokens: int = 12) -> tuple[np.ndarray, int]:
+    """Suffix decoding (γ = 4, not adaptive, min_token_prob 0.1) on a target whose law is LAW after every context,
+    T = 1: the counts of every token emitted after the first (each a draw from LAW under an exact rule, wherever a
+    chain was proposed), and how many drafts were proposed. The prompt repeats frequent tokens, and a global trie
+    over sequences of LAW's likeliest tokens proposes too."""
+    target = constant_law_llama(LAW)
+    spec = SuffixDrafting(adaptive=False, corpus=[[0, 1, 0, 2, 0, 1, 0, 0, 1]] * 3)
+    engine = Engine(target, spec, sampling=SamplingParams(temperature=1.0), sampler=get_sampler(sampler),
+                    device="cpu", seed=0)
+    prompt = [0, 1, 0, 2, 0, 1, 0, 2, 0, 1]
+    result = engine.run([Request(i, f"s{i}", "en", prompt, new_tokens) for i in range(requests)], FixedGamma(4), 40)
+    counts = np.bincount([t for r in result.requests for t in r.output_ids[1:]], minlength=len(LAW))
+    return counts, sum(c.num_drafts for c in result.cycles)
+
+
+@pytest.mark.slow(reason="three engines × 400 requests at T = 1: about 5 s on two quiet cores, a minute under load")
+def test_sampled_suffix_emits_the_target_law_and_the_mutants_do_not():
+    """400 requests × 11 tokens = 4,400 emitted tokens per sampler (seed 0), chi-square goodness of fit against the
+    target's known law: the exact rule passes at alpha = 0.001; "resample from p" and "accept when the target's
+    argmax matches" (both wrong at T > 0) are rejected (p-value < 1e-6)."""
+    expected = np.array(LAW)
+    counts, drafted = emitted_counts("exact")
+    assert drafted > 1000, drafted  # the tries did propose: the test is about their verification
+    assert chisquare(counts, expected * counts.sum()).pvalue > 0.001, counts
+    for wrong in ("naive", "argmax-match"):
+        counts, _ = emitted_counts(wrong)
+        assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)
