@@ -64,12 +64,13 @@ def test_min_token_prob_cuts_where_the_running_product_falls_below():
 
 def test_the_adaptive_length_is_the_match_length_times_the_factor():
     """5 6 7 8 9 0 5: only "5" matches (1 token), followed once by 6 7 8 9 0. Adaptive, a match of 1 token drafts
-    ⌈1.0 · 1⌉ = 1 token (⌈2.5⌉ = 3 with factor 2.5); not adaptive, up to max_gamma."""
+    ⌊1.0 · 1⌋ = 1 token (⌊2.5⌋ = 2 with factor 2.5, none with 0.5: arctic-inference's rounding); not adaptive, up
+    to max_gamma."""
     context = [5, 6, 7, 8, 9, 0, 5]
     trie = trie_of(context)
     assert speculate(trie, context, 4).tokens == (6,)
-    assert speculate(trie, context, 4, max_spec_factor=2.5).tokens == (6, 7, 8)
-    assert speculate(trie, context, 4, max_spec_factor=0.5).tokens == (6,)  # ⌈0.5⌉ = 1
+    assert speculate(trie, context, 4, max_spec_factor=2.5).tokens == (6, 7)
+    assert speculate(trie, context, 4, max_spec_factor=0.5).tokens == ()  # ⌊0.5⌋ = 0
     assert speculate(trie, context, 4, adaptive=False).tokens == (6, 7, 8, 9)
     assert speculate(trie, context, 4, adaptive=False).probs == (0.5,) * 4
     # A path holds 24 tokens: a match of m tokens leaves 24 − m. Not adaptive, a match of 1 drafts the most (23);

@@ -18,7 +18,8 @@ the running product of those scores falls below ``min_token_prob`` or at its len
 with the highest score (the sum of the running products: the expected number of accepted tokens if the scores were
 the acceptance probabilities), the longest match among equal scores. The pure longest match would be the context's
 own occurrence in the per-request trie, which has no continuation. The length cap is ``max_gamma`` (vLLM's
-``num_speculative_tokens``), and with ``adaptive`` (SuffixDecoding's own rule) also ⌈``max_spec_factor`` · m⌉:
+``num_speculative_tokens``), and with ``adaptive`` (SuffixDecoding's own rule) also ⌊``max_spec_factor`` · m⌋, as
+arctic-inference's ``SuffixDecodingCache`` rounds it (its ``int(m · factor + 1e-6)``):
 a short match drafts little. With ``adaptive: false`` every match length may draft up to ``max_gamma``, a baseline
 for a γ policy. Per row and cycle the per-request and the global proposal compete on that score (ties: the
 per-request one); :class:`Draft` records which won.
@@ -37,7 +38,6 @@ first is taken (Arctic keeps its own order among ties, which can differ after la
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
@@ -171,14 +171,14 @@ def speculate(trie: SuffixTrie, context: Sequence[int], max_gamma: int, min_toke
     """The best chain ``trie`` proposes after ``context`` (the module's rule): over match lengths m from 1 to
     min(len(context), depth) − 1 while the trie holds the context's last m tokens, the chain of highest score, the
     longest match among equal ones; capped at ``max_gamma`` tokens and, when ``adaptive``, at
-    ⌈max_spec_factor · m⌉. A Draft with no tokens when no match grows any."""
+    ⌊max_spec_factor · m⌋. A Draft with no tokens when no match grows any."""
     context = list(context[-trie.depth:])
     best = Draft()
     for m in range(1, len(context)):
         node = trie.find(context[len(context) - m:])
         if node is None:
             break
-        cap = min(max_gamma, math.ceil(max_spec_factor * m - 1e-9)) if adaptive else max_gamma
+        cap = min(max_gamma, int(max_spec_factor * m + 1e-6)) if adaptive else max_gamma
         tokens, scores, probs = grow(node, max(cap, 0), min_token_prob)
         draft = Draft(tuple(tokens), tuple(scores), tuple(probs), m, source if tokens else "none")
         if draft.score >= best.score - TIE:
@@ -197,7 +197,7 @@ class SuffixDrafting:
 
     max_tree_depth: int = 24  # vLLM's suffix_decoding_max_tree_depth
     max_gamma: int | None = None  # a chain's ceiling (vLLM's num_speculative_tokens); None: max_tree_depth
-    max_spec_factor: float = 1.0  # adaptive: a match of m tokens drafts at most ⌈max_spec_factor · m⌉
+    max_spec_factor: float = 1.0  # adaptive: a match of m tokens drafts at most ⌊max_spec_factor · m⌋
     min_token_prob: float = 0.1  # a chain stops where the running product of its scores falls below this
     adaptive: bool = True  # false: every match may draft up to max_gamma (a baseline rule)
     stop_ids: tuple[int, ...] = ()  # besides the engine's EOS ids: e.g. the tokenizer's special (template) ids
