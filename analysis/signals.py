@@ -6,7 +6,7 @@ on the pair at hand: an AUC of 0.5 is chance. The score of each signal is orient
 acceptance: q(x) (``token_prob``), −entropy, the top-1/top-2 ``margin`` and ``cum_prob``.
 
 Positions counted: those the verification really tested, i.e. every earlier draft of the cycle accepted (a trace
-drafts every cycle to its ``max_depth``; the positions after the first rejection are counterfactual: no live
+drafts every cycle to its ``max_gamma``; the positions after the first rejection are counterfactual: no live
 policy reaches them). AUC is the Mann–Whitney statistic U / (n₁·n₀) with ties counted half
 (:func:`scipy.stats.mannwhitneyu`); its 95% interval is a percentile bootstrap over requests (positions of one
 request are not independent), seeded.

@@ -27,7 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1, help="observations per call (the batch's rows)")
     parser.add_argument("--features", type=int, default=5, help="observation width (5: the cycle policy's)")
-    parser.add_argument("--actions", type=int, default=9, help="logits (9: depths 0..8)")
+    parser.add_argument("--actions", type=int, default=9, help="logits (9: γ 0..8)")
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--evict-mb", type=int, default=16, help="megabytes of weights the product in between reads")
     parser.add_argument("--threads", type=int, default=2)

@@ -1,5 +1,5 @@
 """`python bench/c8_ar_work_probe.py [VARIANTS] [REPEATS]`: exploration on smollm2-eagle (bfloat16, 2 threads,
-concurrency 8). Does per-step PPO doing AR's work (depth 0 every cycle) slow the target's own forwards?
+concurrency 8). Does per-step PPO doing AR's work (γ 0 every cycle) slow the target's own forwards?
 AR, per-step PPO (the c = 8 run's files), the cycle PPO and AR again, each built fresh per repeat, the held-out
 prompts in blocks of 8 (state kept across blocks, as the interleaved comparison does), order rotated per repeat.
 Per (method, repeat), one JSON line: summed verify seconds, median verify at batch 8, minor faults, context switches.
@@ -41,7 +41,7 @@ blocks = [heldout[:8], heldout[8:]]
 
 nodes = {  # the files evaluate hands each policy at concurrency 8
     "ppo": policy_node("ppo", **learned_files("ppo", RUN, 8)),
-    "ppo-nosize": policy_node("ppo", depth_path=learned_files("ppo", RUN, 8)["depth_path"]),
+    "ppo-nosize": policy_node("ppo", gamma_path=learned_files("ppo", RUN, 8)["gamma_path"]),
     "ppo-cycle": policy_node("ppo-cycle", **learned_files("ppo-cycle", RUN, 8)),
 }
 

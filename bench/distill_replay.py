@@ -1,10 +1,10 @@
 """What the distilled per-step policy keeps of its network's choices, in replay on recorded runs' held-out traces.
 
-For each ``policies.evaluate`` run directory given (its ``train/c1/depth.zip``, training traces and calibrated
+For each ``policies.evaluate`` run directory given (its ``train/c1/gamma.zip``, training traces and calibrated
 profile, and ``heldout_traces_c1.parquet``): the network is distilled on its training traces
 (:func:`policies.ppo_distilled.distill`, nothing written into the file), then the network, its distilled
 thresholds (step 0's on recent acceptance included) and the run's tuned confidence rule (``tuning.csv``) are
-replayed on the held-out traces with the run's profile, beside the best fixed depth and the two oracles. Replay
+replayed on the held-out traces with the run's profile, beside the best fixed γ and the two oracles. Replay
 charges no decision time (the live cost of a decision is ``decide%`` in ``policies.evaluate``), so this reads what
 the thresholds keep of the network's *choices*, on the real pair, offline and independent of the machine's load.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from policies.envs.data import TraceSet
-from policies.envs.replay import replay_depths, replay_scores
+from policies.envs.replay import replay_gammas, replay_scores
 from policies.evaluate import learned_profile
 from policies.ppo_distilled import distill
 from policies.registry import make_policy
@@ -29,16 +29,16 @@ from spectune import rundir
 
 def study(run: Path) -> list[dict]:
     train = run / "train" / "c1"
-    depth = rundir.DEPTH_POLICY.path(train)
+    gamma = rundir.GAMMA_POLICY.found(train)
     profile = learned_profile(train)
-    max_depth = int(rundir.TRAIN.read(train)["settings"]["max_depth"])
-    result = distill(depth, TraceSet.load(rundir.TRACES.path(train)), profile, max_depth)
+    max_gamma = int(rundir.TRAIN.read(train)["settings"]["max_gamma"])
+    result = distill(gamma, TraceSet.load(rundir.TRACES.path(train)), profile, max_gamma)
     heldout = TraceSet.load(rundir.HELDOUT_TRACES.named(concurrency=1).path(run))
-    node = {"depth_path": str(depth), "trust_pickle": False, "profile": None, "allow_profile_mismatch": True}
-    policies = {"ppo (network)": make_policy({"name": "ppo", **node, "deterministic": True, "seed": 0}, max_depth),
+    node = {"gamma_path": str(gamma), "trust_pickle": False, "profile": None, "allow_profile_mismatch": True}
+    policies = {"ppo (network)": make_policy({"name": "ppo", **node, "deterministic": True, "seed": 0}, max_gamma),
                 "ppo-distilled": make_policy({"name": "ppo-distilled", **node,
                                               "thresholds": list(result.thresholds),
-                                              "start_threshold": result.start_threshold}, max_depth)}
+                                              "start_threshold": result.start_threshold}, max_gamma)}
     tuning = rundir.TUNING.path(run)
     if tuning.is_file():
         table = pd.read_csv(tuning)
@@ -46,21 +46,21 @@ def study(run: Path) -> list[dict]:
         if len(chosen):
             value = float(chosen.iloc[0]["value"])
             policies[f"confidence (tuned: {value:g})"] = make_policy({"name": "confidence", "threshold": value},
-                                                                     max_depth)
+                                                                     max_gamma)
     rows = []
     oracles = None
     for label, policy in policies.items():
-        depths = replay_depths(policy, heldout, max_depth, profile)
-        scores = replay_scores(heldout, profile, max_depth, depths, rate="request", oracles=oracles is None)
+        gammas = replay_gammas(policy, heldout, max_gamma, profile)
+        scores = replay_scores(heldout, profile, max_gamma, gammas, rate="request", oracles=oracles is None)
         oracles = oracles or scores
         rows.append({"run": run.name, "policy": label, "tok_s": scores["policy_tok_s"],
-                     "vs_best_fixed_pct": scores["vs_best_fixed_pct"], "mean_depth": scores["mean_depth"]})
-    best = oracles["best_fixed_depth"]
-    rows.append({"run": run.name, "policy": f"best fixed depth ({best}, hindsight)",
-                 "tok_s": oracles["best_fixed_tok_s"], "vs_best_fixed_pct": 0.0, "mean_depth": float(best)})
+                     "vs_best_fixed_pct": scores["vs_best_fixed_pct"], "mean_gamma": scores["mean_gamma"]})
+    best = oracles["best_fixed_gamma"]
+    rows.append({"run": run.name, "policy": f"best fixed γ ({best}, hindsight)",
+                 "tok_s": oracles["best_fixed_tok_s"], "vs_best_fixed_pct": 0.0, "mean_gamma": float(best)})
     for key, label in (("oracle", "oracle (hindsight)"), ("informed_oracle", "informed oracle")):
         rows.append({"run": run.name, "policy": label, "tok_s": oracles[f"{key}_tok_s"],
-                     "vs_best_fixed_pct": oracles[f"{key}_vs_best_fixed_pct"], "mean_depth": float("nan")})
+                     "vs_best_fixed_pct": oracles[f"{key}_vs_best_fixed_pct"], "mean_gamma": float("nan")})
     agreement = ", ".join("–" if a is None else f"{a:.3f}" for a in result.agreement)
     start = "–" if result.start_agreement is None else f"{result.start_agreement:.3f}"
     print(f"{run}: thresholds {[round(t, 4) for t in result.thresholds]}, agreement per step [{agreement}] "

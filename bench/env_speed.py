@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 
 from harness.tasks import schemas
 from policies.envs.data import TraceSet
-from policies.envs.depth import DraftDepthEnv
+from policies.envs.gamma import DraftGammaEnv
 from spectune.engine import Engine
 from spectune.engine.traces import record
 from spectune.measure import requests_of
@@ -31,7 +31,7 @@ from workloads.loader import load_workload
 
 TINY = {"name": "tiny", "target": {"name_or_path": "spectune/models/tiny/target"},
         "draft": {"name_or_path": "spectune/models/tiny/draft"}}
-DEPTH = 8
+GAMMA = 8
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,7 +51,7 @@ def pair_and_engine(models: str, temperature: float = 1.0, draft: str | None = N
     return pair, engine
 
 
-def steps_per_second(env: DraftDepthEnv, steps: int, seed: int = 0) -> float:
+def steps_per_second(env: DraftGammaEnv, steps: int, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     actions = (rng.random(steps) < 0.7).astype(int)
     env.reset(seed=seed)
@@ -75,14 +75,14 @@ def main() -> None:
     requests = requests_of(workload.prompts, workload.max_new_tokens)
     engine = Engine(pair.target, pair.draft, sampling=workload.sampling, sampler=get_sampler("exact"), device="cpu",
                     seed=1, vocab_size=pair.vocab_size)
-    frame = record(engine.session(requests, None, 1, keep_laws=True), requests, DEPTH)
-    profile = Profile("bench", [1], DEPTH + 1, {1: 0.0007}, {1: [0.0048 * (1 + 0.02 * n) for n in range(DEPTH + 1)]},
+    frame = record(engine.session(requests, None, 1, keep_laws=True), requests, GAMMA)
+    profile = Profile("bench", [1], GAMMA + 1, {1: 0.0007}, {1: [0.0048 * (1 + 0.02 * n) for n in range(GAMMA + 1)]},
                       {1: 0.0003})
-    replay = DraftDepthEnv(backend="replay", traces=TraceSet(frame, {}, "memory"), profile=profile)
-    live = DraftDepthEnv(backend="live", engine=engine, requests=requests, profile=profile, max_depth=DEPTH)
+    replay = DraftGammaEnv(backend="replay", traces=TraceSet(frame, {}, "memory"), profile=profile)
+    live = DraftGammaEnv(backend="live", engine=engine, requests=requests, profile=profile, max_gamma=GAMMA)
     r = steps_per_second(replay, args.replay_steps)
     lv = steps_per_second(live, args.live_steps)
-    print(f"traces: {len(frame)} rows, {frame.groupby(['cycle', 'row']).ngroups} cycles at depth {DEPTH}; "
+    print(f"traces: {len(frame)} rows, {frame.groupby(['cycle', 'row']).ngroups} cycles at γ {GAMMA}; "
           "torch threads 1; random actions P(continue) = 0.7, seed 0")
     print(f"{'backend':<10}{'steps':>10}{'steps/s':>12}")
     print(f"{'replay':<10}{args.replay_steps:>10}{r:>12.0f}   (goal >= 20000)")

@@ -49,14 +49,14 @@ log = logging.getLogger("policy_decisions")
 
 
 def _ppo_file(directory: Path, profile: Path) -> tuple[Path, object]:
-    """A real SB3 PPO file on the default depth observation (random weights, SB3's default [64, 64] MLP)."""
+    """A real SB3 PPO file on the default γ observation (random weights, SB3's default [64, 64] MLP)."""
     from stable_baselines3 import PPO
 
     low, high = observation_low_high(DEFAULT_OBSERVATION)
     env = gymnasium.make("CartPole-v1")  # replaced below: only the spaces matter for timing
     env.observation_space = gymnasium.spaces.Box(low, high, dtype=np.float32)
     model = PPO("MlpPolicy", env, seed=0, device="cpu")
-    path = rundir.DEPTH_POLICY.path(directory)
+    path = rundir.GAMMA_POLICY.found(directory)
     model.save(path)
     annotate_policy_file(path, {"observation": list(DEFAULT_OBSERVATION), "actions": ["stop", "continue"]})
     return path, model
@@ -174,7 +174,7 @@ def main() -> None:
             "acceptance-classifier": {"name": "acceptance-classifier", "weights_path": str(classifier_path),
                                       "threshold": 0.99},
             "bandit": {"name": "bandit", "min_gamma": 0, "exploration": 1.0},
-            "ppo": {"name": "ppo", "depth_path": str(ppo_path), "trust_pickle": False, "profile": str(profile),
+            "ppo": {"name": "ppo", "gamma_path": str(ppo_path), "trust_pickle": False, "profile": str(profile),
                     "allow_profile_mismatch": False, "deterministic": True, "seed": 0},
         }
         for name, node in nodes.items():

@@ -2,19 +2,19 @@
 
 In one run on the embedded tiny pair (CPU, T = 1, concurrency 1):
 
-1. Traces (``task=trace``'s recorder) at ``--max-depth``: the English workload's seeded shuffle split into a
+1. Traces (``task=trace``'s recorder) at ``--max-gamma``: the English workload's seeded shuffle split into a
    training part (the first ``--train`` prompts) and a held-out part (the next ``--heldout``); the Italian
    training part too (for the language transfer).
 2. Per profile (``h200-llama3-8b-1b``, ``h200-llama3-8b-160m``: the tiny pair's acceptance × H200 costs, labelled
-   synthetic; ``tiny-cpu-2core-vm``): a PPO depth policy trained in replay on the English training traces with
+   synthetic; ``tiny-cpu-2core-vm``): a PPO γ policy trained in replay on the English training traces with
    ``policies.train.pipeline.train_policies`` (``--timesteps`` steps, conf/train.yaml's PPO settings); for
    ``--language-profiles`` also one trained on the Italian training traces.
 3. Per profile, on the held-out English traces, :func:`policies.envs.replay.replay_table`: every baseline at its
-   conf/policy defaults with the γ ceiling ``--max-depth`` (hf-heuristic and its transient variant start at the
+   conf/policy defaults with the γ ceiling ``--max-gamma`` (hf-heuristic and its transient variant start at the
    ceiling, as transformers' 20 would, and cap there; the acceptance classifier fitted on the English training
-   traces), the fixed depth that is best on the TRAINING traces (the reference), the PPO trained for this profile,
+   traces), the fixed γ that is best on the TRAINING traces (the reference), the PPO trained for this profile,
    the PPOs trained for the other profiles (hardware transfer: they read this profile's c and g) and, where trained,
-   the PPO trained on Italian (language transfer); plus the best fixed depth in hindsight and the oracle.
+   the PPO trained on Italian (language transfer); plus the best fixed γ in hindsight and the oracle.
 
 Replay tok/s is on realised outcomes (see ``policies.envs.replay`` for what is exact and what is approximate).
 Writes ``bench/results/replay-comparison.md`` and ``.csv``.
@@ -67,7 +67,7 @@ def config(language: str, args: argparse.Namespace, *overrides: str) -> DictConf
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return compose(config_name="train", overrides=[
             f"+workload={language}", f"workload.num_prompts={args.train + args.heldout}",
-            f"workload.max_new_tokens={args.max_new}", f"train.max_depth={args.max_depth}",
+            f"workload.max_new_tokens={args.max_new}", f"train.max_gamma={args.max_gamma}",
             f"train.train_prompts={args.train}", f"train.heldout_prompts={args.heldout}", *overrides])
 
 
@@ -80,10 +80,10 @@ def record_splits(language: str, args: argparse.Namespace, work: Path) -> dict[s
     for split, requests in (("train", train), ("heldout", heldout)):
         if split == "heldout" and language != "en":
             continue
-        frame = record(setup.engine.session(requests, None, 1, keep_laws=True), requests, args.max_depth)
+        frame = record(setup.engine.session(requests, None, 1, keep_laws=True), requests, args.max_gamma)
         directory = work / f"{language}-{split}"
         path = rundir.TRACES.write(directory, frame)
-        rundir.TRACES_METADATA.write(directory, {**setup.metadata, "max_depth": args.max_depth, "concurrency": 1,
+        rundir.TRACES_METADATA.write(directory, {**setup.metadata, "max_gamma": args.max_gamma, "concurrency": 1,
                                                  "split": split})
         log.info("traced %s %s: %d prompts, %d cycles", language, split, len(requests), frame["cycle"].nunique())
         out[split] = path
@@ -91,7 +91,7 @@ def record_splits(language: str, args: argparse.Namespace, work: Path) -> dict[s
 
 
 def train_ppo(traces: Path, profile: str, language: str, args: argparse.Namespace, work: Path) -> Path:
-    """policies.train.pipeline.train_policies on recorded traces for one profile; returns its depth.zip."""
+    """policies.train.pipeline.train_policies on recorded traces for one profile; returns its gamma.zip."""
     run_dir = work / f"ppo-{language}-{profile}"
     cfg = config(language, args, f"train.traces={traces}", f"train.profile={profile}",
                  "train.allow_profile_mismatch=true", f"train.timesteps={args.timesteps}",
@@ -99,36 +99,36 @@ def train_ppo(traces: Path, profile: str, language: str, args: argparse.Namespac
     start = time.perf_counter()
     train_policies(cfg, run_dir)
     log.info("PPO %s on %s: %.0f s", language, profile, time.perf_counter() - start)
-    return rundir.DEPTH_POLICY.path(run_dir)
+    return rundir.GAMMA_POLICY.path(run_dir)
 
 
-def policies_for(profile: str, ppos: dict[tuple[str, str], Path], classifier: Path, depth: int) -> dict:
-    """Baselines at their conf/policy defaults (ceiling ``depth``) and every trained PPO, read under ``profile``."""
+def policies_for(profile: str, ppos: dict[tuple[str, str], Path], classifier: Path, gamma: int) -> dict:
+    """Baselines at their conf/policy defaults (ceiling ``gamma``) and every trained PPO, read under ``profile``."""
     import yaml
 
-    extra = {"hf-heuristic": {"max_gamma": depth}, "hf-heuristic-transient": {"max_gamma": depth},
+    extra = {"hf-heuristic": {"max_gamma": gamma}, "hf-heuristic-transient": {"max_gamma": gamma},
              "acceptance-classifier": {"weights_path": str(classifier)}}
     out = {}
     for name in BASELINES:
         node = {**yaml.safe_load((REPO / "conf/policy" / f"{name}.yaml").read_text()), **extra.get(name, {})}
-        out[f"fixed γ={depth}" if name == "fixed" else name] = make_policy(node, depth)
+        out[f"fixed γ={gamma}" if name == "fixed" else name] = make_policy(node, gamma)
     ppo = yaml.safe_load((REPO / "conf/policy/ppo.yaml").read_text())
     for (language, trained), path in sorted(ppos.items(), key=lambda kv: (kv[0][1] != profile, kv[0])):
         label = f"ppo ({language} x {'this profile' if trained == profile else trained})"
-        out[label] = make_policy({**ppo, "depth_path": str(path), "profile": profile, "allow_profile_mismatch": True},
-                                 depth)
+        out[label] = make_policy({**ppo, "gamma_path": str(path), "profile": profile, "allow_profile_mismatch": True},
+                                 gamma)
     return out
 
 
 def where_ppo_loses(table: pd.DataFrame) -> str:
-    """One sentence per PPO row: its gap to the fixed depth chosen on the training traces and who beats it."""
+    """One sentence per PPO row: its gap to the fixed γ chosen on the training traces and who beats it."""
     rows = table.set_index("policy")
     baselines = [p for p in rows.index if not p.startswith(("ppo", "oracle", "best fixed"))]
     lines = []
     for name in (p for p in rows.index if p.startswith("ppo")):
         rate = rows.loc[name, "tok_s"]
         ahead = [f"{b} ({rows.loc[b, 'tok_s']:.1f})" for b in baselines if rows.loc[b, "tok_s"] > rate]
-        lines.append(f"- {name}: {rate:.1f} tok/s, {rows.loc[name, 'vs_best_fixed_pct']:+.1f} % vs the fixed depth "
+        lines.append(f"- {name}: {rate:.1f} tok/s, {rows.loc[name, 'vs_best_fixed_pct']:+.1f} % vs the fixed γ "
                      f"chosen on the training traces; ahead of it: {', '.join(ahead) or 'none'}.")
     return "\n".join(lines)
 
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=48)
     parser.add_argument("--heldout", type=int, default=16)
     parser.add_argument("--max-new", type=int, default=48)
-    parser.add_argument("--max-depth", type=int, default=8)
+    parser.add_argument("--max-gamma", type=int, default=8)
     parser.add_argument("--timesteps", type=int, default=20000)
     parser.add_argument("--language-profiles", nargs="*", default=["h200-llama3-8b-1b"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: robust on a shared machine)")
@@ -173,11 +173,11 @@ def main() -> None:
     for name in PROFILES:
         profile = load_profile(name)
         label = check_profile(profile, {k: heldout.metadata.get(k, {}) for k in ("models", "hardware")}, True)
-        chosen = replay_scores(train_traces, profile, args.max_depth,
-                                         np.zeros(train_traces.count, dtype=int))["best_fixed_depth"]
-        table = replay_table(policies_for(name, ppos, classifier, args.max_depth), heldout, profile, args.max_depth,
-                             fixed_depth=chosen)
-        title = f"### {name}{f'  [{label}]' if label else ''}: fixed depth chosen on the training traces = {chosen}"
+        chosen = replay_scores(train_traces, profile, args.max_gamma,
+                                         np.zeros(train_traces.count, dtype=int))["best_fixed_gamma"]
+        table = replay_table(policies_for(name, ppos, classifier, args.max_gamma), heldout, profile, args.max_gamma,
+                             fixed_gamma=chosen)
+        title = f"### {name}{f'  [{label}]' if label else ''}: fixed γ chosen on the training traces = {chosen}"
         print(f"\n{title}\n{markdown(table)}")
         sections.append(f"{title}\n\n{markdown(table)}\n\n{where_ppo_loses(table)}")
         frames.append(table.assign(profile=name, synthetic=label or ""))
@@ -188,11 +188,11 @@ def main() -> None:
         "", f"`python bench/{Path(__file__).name} {' '.join(sys.argv[1:])}`".replace("  ", " "), "",
         f"Date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit.strip()}, {machine()}; 1-minute load "
         f"{load:.1f} at the start; the whole script took {wall:.0f} s.", "",
-        f"Embedded tiny pair, T = 1, concurrency 1, max depth {args.max_depth}. Traces: English prompts "
+        f"Embedded tiny pair, T = 1, concurrency 1, max γ {args.max_gamma}. Traces: English prompts "
         f"{args.train} train / {args.heldout} held out (the workload's seeded shuffle; {train_traces.count} / "
         f"{heldout.count} recorded cycles), Italian {args.train} train. PPO: {args.timesteps} steps per policy "
         "(conf/train.yaml settings, 20 % of the training prompts for its own validation). Tok/s: replay on "
-        "realised outcomes of the held-out cycles; % vs best fixed: against the fixed depth chosen on the training "
+        "realised outcomes of the held-out cycles; % vs best fixed: against the fixed γ chosen on the training "
         "traces; acceptance length: 1 + mean accepted per cycle.", ""]
     write_text(args.out.with_suffix(".md"), "\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     write_csv(args.out.with_suffix(".csv"), pd.concat(frames, ignore_index=True))

@@ -1,13 +1,13 @@
 """Does the replay predict the live engine? Tokens/s predicted from traces + a profile vs measured, side by side.
 
-In one run on the embedded pair: traces are recorded at depth 8 for each concurrency; in each repeat a
+In one run on the embedded pair: traces are recorded at γ 8 for each concurrency; in each repeat a
 profile is measured (``task=profile``'s measurement through the engine's session) right before the live
 runs it predicts, and for fixed γ ∈ {1, 2, 4, 8} and the confidence stop (q(x) < 0.4, ceiling 8) the replay
 predicts decode throughput from the traces and that profile:
 
-    Σ_cycles Σ_rows (accepted at the policy's depth + 1) / Σ_cycles (depth·t_draft(b) + t_verify(b, depth+1) + o(b))
+    Σ_cycles Σ_rows (accepted at the policy's γ + 1) / Σ_cycles (γ·t_draft(b) + t_verify(b, γ+1) + o(b))
 
-(depth = the deepest row's at batch b: verification is padded). The live engine then runs the same prompts
+(γ = the deepest row's at batch b: verification is padded). The live engine then runs the same prompts
 with that policy; printed over ``--repeats``: live decode tokens/s (tokens of the cycles over their
 synchronised time), live end-to-end tokens/s (including prefill and admission, which a per-cycle profile
 does not hold), and the ratio live/replay with a 95% t-interval over repeats.
@@ -26,7 +26,7 @@ from scipy import stats
 
 from policies.confidence import ConfidenceStop
 from policies.envs.data import TraceSet
-from policies.envs.replay import replay_depths
+from policies.envs.replay import replay_gammas
 from spectune.engine import Engine
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.engine.records import cycles_frame, requests_frame, summarise
@@ -38,24 +38,24 @@ from spectune.profile import Profile
 from spectune.sampling.rejection import get_sampler
 from workloads.loader import load_workload
 
-DEPTH = 8
+GAMMA = 8
 THRESHOLD = 0.4
 
 
 def policy_of(method: str) -> DraftLengthPolicy:
-    """``method``'s policy: the confidence stop at the ceiling DEPTH, or fixed γ = k for "gamma=k"."""
-    return ConfidenceStop(DEPTH, THRESHOLD) if method == "confidence" else FixedGamma(int(method.split("=")[1]))
+    """``method``'s policy: the confidence stop at the ceiling GAMMA, or fixed γ = k for "gamma=k"."""
+    return ConfidenceStop(GAMMA, THRESHOLD) if method == "confidence" else FixedGamma(int(method.split("=")[1]))
 
 
 def predicted(traces: TraceSet, profile: Profile, method: str) -> float:
-    """Replay's decode tokens/s for ``method`` from traces at depth DEPTH: each row's depth as the replay drives the
-    policy (:func:`policies.envs.replay.replay_depths`: the engine's drafting loop over the recorded cycles), each
+    """Replay's decode tokens/s for ``method`` from traces at γ = GAMMA: each row's γ as the replay drives the
+    policy (:func:`policies.envs.replay.replay_gammas`: the engine's drafting loop over the recorded cycles), each
     cycle charged once at its deepest row (verification is padded)."""
-    depths = replay_depths(policy_of(method), traces, DEPTH, profile)
-    tokens = float((np.minimum(depths, traces.leading) + 1).sum())
+    gammas = replay_gammas(policy_of(method), traces, GAMMA, profile)
+    tokens = float((np.minimum(gammas, traces.leading) + 1).sum())
     time_s = 0.0
     for cycle in traces.cycle_slices:
-        time_s += profile.cycle_s(int(depths[cycle].max()), cycle.stop - cycle.start)
+        time_s += profile.cycle_s(int(gammas[cycle].max()), cycle.stop - cycle.start)
     return tokens / time_s
 
 
@@ -87,16 +87,16 @@ def main() -> None:
                     seed=1, vocab_size=pair.vocab_size)
     eos = pair.tokenizer.eos_token_id
     sizes = sorted(set(args.concurrency))
-    long = [type(r)(i, r.prompt_id, r.language, r.input_ids, 6 * (DEPTH + 1) + 1)  # profile rows: never end early
+    long = [type(r)(i, r.prompt_id, r.language, r.input_ids, 6 * (GAMMA + 1) + 1)  # profile rows: never end early
             for i, r in enumerate(requests[i % len(requests)] for i in range(max(sizes)))]
 
     def measured_profile(c: int) -> Profile:
         """Costs at batch 1 and c (interpolated between), measured now: the machine's speed drifts."""
         engine.eos = set()
         sizes_c = sorted({1, c})
-        draft, verify, overhead, first, _ = measure_costs(engine, long, sizes_c, DEPTH, 1, 3)
+        draft, verify, overhead, first, _ = measure_costs(engine, long, sizes_c, GAMMA, 1, 3)
         engine.eos = {eos} if eos is not None else set()
-        return Profile("fidelity", sizes_c, DEPTH + 1, draft, verify, overhead, t_first_draft_s=first)
+        return Profile("fidelity", sizes_c, GAMMA + 1, draft, verify, overhead, t_first_draft_s=first)
 
     methods = [f"gamma={g}" for g in (1, 2, 4, 8)] + ["confidence"]
     print(f"embedded pair, en, {len(requests)} prompts x {args.max_new} new tokens, T = "
@@ -106,7 +106,7 @@ def main() -> None:
     print(f"{'conc':>4} {'method':<11}{'replay':>9}{'live dec':>10}{'ratio':>7}{'95% CI':>16}{'live e2e':>10}"
           f"{'e2e/replay':>11}")
     for c in sizes:
-        traces = TraceSet(record(engine.session(requests, None, c, keep_laws=True), requests, DEPTH),
+        traces = TraceSet(record(engine.session(requests, None, c, keep_laws=True), requests, GAMMA),
                           {"concurrency": c}, f"traces at concurrency {c}")
         cells: dict[str, list[tuple[float, float, float]]] = {m: [] for m in methods}
         for _ in range(args.repeats):

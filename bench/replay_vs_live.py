@@ -4,10 +4,10 @@ For every concurrency of RUN_DIR this rebuilds the policies the run measured liv
 ``train/c<N>/``, or of ``--policies-from``; the threshold values the run tuned, from its ``metadata.json``),
 replays them on the run's own held-out traces (``heldout_traces_c<N>.parquet``) with the profile the learned
 policies were trained with, and prints, per policy, the live decode tok/s (``comparison.parquet``), the replay's
-per-request rate when each row is charged its batch cycle at the cycle's deepest depth (lockstep, as the engine
-runs) and when charged at its own depth (as the depth environment charges a row), and each account's error
+per-request rate when each row is charged its batch cycle at the cycle's deepest γ (lockstep, as the engine
+runs) and when charged at its own γ (as the γ environment charges a row), and each account's error
 relative to the best fixed γ's: error(policy) − error(best fixed γ), in points. A policy whose relative error is
-far above the fixed depths' is one the replay flatters: the replay said it gains what the live run did not.
+far above the fixed γ' is one the replay flatters: the replay said it gains what the live run did not.
 
 Offline (no model runs): seconds on the 2-core VM.
 
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from policies.envs.data import TraceSet
-from policies.envs.replay import replay_depths, replay_scores
+from policies.envs.replay import replay_gammas, replay_scores
 from policies.evaluate import learned_files, learned_profile, policy_node
 from policies.registry import make_policy
 from spectune import rundir
@@ -44,7 +44,7 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
     table = table[table["concurrency"] == concurrency]
     meta = rundir.METADATA.read(run)
     settings, tuned = meta["settings"], meta.get("tuned", {}).get(f"c{concurrency}", {})
-    max_depth = int(settings["max_depth"])
+    max_gamma = int(settings["max_gamma"])
     learned = learned_dir(run, concurrency, policies_from)
     profile = learned_profile(learned)
     traces = TraceSet(pd.read_parquet(run / rundir.HELDOUT_TRACES.named(concurrency=concurrency).name), {},
@@ -53,26 +53,26 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
     for _, live in table.iterrows():
         policy, gamma = str(live["policy"]), live.get("gamma")
         if policy in AR_LABELS:
-            depths = np.zeros(traces.count, dtype=int)
+            gammas = np.zeros(traces.count, dtype=int)
         elif policy.startswith("fixed:gamma=") or policy == "best fixed γ":
-            depth = int(policy.split("=")[1]) if "=" in policy else int(gamma)
-            depths = np.full(traces.count, depth)
+            gamma = int(policy.split("=")[1]) if "=" in policy else int(gamma)
+            gammas = np.full(traces.count, gamma)
         else:
             params = {**settings.get("params", {}).get(policy, {}), **tuned.get(policy, {})}
             node = policy_node(policy, params, **learned_files(policy, learned, concurrency))
-            depths = replay_depths(make_policy(node, max_depth), traces, max_depth, profile)
-        scores = {lock: replay_scores(traces, profile, max_depth, depths, rate="request", lockstep=lock,
+            gammas = replay_gammas(make_policy(node, max_gamma), traces, max_gamma, profile)
+        scores = {lock: replay_scores(traces, profile, max_gamma, gammas, rate="request", lockstep=lock,
                                        oracles=False)
                   for lock in (True, False)}
         rows.append({"policy": policy, "live": float(live["decode_tok_s"]),
-                     "lockstep": scores[True]["policy_tok_s"], "own_depth": scores[False]["policy_tok_s"],
-                     "mean_depth": float(depths.mean())})
+                     "lockstep": scores[True]["policy_tok_s"], "own_gamma": scores[False]["policy_tok_s"],
+                     "mean_gamma": float(gammas.mean())})
     frame = pd.DataFrame(rows)
-    for account in ("lockstep", "own_depth"):
+    for account in ("lockstep", "own_gamma"):
         frame[f"{account}_err_pct"] = 100 * (frame[account] / frame["live"] - 1)
     best = frame[frame["policy"] == "best fixed γ"]
     if len(best):
-        for account in ("lockstep", "own_depth"):
+        for account in ("lockstep", "own_gamma"):
             frame[f"{account}_vs_best_pts"] = frame[f"{account}_err_pct"] - float(best[f"{account}_err_pct"].iloc[0])
     return frame
 

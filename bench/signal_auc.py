@@ -5,7 +5,7 @@ and smollm2 on the same workload); the table has one row per (label, signal) wit
 signal (q(x), −entropy, margin, cum_prob) for "this draft was accepted" over the positions the verification
 tested, its 95% request-bootstrap interval and the counts (:mod:`analysis.signals`). With ``--profile LABEL=PATH``
 (a ``task=profile`` result of the same pair and hardware) the traces of that label are also replayed
-(:func:`policies.envs.replay.replay_scores`): the best fixed depth in hindsight and the hindsight oracle (the best depth
+(:func:`policies.envs.replay.replay_scores`): the best fixed γ in hindsight and the hindsight oracle (the best γ
 per cycle), i.e. the headroom an adaptive policy has over the best fixed γ on these prompts.
 
     python bench/signal_auc.py --traces tiny-en=RUN1/traces.parquet smollm2-en=RUN2/traces.parquet \
@@ -45,7 +45,7 @@ def parse_pairs(values: list[str], flag: str) -> dict[str, Path]:
 
 
 def oracle_headroom(frame: pd.DataFrame, meta: dict, label: str, profile_path: Path) -> dict:
-    """Replay tok/s of the best fixed depth, of the hindsight oracle and of the informed oracle (choosing on the
+    """Replay tok/s of the best fixed γ, of the hindsight oracle and of the informed oracle (choosing on the
     drafted tokens' acceptance probabilities, not on the acceptance coin) on these traces, with the profile's costs."""
     from policies.envs.data import TraceSet
     from policies.envs.replay import replay_scores
@@ -53,11 +53,11 @@ def oracle_headroom(frame: pd.DataFrame, meta: dict, label: str, profile_path: P
 
     traces = TraceSet(frame, meta, label)
     profile = load_profile(profile_path)
-    depth = int(frame["position"].max())
-    scores = replay_scores(traces, profile, depth, np.zeros(traces.count, dtype=int))
-    best = int(scores["best_fixed_depth"])
+    gamma = int(frame["position"].max())
+    scores = replay_scores(traces, profile, gamma, np.zeros(traces.count, dtype=int))
+    best = int(scores["best_fixed_gamma"])
     fixed = float(np.asarray(scores["fixed_tok_s"])[best])
-    return {"profile": profile.label, "best_fixed_depth": best, "best_fixed_tok_s": fixed,
+    return {"profile": profile.label, "best_fixed_gamma": best, "best_fixed_tok_s": fixed,
             "oracle_tok_s": float(scores["oracle_tok_s"]), "headroom_pct": 100 * (scores["oracle_tok_s"] / fixed - 1),
             "informed_oracle_tok_s": float(scores["informed_oracle_tok_s"]),
             "informed_headroom_pct": float(scores["informed_oracle_vs_best_fixed_pct"])}
@@ -84,7 +84,7 @@ def main() -> int:
         meta = rundir.TRACES_METADATA.read(path.parent) if rundir.TRACES_METADATA.exists(path.parent) else {}
         sources[label] = {"path": str(path), "models": meta.get("models", {}).get("name"),
                           "workload": (meta.get("workload") or {}).get("name"),
-                          "max_depth": meta.get("max_depth"), "sampling": (meta.get("workload") or {}).get("sampling")}
+                          "max_gamma": meta.get("max_gamma"), "sampling": (meta.get("workload") or {}).get("sampling")}
         if label in profiles:
             headroom.append({"traces": label, **oracle_headroom(frame, meta, label, profiles[label])})
     result = pd.concat(tables, ignore_index=True)
@@ -103,7 +103,7 @@ def main() -> int:
                    "Mann–Whitney U / (n₁·n₀), ties half; 95% interval: percentile bootstrap over requests "
                    f"({args.resamples} resamples, seed {args.seed}).\n\n"
                    + markdown_table(result, "{:.3f}") + "\n\n"
-                   + ("## Headroom: the hindsight oracle over the best fixed depth (replay, the profile's costs)\n\n"
+                   + ("## Headroom: the hindsight oracle over the best fixed γ (replay, the profile's costs)\n\n"
                       + markdown_table(oracle, "{:.3f}") + "\n\n" if len(oracle) else "") + "```json\n"
                    + json.dumps(meta, indent=2, default=str) + "\n```\n")
         log.info("wrote %s.csv and .md", args.out)

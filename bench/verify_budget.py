@@ -1,9 +1,9 @@
-"""Where does a verification budget pay? Static budgets of spectune/VerifySize-v0 against plain fixed depths.
+"""Where does a verification budget pay? Static budgets of spectune/VerifySize-v0 against plain fixed γ.
 
-From traces recorded at concurrency B and depth D (``task=trace task.concurrency=4``), every recorded cycle is
+From traces recorded at concurrency B and γ D (``task=trace task.concurrency=4``), every recorded cycle is
 scored in replay (deterministically, all cycles, no sampling) under each cost profile:
 
-- ``depth d``: draft d tokens on every row and verify them all (time d·t_draft + t_verify(d+1) + overhead);
+- ``gamma d``: draft d tokens on every row and verify them all (time d·t_draft + t_verify(d+1) + overhead);
 - ``budget f``: draft D on every row, then verify only the fraction f of the batch's B·D drafted tokens with
   the highest cumulative draft probability (each row keeps a prefix; verification padded to the longest kept
   prefix), as the environment charges it;
@@ -11,7 +11,7 @@ scored in replay (deterministically, all cycles, no sampling) under each cost pr
 
 Tokens per cycle = Σ_rows min(kept, first rejection) + B. Throughput = Σ tokens / Σ time over all cycles.
 
-    python -m harness task=trace +workload=en task.concurrency=4 task.max_depth=8 hydra.run.dir=/tmp/vb
+    python -m harness task=trace +workload=en task.concurrency=4 task.max_gamma=8 hydra.run.dir=/tmp/vb
     python bench/verify_budget.py /tmp/vb/traces.parquet --profiles tiny-cpu-2core-vm h200-llama3-8b-1b
 """
 
@@ -32,33 +32,33 @@ LEVELS = (0.25, 0.5, 0.75, 1.0)
 
 
 def score(traces: TraceSet, profile, levels=LEVELS) -> list[tuple[str, float, float]]:
-    """(method, tokens/s, tokens per cycle) for fixed depths, static budgets and the per-cycle best budget."""
-    depth = traces.max_depth
+    """(method, tokens/s, tokens per cycle) for fixed γ, static budgets and the per-cycle best budget."""
+    gamma = traces.max_gamma
     rows: dict[str, list[float]] = {}
     best_tokens = best_time = 0.0
     for piece in traces.cycle_slices:
         batch = piece.stop - piece.start
         leading = traces.leading[piece]
-        cum = traces.signals[piece, :depth, 3]
+        cum = traces.signals[piece, :gamma, 3]
         costs = profile.costs(batch)
-        for d in range(0, depth + 1):
+        for d in range(0, gamma + 1):
             tokens = float(np.minimum(leading, d).sum() + batch)
             time_s = costs.cycle_s(d)
-            acc = rows.setdefault(f"depth {d}", [0.0, 0.0])
+            acc = rows.setdefault(f"gamma {d}", [0.0, 0.0])
             acc[0] += tokens
             acc[1] += time_s
         order = np.argsort(-cum.ravel(), kind="stable")
         cycle_best = (0.0, 1.0)
         for level in np.linspace(0, 1, 17):
-            keep = np.zeros(batch * depth, dtype=bool)
-            keep[order[: round(level * batch * depth)]] = True
-            kept = keep.reshape(batch, depth).sum(1)
+            keep = np.zeros(batch * gamma, dtype=bool)
+            keep[order[: round(level * batch * gamma)]] = True
+            kept = keep.reshape(batch, gamma).sum(1)
             tokens = float(np.minimum(kept, leading).sum() + batch)
-            time_s = costs.cycle_s(depth, int(kept.max()))
+            time_s = costs.cycle_s(gamma, int(kept.max()))
             if tokens / time_s > cycle_best[0] / cycle_best[1]:
                 cycle_best = (tokens, time_s)
             if any(abs(level - f) < 1e-9 for f in levels):
-                acc = rows.setdefault(f"budget {level:.2f} of D={depth}", [0.0, 0.0])
+                acc = rows.setdefault(f"budget {level:.2f} of D={gamma}", [0.0, 0.0])
                 acc[0] += tokens
                 acc[1] += time_s
         best_tokens += cycle_best[0]
@@ -75,15 +75,15 @@ def main() -> None:
     args = parser.parse_args()
     traces = TraceSet.load(args.traces)
     batches = sorted(set(traces.batch_size.tolist()))
-    print(f"traces {args.traces}: {len(traces.cycle_slices)} cycles, depth {traces.max_depth}, batch sizes {batches}")
+    print(f"traces {args.traces}: {len(traces.cycle_slices)} cycles, γ {traces.max_gamma}, batch sizes {batches}")
     for name in args.profiles:
         profile = load_profile(name)
         results = score(traces, profile)
-        best_depth = max((r for r in results if r[0].startswith("depth")), key=lambda r: r[1])
-        print(f"\nprofile {name}: best fixed depth {best_depth[0]} at {best_depth[1]:.1f} tok/s")
-        print(f"{'method':36s} {'tok/s':>10s} {'vs best depth':>14s} {'tokens/cycle':>13s}")
+        best_gamma = max((r for r in results if r[0].startswith("gamma")), key=lambda r: r[1])
+        print(f"\nprofile {name}: best fixed γ {best_gamma[0]} at {best_gamma[1]:.1f} tok/s")
+        print(f"{'method':36s} {'tok/s':>10s} {'vs best gamma':>14s} {'tokens/cycle':>13s}")
         for method, rate, per_cycle in results:
-            print(f"{method:36s} {rate:10.1f} {rate / best_depth[1]:13.3f}x {per_cycle:13.2f}")
+            print(f"{method:36s} {rate:10.1f} {rate / best_gamma[1]:13.3f}x {per_cycle:13.2f}")
 
 
 if __name__ == "__main__":

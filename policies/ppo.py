@@ -1,12 +1,12 @@
-"""A stable-baselines3 PPO depth policy run inside the engine: after each draft step, stop or continue, per row.
+"""A stable-baselines3 PPO γ policy run inside the engine: after each draft step, stop or continue, per row.
 
 The policy file is data (:mod:`policies.sb3_files`): the actor network is rebuilt from its weights and called
 directly, once per draft step for all rows (SB3's ``predict`` costs ~100 µs a call: too slow per step and row).
 Deterministic by default (argmax of the logits), so two runs on the same requests are paired.
 
-The observation is the depth environment's (``policies/envs/observation.py``, one definition): draft signals,
+The observation is the γ environment's (``policies/envs/observation.py``, one definition): draft signals,
 position, context, batch, recent acceptance and the profile's c and g, scaled as there. The decision the
-environment makes at step 0 ("don't speculate this cycle") is taken in :meth:`PPODepth.begin_cycle` for the
+environment makes at step 0 ("don't speculate this cycle") is taken in :meth:`PPOGamma.begin_cycle` for the
 rows the policy already knows (a cycle speculates unless every known row says stop; a new request's first
 cycle always drafts), since the protocol chooses one ceiling per cycle.
 
@@ -28,7 +28,7 @@ import logging
 import numpy as np
 import torch
 
-from policies.envs.observation import DEPTH, OBS_FIELDS, OBS_HIGH, read_schema, scales
+from policies.envs.observation import GAMMA, OBS_FIELDS, OBS_HIGH, read_schema, scales
 from policies.numpy_actor import NumpyActor, SplitActor
 from policies.ppo_size import PPOSize
 from policies.rows import RowTracker
@@ -46,7 +46,7 @@ from spectune.profile import CycleCosts, Profile, load_profile, profile_mismatch
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("stop", "continue")  # Discrete(2) as spectune/DraftDepth-v0: 0 = stop and verify, 1 = draft one more
+ACTIONS = ("stop", "continue")  # Discrete(2) as spectune/DraftGamma-v0: 0 = stop and verify, 1 = draft one more
 DEFAULT_OBSERVATION = OBS_FIELDS
 
 
@@ -56,12 +56,12 @@ def check_flags(**flags: object) -> None:
         if not isinstance(value, bool):
             raise SpectuneError(f"policy.{key}={value!r} is invalid: must be true or false")
 
-class PPODepth(DraftLengthPolicy):
-    """PPO depth policy from ``depth_path`` (an SB3 ``.zip``); γ (the grid's value) is the ceiling on depth.
+class PPOGamma(DraftLengthPolicy):
+    """PPO γ policy from ``gamma_path`` (an SB3 ``.zip``); γ (the grid's value) is the ceiling.
 
     Args:
-        gamma: the most drafts per cycle (the environment's max_depth).
-        depth_path: the depth policy file.
+        gamma: the most drafts per cycle (the environment's max_gamma).
+        gamma_path: the γ policy file.
         trust_pickle: load the file with SB3 itself (its pickles run); only for files you trust.
         profile: the cost profile of this run's models and hardware (path or shipped name); ``None`` uses the
             profile the file was trained for.
@@ -70,43 +70,43 @@ class PPODepth(DraftLengthPolicy):
         deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
         seed: seed of the sampled actions when not deterministic.
         size_path: the verification-size policy file (``size.zip``); ``None``: verify every draft.
-        policy_file: ``depth_path`` already read (``policies.ppo_distilled.distill`` reads it once for two rules);
+        policy_file: ``gamma_path`` already read (``policies.ppo_distilled.distill`` reads it once for two rules);
             keyword-only, so no config can set it.
     """
 
     name = "ppo"
     reads_context = True  # the step-0 decision covers new requests too, before anything is drafted
 
-    def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
+    def __init__(self, gamma: int, gamma_path: str, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None,
                  *, policy_file: PolicyFile | None = None) -> None:
-        check_gamma(gamma, "the ppo depth ceiling")
+        check_gamma(gamma, "the ppo γ ceiling")
         check_flags(trust_pickle=trust_pickle, allow_profile_mismatch=allow_profile_mismatch,
                     deterministic=deterministic)
-        if not depth_path:
-            raise SpectuneError("policy.depth_path is unset: policy=ppo needs a policy file "
-                                "(policy.depth_path=RUN_DIR/depth.zip, from python -m policies.train)")
+        if not gamma_path:
+            raise SpectuneError("policy.gamma_path is unset: policy=ppo needs a policy file "
+                                "(policy.gamma_path=RUN_DIR/gamma.zip, from python -m policies.train)")
         self.max_gamma, self.deterministic, self.seed = gamma, deterministic, int(seed)
-        self.file: PolicyFile = policy_file or read_policy_file(depth_path, "policy.depth_path", trust_pickle)
+        self.file: PolicyFile = policy_file or read_policy_file(gamma_path, "policy.gamma_path", trust_pickle)
         extra = self.file.extra
-        self.obs = read_schema(extra, DEPTH, f"policy.depth_path={depth_path!r}")  # the file's features' builder
+        self.obs = read_schema(extra, GAMMA, f"policy.gamma_path={gamma_path!r}")  # the file's features' builder
         self.features = self.obs.features
         if self.file.observation_space.shape != (len(self.features),):
-            raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: observation shape "
+            raise SpectuneError(f"policy.gamma_path={gamma_path!r} is invalid: observation shape "
                                 f"{self.file.observation_space.shape} does not match its {len(self.features)} "
                                 f"features ({', '.join(self.features)})")
         actions = tuple(extra.get("actions", ACTIONS))
         if self.file.action_space.n != 2 or self.file.action_space.start != 0 or set(actions) != set(ACTIONS):
-            raise SpectuneError(f"policy.depth_path={depth_path!r} is invalid: action space Discrete("
-                                f"{self.file.action_space.n}) {list(actions)} is not the depth policy's Discrete(2) "
+            raise SpectuneError(f"policy.gamma_path={gamma_path!r} is invalid: action space Discrete("
+                                f"{self.file.action_space.n}) {list(actions)} is not the γ policy's Discrete(2) "
                                 f"{list(ACTIONS)}")
         self.continue_action = actions.index("continue")
         self.actor = NumpyActor(self.file.actor)
-        self.mismatch, self.profile = resolve_profile(self.file, "policy.depth_path", depth_path, profile,
+        self.mismatch, self.profile = resolve_profile(self.file, "policy.gamma_path", gamma_path, profile,
                                                       allow_profile_mismatch)
         needs_costs = {"c", "g"} & set(self.features)
         if needs_costs and self.profile is None:
-            raise SpectuneError(f"policy.depth_path={depth_path!r} reads the cost features {sorted(needs_costs)}: "
+            raise SpectuneError(f"policy.gamma_path={gamma_path!r} reads the cost features {sorted(needs_costs)}: "
                                 "give policy.profile=PROFILE (the file names no profile of its own)")
         self.profile_arg = profile
         self.network_signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
@@ -136,7 +136,7 @@ class PPODepth(DraftLengthPolicy):
         if getattr(self, "size", None) is not None:
             self.size.generator.manual_seed(self.seed)
 
-    # -- the observation (built by policies.envs.observation.DEPTH; this policy only hands it the engine's values) --
+    # -- the observation (built by policies.envs.observation.GAMMA; this policy only hands it the engine's values) --
     def recent_acceptance(self, batch: int) -> np.ndarray:
         """Accepted / acceptance trials over each row's previous cycles of its request (0.5 before any; see
         :func:`spectune.engine.policy.acceptance_trials`), as the traces record it."""
@@ -164,7 +164,7 @@ class PPODepth(DraftLengthPolicy):
 
     def observation(self, step: DraftStep) -> np.ndarray:
         """[B, F] float32: every row's features after draft step ``step`` (``step.step + 1`` drafts), built by
-        :data:`~policies.envs.observation.DEPTH`, bit for bit the environment's.
+        :data:`~policies.envs.observation.GAMMA`, bit for bit the environment's.
 
         Built from Python floats with one array construction at the end: the decision runs between forwards, on
         caches the models have just evicted, where each numpy or torch call costs tens of µs (measured: 241 µs for
@@ -296,7 +296,7 @@ class PPODepth(DraftLengthPolicy):
             self.history.add(outcome.slot, outcome.accepted, outcome.drafts)
 
     def describe(self) -> dict:
-        return {"name": self.name, "max_gamma": self.max_gamma, "depth": self.file.describe(),
+        return {"name": self.name, "max_gamma": self.max_gamma, "file": self.file.describe(),
                 "features": list(self.features), "deterministic": self.deterministic,
                 "profile": self.profile.label if self.profile else None, "profile_arg": self.profile_arg,
                 "profile_mismatch": self.mismatch, "size": self.size.describe() if self.size else None}
@@ -328,9 +328,9 @@ def _busy(step: DraftStep) -> int:
     return max(1, int((step.context_length > 0).sum()))
 
 
-FEATURES = OBS_FIELDS  # what a depth policy file may observe (policies.envs.observation.DEPTH's fields)
+FEATURES = OBS_FIELDS  # what a γ policy file may observe (policies.envs.observation.GAMMA's fields)
 
 
 def observation_low_high(features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds of the observation Box, as the depth environment's: [0, OBS_HIGH] for every field."""
+    """Bounds of the observation Box, as the γ environment's: [0, OBS_HIGH] for every field."""
     return np.zeros(len(features), dtype=np.float32), np.full(len(features), OBS_HIGH, dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The per-step PPO depth policy distilled into one q(x) threshold per draft step: its stops at a comparison's cost.
+"""The per-step PPO γ policy distilled into one q(x) threshold per draft step: its stops at a comparison's cost.
 
 Why: inside the engine the per-step network decides between forwards that have just evicted the caches, where
 its numpy calls cost ~75 µs a decision, and it reads four draft signals (entropy and margin over the whole
@@ -6,17 +6,17 @@ vocabulary). Measured: 2.9% of a tiny-pair cycle; on smollm2 as much as its choi
 compares the drafted token's q(x) with a number costs one tensor comparison and reads q(x) only.
 
 So the network is replayed on the training traces it learned from (:func:`distill`: its own decisions, taken
-exactly as in the engine, through :func:`policies.envs.replay.replay_depths`) and, at each draft step, the threshold
+exactly as in the engine, through :func:`policies.envs.replay.replay_gammas`) and, at each draft step, the threshold
 whose rule "continue iff q(x) ≥ τ" agrees with the most of the network's decisions there is kept (exact, over
 every distinct q(x); :func:`best_threshold`). The step-0 decision (speculate this cycle at all, taken before
 anything is drafted) is distilled the same way into a threshold on each row's recent acceptance: a cycle speculates
 iff some row's is ≥ τ_start, so no network runs at all. What a threshold cannot keep (the network's use of
 context, recent acceptance, entropy, margin) shows as the agreement per step, recorded with the thresholds.
 
-``policies.train`` writes the distillation into ``depth.zip``'s ``spectune.json`` (key ``distilled``), so
-``policy=ppo-distilled policy.depth_path=RUN/depth.zip`` needs nothing else; a file trained before (or new traces):
+``policies.train`` writes the distillation into ``gamma.zip``'s ``spectune.json`` (key ``distilled``), so
+``policy=ppo-distilled policy.gamma_path=RUN/gamma.zip`` needs nothing else; a file trained before (or new traces):
 
-    python -m policies.ppo_distilled DEPTH.zip TRACES.parquet [--profile PROFILE] [--max-depth N]
+    python -m policies.ppo_distilled GAMMA.zip TRACES.parquet [--profile PROFILE] [--max-gamma N]
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from policies.envs.data import TraceSet
-from policies.envs.replay import replay_depths, replay_scores
-from policies.ppo import PPODepth
+from policies.envs.replay import replay_gammas, replay_scores
+from policies.ppo import PPOGamma
 from policies.sb3_files import PolicyFile, annotate_policy_file, read_policy_file
 from spectune import cli
 from spectune.engine.policy import DraftLengthPolicy, DraftStep
@@ -99,7 +99,7 @@ class Distillation:
 class _Recording(DraftLengthPolicy):
     """A policy that passes every call to ``inner`` and keeps, per draft step, the busy rows' q(x) and decisions."""
 
-    def __init__(self, inner: PPODepth, steps: int) -> None:
+    def __init__(self, inner: PPOGamma, steps: int) -> None:
         self.inner, self.name, self.reads_context = inner, inner.name, inner.reads_context
         self.signals = inner.signals | {"token_prob"}
         self.seen: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(steps)]
@@ -129,27 +129,27 @@ class _Recording(DraftLengthPolicy):
         self.inner.observe(feedback)
 
 
-def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, max_depth: int | None,
+def distill(gamma_path: str | Path, traces: TraceSet, profile: Profile | None, max_gamma: int | None,
             trust_pickle: bool = False, policy_file: PolicyFile | None = None) -> Distillation:
-    """Replay the deterministic per-step policy of ``depth_path`` on ``traces`` (its decisions exactly as the
-    engine takes them, ``profile``'s costs fed back; None: the profile and ``max_depth`` the file was trained
-    with) and fit one threshold per draft step 0..max_depth − 2 (the step after the ceiling's draft is not
+    """Replay the deterministic per-step policy of ``gamma_path`` on ``traces`` (its decisions exactly as the
+    engine takes them, ``profile``'s costs fed back; None: the profile and ``max_gamma`` the file was trained
+    with) and fit one threshold per draft step 0..max_gamma − 2 (the step after the ceiling's draft is not
     decided) and one for step 0 on recent acceptance. A step the network never reached takes the threshold of
     the step before it (:data:`NEVER` at the first). ``policy_file``: the file already read (else read here, once
     for the network and the thresholds' rule both)."""
-    policy_file = policy_file or read_policy_file(depth_path, "depth", trust_pickle)
-    if max_depth is None:
-        max_depth = policy_file.extra.get("max_depth")
-        if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < 1:
-            raise SpectuneError(f"depth={str(depth_path)!r} names no max_depth in its spectune.json: give --max-depth")
-    node = dict(depth_path=str(depth_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True,
+    policy_file = policy_file or read_policy_file(gamma_path, "gamma", trust_pickle)
+    if max_gamma is None:
+        max_gamma = policy_file.extra.get("max_gamma")
+        if not isinstance(max_gamma, int) or isinstance(max_gamma, bool) or max_gamma < 1:
+            raise SpectuneError(f"gamma={str(gamma_path)!r} names no max_gamma in its spectune.json: give --max-gamma")
+    node = dict(gamma_path=str(gamma_path), trust_pickle=trust_pickle, profile=None, allow_profile_mismatch=True,
                 policy_file=policy_file)
-    network = PPODepth(max_depth, **node, deterministic=True, seed=0)
+    network = PPOGamma(max_gamma, **node, deterministic=True, seed=0)
     profile = profile or network.profile
     if profile is None:
-        raise SpectuneError(f"depth={str(depth_path)!r} names no profile of its own: give --profile PROFILE")
-    recording = _Recording(network, max(max_depth - 1, 1))
-    depths = replay_depths(recording, traces, max_depth, profile)
+        raise SpectuneError(f"gamma={str(gamma_path)!r} names no profile of its own: give --profile PROFILE")
+    recording = _Recording(network, max(max_gamma - 1, 1))
+    gammas = replay_gammas(recording, traces, max_gamma, profile)
     thresholds, decisions, agreement = [], [], []
     for probs, keeps in recording.seen:
         p = np.concatenate(probs) if probs else np.zeros(0)
@@ -167,23 +167,23 @@ def distill(depth_path: str | Path, traces: TraceSet, profile: Profile | None, m
         rates, speculate = (np.asarray(column) for column in zip(*recording.start, strict=True))
         start, matched = best_threshold(rates.astype(np.float64), speculate.astype(bool))
         start_agreement = matched / rates.size
-    rule = PPODistilled(max_depth, thresholds=thresholds, start_threshold=start, **node)
-    distilled = replay_depths(rule, traces, max_depth, profile)
+    rule = PPODistilled(max_gamma, thresholds=thresholds, start_threshold=start, **node)
+    distilled = replay_gammas(rule, traces, max_gamma, profile)
 
     def tok_s(chosen: np.ndarray) -> float:
-        return float(replay_scores(traces, profile, max_depth, chosen, rate="request", oracles=False)["policy_tok_s"])
+        return float(replay_scores(traces, profile, max_gamma, chosen, rate="request", oracles=False)["policy_tok_s"])
 
-    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(depths), tok_s(distilled),
+    return Distillation(tuple(thresholds), tuple(decisions), tuple(agreement), tok_s(gammas), tok_s(distilled),
                         start, len(recording.start), start_agreement)
 
 
-def distill_into(depth_path: str | Path, traces: TraceSet, profile: Profile | None,
-                 max_depth: int | None) -> Distillation:
+def distill_into(gamma_path: str | Path, traces: TraceSet, profile: Profile | None,
+                 max_gamma: int | None) -> Distillation:
     """:func:`distill` the file and store the result in its ``spectune.json`` (key ``distilled``, the rest kept),
     where ``policy=ppo-distilled`` reads it. The file is read once."""
-    policy_file = read_policy_file(depth_path, "depth")
-    result = distill(depth_path, traces, profile, max_depth, policy_file=policy_file)
-    annotate_policy_file(depth_path, {**policy_file.extra, "distilled": result.to_json()})
+    policy_file = read_policy_file(gamma_path, "gamma")
+    result = distill(gamma_path, traces, profile, max_gamma, policy_file=policy_file)
+    annotate_policy_file(gamma_path, {**policy_file.extra, "distilled": result.to_json()})
     return result
 
 
@@ -195,8 +195,8 @@ def check_thresholds(thresholds: Any, key: str) -> tuple[float, ...]:
     return tuple(float(t) for t in thresholds)
 
 
-class PPODistilled(PPODepth):
-    """The PPO depth policy of ``depth_path`` with its decisions replaced by :func:`distill`'s thresholds: a cycle
+class PPODistilled(PPOGamma):
+    """The PPO γ policy of ``gamma_path`` with its decisions replaced by :func:`distill`'s thresholds: a cycle
     speculates iff some row's recent acceptance is ≥ ``start_threshold`` (a new request's, before any cycle, is
     the prior 0.5), and after draft step k a row continues iff q(x) ≥ ``thresholds[k]`` (the last threshold
     beyond the list). Null thresholds: the file's own (``distilled`` in its ``spectune.json``, written by
@@ -206,15 +206,15 @@ class PPODistilled(PPODepth):
 
     name = "ppo-distilled"
 
-    def __init__(self, gamma: int, depth_path: str, trust_pickle: bool, profile: str | None,
+    def __init__(self, gamma: int, gamma_path: str, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, thresholds: Sequence[float] | None = None,
                  start_threshold: float | None = None, *, policy_file: PolicyFile | None = None) -> None:
-        super().__init__(gamma, depth_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0,
+        super().__init__(gamma, gamma_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0,
                          policy_file=policy_file)
         stored = self.file.extra.get("distilled")
         if thresholds is None:
             if not isinstance(stored, dict) or "thresholds" not in stored:
-                raise SpectuneError(f"policy.depth_path={depth_path!r} holds no distilled thresholds (files written "
+                raise SpectuneError(f"policy.gamma_path={gamma_path!r} holds no distilled thresholds (files written "
                                     "by python -m policies.train do): give policy.thresholds=[...] or retrain")
             thresholds = stored["thresholds"]
             if start_threshold is None:
@@ -226,8 +226,8 @@ class PPODistilled(PPODepth):
                                 "always speculate; above 1: never)")
         self.start_threshold = None if start_threshold is None else float(start_threshold)
         if self.start_threshold is None:
-            log.info("policy.depth_path=%s has no step-0 threshold: the network decides whether a cycle speculates "
-                     "(python -m policies.ppo_distilled distils one)", depth_path)
+            log.info("policy.gamma_path=%s has no step-0 threshold: the network decides whether a cycle speculates "
+                     "(python -m policies.ppo_distilled distils one)", gamma_path)
         self.signals = frozenset({"token_prob"})
         self.split = None
 
@@ -252,28 +252,28 @@ class PPODistilled(PPODepth):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m policies.ppo_distilled DEPTH.zip TRACES.parquet``: distil a depth policy file on traces (a file
+    """``python -m policies.ppo_distilled GAMMA.zip TRACES.parquet``: distil a γ policy file on traces (a file
     written before ``policies.train`` did it, or other traces) and store the thresholds in the file."""
     parser = cli.ArgumentParser(prog="python -m policies.ppo_distilled", description=main.__doc__.splitlines()[0])
-    parser.add_argument("depth", help="a depth.zip of python -m policies.train")
+    parser.add_argument("gamma", help="a gamma.zip of python -m policies.train")
     parser.add_argument("traces", help="traces.parquet of python -m harness task=trace (the training prompts')")
     parser.add_argument("--profile", default=None, help="cost profile (default: the one the file was trained for)")
-    parser.add_argument("--max-depth", type=int, default=None, help="ceiling (default: the file's max_depth)")
+    parser.add_argument("--max-gamma", type=int, default=None, help="ceiling (default: the file's max_gamma)")
     return cli.run_command(parser, _distill_file, argv)
 
 
 def _distill_file(args: argparse.Namespace) -> None:
     from spectune.profile import load_profile
 
-    if args.max_depth is not None and args.max_depth < 1:
-        raise SpectuneError(f"--max-depth={args.max_depth} is invalid: an integer >= 1")
+    if args.max_gamma is not None and args.max_gamma < 1:
+        raise SpectuneError(f"--max-gamma={args.max_gamma} is invalid: an integer >= 1")
     traces = TraceSet.load(args.traces)
-    result = distill_into(args.depth, traces, load_profile(args.profile) if args.profile else None, args.max_depth)
+    result = distill_into(args.gamma, traces, load_profile(args.profile) if args.profile else None, args.max_gamma)
     log.info("thresholds per draft step %s, agreement %s (overall %s); step 0: recent acceptance >= %s, agreement "
              "%s over %d rows; replay %.1f tok/s against the network's %.1f; written into %s",
              [round(t, 4) for t in result.thresholds], [None if a is None else round(a, 3) for a in result.agreement],
              result.overall, result.start_threshold, result.start_agreement, result.start_decisions,
-             result.distilled_tok_s, result.network_tok_s, args.depth)
+             result.distilled_tok_s, result.network_tok_s, args.gamma)
 
 
 if __name__ == "__main__":

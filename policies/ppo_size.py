@@ -1,7 +1,7 @@
 """The verification-size policy of a ``size.zip`` run inside the engine (``policy=ppo policy.size_path=...``).
 
 After drafting, :class:`PPOSize` chooses how many of the batch's drafted tokens are verified, exactly as
-``spectune/VerifySize-v0`` (with per-row depths, ``policies.train.size``) decides; :class:`policies.ppo.PPODepth`
+``spectune/VerifySize-v0`` (with per-row γ, ``policies.train.size``) decides; :class:`policies.ppo.PPOGamma`
 calls it through the protocol's ``end_drafting``. The cut keeps a prefix of each row's chain and reads the draft
 only, so the sampler stays exact.
 """
@@ -22,7 +22,7 @@ SIZE_EXTRA = ("levels", "obs_tokens")  # spectune.json keys of a size policy fil
 
 class PPOSize:
     """The verification-size policy of a ``size.zip``: after drafting, how many of the batch's drafted tokens
-    are verified, exactly as ``spectune/VerifySize-v0`` (with per-row depths, ``policies.train.size``) decides.
+    are verified, exactly as ``spectune/VerifySize-v0`` (with per-row γ, ``policies.train.size``) decides.
 
     Observation (:func:`~policies.envs.observation.size_observation`): the drafted tokens' cumulative draft
     probabilities in decreasing
@@ -55,12 +55,12 @@ class PPOSize:
     def action(self, obs: np.ndarray) -> int:
         return int(self.actor.actions(obs[None], self.deterministic, self.generator)[0])
 
-    def cut(self, cum: np.ndarray, depths: np.ndarray) -> np.ndarray:
+    def cut(self, cum: np.ndarray, gammas: np.ndarray) -> np.ndarray:
         """Kept lengths of the busy rows, given their cumulative draft probabilities [B, D] and drafts [B]."""
-        batch, deepest = len(depths), int(depths.max(initial=0))
-        obs, order = size_observation(cum, depths, batch, self.profile.c(batch), self.profile.g(deepest, batch),
+        batch, deepest = len(gammas), int(gammas.max(initial=0))
+        obs, order = size_observation(cum, gammas, batch, self.profile.c(batch), self.profile.g(deepest, batch),
                                       self.obs_tokens)
-        return size_cut(order, self.action(obs), self.levels, depths, cum.shape[1])
+        return size_cut(order, self.action(obs), self.levels, gammas, cum.shape[1])
 
     def describe(self) -> dict:
         return {"file": self.file.describe(), "levels": self.levels, "obs_tokens": self.obs_tokens}

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spectune import names
 from spectune.errors import SpectuneError
 from spectune.io import write_atomic
 
@@ -239,7 +240,7 @@ def _actor(state: dict[str, torch.Tensor], activation: str) -> tuple[torch.nn.Se
     return actor, hidden
 
 
-def read_policy_file(path: str | Path, key: str = "policy.depth_path", trust_pickle: bool = False) -> PolicyFile:
+def read_policy_file(path: str | Path, key: str = "policy.gamma_path", trust_pickle: bool = False) -> PolicyFile:
     """Read an SB3 PPO ``.zip`` without running code from it (see the module); ``key`` names the config value
     in error messages. With ``trust_pickle`` the file is loaded by SB3 itself (its pickles run)."""
     path = Path(path)
@@ -281,6 +282,7 @@ def read_policy_file(path: str | Path, key: str = "policy.depth_path", trust_pic
         version = archive.read("_stable_baselines3_version").decode("utf-8", "replace").strip() \
             if "_stable_baselines3_version" in members else "unknown"
         extra = json.loads(archive.read("spectune.json")) if "spectune.json" in members else {}
+    extra = names.upgrade(extra)  # a file written before the draft length was named γ everywhere: the new names
     try:
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise ValueError("policy.pth is not a state dict of tensors")
@@ -318,6 +320,7 @@ def _trusted(path: Path, key: str) -> PolicyFile:
                        if not isinstance(m, torch.nn.Linear)), "Tanh")
     with zipfile.ZipFile(path) as archive:
         extra = json.loads(archive.read("spectune.json")) if "spectune.json" in archive.namelist() else {}
+    extra = names.upgrade(extra)
     box = BoxSpace(tuple(obs_space.shape), np.asarray(obs_space.low, np.float64), np.asarray(obs_space.high,
                    np.float64), str(obs_space.dtype))
     return PolicyFile(path, box, DiscreteSpace(int(act_space.n), int(getattr(act_space, "start", 0))), actor,

@@ -36,6 +36,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from spectune import names
 from spectune.errors import SpectuneError
 
 T = TypeVar("T")
@@ -271,6 +272,9 @@ def one_line(err: OmegaConfBaseException, prefix: str = "") -> str:
     if isinstance(err, MissingMandatoryValue):
         return f"{key} is missing: set it in its conf/ file or on the command line ({key}=...)"
     if isinstance(err, ConfigAttributeError | ConfigKeyError) and " not in " in first:
+        renamed = names.renamed_config_key(key)
+        if renamed is not None:  # a key of before the draft length was named γ everywhere (spectune.names)
+            return f"{key} is now {renamed}: the draft length is named gamma everywhere (give {renamed}=...)"
         return f"{key} is not a key of the config: check its spelling, or add it with +{key}=..."
     if isinstance(err, ValidationError):
         allowed = _allowed(err)

@@ -31,7 +31,7 @@ class CycleCost(ABC):
     """What one cycle costs, in one unit throughout (seconds for a profile or a measurement, target steps for the
     cost model): ``draft`` steps, the verification of the drafts plus one position, and the cycle's ``overhead``
     (what a cycle pays outside drafting and verification). Implementations say what the first two cost;
-    :meth:`cycle` is their sum, the one definition of a cycle's cost. Depths may be ints or arrays of them."""
+    :meth:`cycle` is their sum, the one definition of a cycle's cost. γ may be ints or arrays of them."""
 
     overhead: float
 

@@ -4,7 +4,7 @@ A profile (``profile.json``, written by ``task=profile`` or shipped in ``spectun
 replay environment charge a cycle what it would cost on that hardware, without the hardware. Schema:
 
     {"kind": "spectune-profile", "version": 1, "label", "synthetic", "notes": [...], "models": {...},
-     "hardware": {...}, "batch_sizes": [1, 2, ...], "max_positions": max_depth + 1,
+     "hardware": {...}, "batch_sizes": [1, 2, ...], "max_positions": max_gamma + 1,
      "t_draft_s": {"<b>": s}, "t_verify_s": {"<b>": [s at n = 1..max_positions]},
      "overhead_s": {"<b>": s}, "interpolated": {"<b>": bool}, "fit": {...}, "metadata": {...},
      "t_first_draft_s": {"<b>": s}  (optional)}
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from spectune import names
 from spectune.cycle import CycleCost
 from spectune.errors import SpectuneError
 from spectune.placement import cpu_model
@@ -158,12 +159,12 @@ class Profile:
         return CycleCosts(self.t_draft(batch), self.verify_times(batch), self.overhead(batch),
                           self.t_first_draft(batch))
 
-    def cycle_s(self, depth: int, batch: int) -> float:
-        """A whole cycle at ``batch`` rows: ``depth`` draft steps, verification of depth+1 positions, the overhead."""
-        if not 0 <= depth < self.max_positions:
-            raise SpectuneError(f"depth={depth} is out of range: profile {self.label!r} covers "
+    def cycle_s(self, gamma: int, batch: int) -> float:
+        """A whole cycle at ``batch`` rows: ``gamma`` draft steps, verification of γ+1 positions, the overhead."""
+        if not 0 <= gamma < self.max_positions:
+            raise SpectuneError(f"gamma={gamma} is out of range: profile {self.label!r} covers "
                                 f"0..{self.max_positions - 1}")
-        return float(self.costs(batch).cycle_s(depth))
+        return float(self.costs(batch).cycle_s(gamma))
 
     def scaled(self, draft: float = 1.0, verify_slope: float = 1.0, overhead: float = 1.0, ar_step: float = 1.0,
                label: str | None = None) -> Profile:
@@ -199,6 +200,7 @@ class Profile:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "profile") -> Profile:
+        data = names.upgrade(data)  # a profile written before the draft length was named γ everywhere
         if not isinstance(data, dict) or data.get("kind") != KIND:
             raise SpectuneError(f"profile={source} is invalid: not a spectune profile (kind must be {KIND!r})")
         if data.get("version") != VERSION:

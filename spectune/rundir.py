@@ -15,6 +15,11 @@ that other result files embed, all from :func:`spectune.metadata.base_metadata`)
 - 2: ``format_version`` recorded; the files and columns are those of version 1.
 
 A reader refuses a version newer than :data:`FORMAT_VERSION` (written by a newer spectune) in one line.
+
+Names. The draft length is ``gamma`` in every file (``max_gamma``, ``mean_gamma``, ``gamma.zip``, ...); files
+written before 2026-12-05 called it ``depth`` in places (``max_depth``, ``depth.zip``). The readers here pass
+what they read through :mod:`spectune.names`, which holds that mapping: old files read with the new names, new
+files pass through unchanged.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from spectune import names
 from spectune.errors import SpectuneError
 from spectune.io import write_csv, write_figure, write_json, write_parquet, write_text
 
@@ -56,7 +62,7 @@ def read_json(path: Path | str) -> dict[str, Any]:
         raise SpectuneError(f"{path} cannot be read: {err.strerror}") from None
     if not isinstance(data, dict):
         raise SpectuneError(f"{path} is not a spectune result: expected a JSON object, found {type(data).__name__}")
-    return data
+    return names.upgrade(data)
 
 
 def read_parquet(path: Path | str, required: Iterable[str] = ()) -> pd.DataFrame:
@@ -70,10 +76,11 @@ def read_parquet(path: Path | str, required: Iterable[str] = ()) -> pd.DataFrame
     except (pa.ArrowException, OSError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SpectuneError(f"{path} is not a readable Parquet file (half-written or corrupt): {reason}") from None
-    missing = [c for c in required if c not in table.column_names]
+    present = {names.KEYS.get(c, c) for c in table.column_names}  # a file written before: its columns' names now
+    missing = [c for c in required if c not in present]
     if missing:
         raise SpectuneError(f"{path} is not a spectune {Path(path).stem} table: missing columns {', '.join(missing)}")
-    return table.to_pandas()
+    return names.upgrade_frame(table.to_pandas())
 
 
 def format_version(meta: dict[str, Any], where: Path | str = "metadata") -> int:
@@ -113,12 +120,17 @@ class RunFile:
     def path(self, run_dir: Path | str) -> Path:
         return Path(run_dir) / self.name
 
+    def found(self, run_dir: Path | str) -> Path:
+        """The file to read in ``run_dir``: :meth:`path`, or the name a run written before gave it
+        (:data:`spectune.names.FILES`: ``depth.zip`` for this ``gamma.zip``) when only that one is there."""
+        return names.run_file(run_dir, self.name)
+
     def beside(self, path: Path | str) -> Path:
         """This file next to another one (``traces.metadata.json`` beside a ``traces.parquet``)."""
         return Path(path).with_name(self.name)
 
     def exists(self, run_dir: Path | str) -> bool:
-        return self.path(run_dir).is_file()
+        return self.found(run_dir).is_file()
 
     def write(self, run_dir: Path | str, data: Any) -> Path:
         """Write ``data`` (a dict, a DataFrame, a str or a figure, by kind) atomically into ``run_dir``."""
@@ -155,6 +167,7 @@ class RunFile:
                 frame = pd.read_csv(path)
             except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
                 raise SpectuneError(f"{path} is not a readable CSV file: {str(err).splitlines()[0]}") from None
+            frame = names.upgrade_frame(frame)
             missing = [c for c in self.required if c not in frame]
             if missing:
                 raise SpectuneError(f"{path} is not a spectune {self.name} table: missing columns {', '.join(missing)}")
@@ -196,7 +209,7 @@ COSTMODEL_FIT_JSON = RunFile("costmodel_fit.json", "json")
 REPORT = RunFile("report.md", "text")
 REPORT_FIGURE = RunFile("{name}.png", "figure")  # a figure report.md embeds: .named(name=...)
 # policies.train: learned policies (SB3 archives), settings and validation, learning curves, the classifier.
-DEPTH_POLICY = RunFile("depth.zip", "policy")
+GAMMA_POLICY = RunFile("gamma.zip", "policy")
 SIZE_POLICY = RunFile("size.zip", "policy")
 CYCLE_POLICY = RunFile("cycle.zip", "policy")  # train.cycle_timesteps > 0: policy=ppo-cycle's file
 TRAIN = RunFile("train.json", "json")

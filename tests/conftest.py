@@ -201,14 +201,14 @@ def tiny_sweep() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_cost_inputs(tmp_path_factory) -> tuple[Path, Path]:
-    """A real profile (batch 1 and 2, up to 3 positions) and real traces (depth 2) of the embedded pair, made
+    """A real profile (batch 1 and 2, up to 3 positions) and real traces (γ 2) of the embedded pair, made
     once per session by the CLI, for the cost-model fit against ``tiny_sweep`` (γ = 1, 2; the same prompts)."""
     root = tmp_path_factory.mktemp("cost_inputs")
-    profile = run_cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
+    profile = run_cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_gamma=2", "task.repeats=2",
                       "task.warmup=1", run_dir=root / "profile")
     assert profile.returncode == 0, profile.stderr[-2000:]
     workload = [a for a in SMALL_BENCH if not a.startswith("task.")]  # the same prompts; trace has its own task keys
-    traces = run_cli("task=trace", *workload, "task.warmup=1", "task.max_depth=2", run_dir=root / "trace")
+    traces = run_cli("task=trace", *workload, "task.warmup=1", "task.max_gamma=2", run_dir=root / "trace")
     assert traces.returncode == 0, traces.stderr[-2000:]
     return root / "profile" / "profile.json", root / "trace" / "traces.parquet"
 

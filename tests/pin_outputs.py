@@ -16,8 +16,8 @@ what users read: this module computes it, ``tests/test_pinned_outputs.py`` compa
   line) computed from committed inputs (``inputs/`` here: two bench summaries of ``tests/data/tiny_sweep``;
   ``bench/results/...``);
 - ``outputs.json`` ``policies``: every committed SB3 policy file read by the product's loader (its spaces, network,
-  features) and its decisions: argmax actions on a seeded batch of observations, the depths its environment's
-  observations lead to (``policies.train.ppo.policy_depths`` on the committed traces), and the depths the
+  features) and its decisions: argmax actions on a seeded batch of observations, the γ its environment's
+  observations lead to (``policies.train.ppo.policy_gammas`` on the committed traces), and the γ the
   registry's ``ppo``, ``ppo-distilled`` and ``ppo-cycle`` choose in replay on those traces, so that a move that
   changes how observations are built is caught.
 
@@ -55,7 +55,7 @@ APPLICATIONS = {"train": "policies.train", "evaluate": "policies.evaluate"}  # c
 # Small real runs, one per task, each a few seconds on the tiny pair: (config, overrides, slow).
 SMALL = ("+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=4")
 PROFILE = "tiny-cpu-2core-vm"  # a shipped profile: training reads it instead of measuring one
-TRAIN = ("train.train_prompts=2", "train.heldout_prompts=2", "train.max_depth=2", "train.validation=0.5",
+TRAIN = ("train.train_prompts=2", "train.heldout_prompts=2", "train.max_gamma=2", "train.validation=0.5",
          "train.timesteps=64", "train.eval_every=64", "train.ppo.n_steps=32", "train.ppo.batch_size=32",
          "train.ppo.n_epochs=1", "train.profile_repeats=1")
 RUNS: dict[str, tuple[str, tuple[str, ...], bool]] = {
@@ -64,9 +64,9 @@ RUNS: dict[str, tuple[str, tuple[str, ...], bool]] = {
              False),
     "acceptance": ("config", ("task=acceptance", *SMALL), False),
     "costmodel": ("config", ("task=costmodel", "task.gamma_max=4"), False),
-    "profile": ("config", ("task=profile", WORKLOAD, "task.batch_sizes=[1]", "task.max_depth=1", "task.repeats=1",
+    "profile": ("config", ("task=profile", WORKLOAD, "task.batch_sizes=[1]", "task.max_gamma=1", "task.repeats=1",
                            "task.warmup=0"), False),
-    "trace": ("config", ("task=trace", *SMALL, "task.warmup=0", "task.max_depth=2"), False),
+    "trace": ("config", ("task=trace", *SMALL, "task.warmup=0", "task.max_gamma=2"), False),
     "verify": ("config", ("task=verify", "task.trials=2000"), False),
     "coverage": ("config", ("task=coverage", *SMALL, "task.warmup=0", "task.repeats=2", "task.comparisons=2",
                             "task.pairs=[ar]"), True),
@@ -268,7 +268,7 @@ def committed_policy_files() -> list[str]:
 
 
 class FileActor:
-    """The file's actor behind SB3's ``predict`` (argmax of its logits), for :func:`policies.train.ppo.policy_depths`:
+    """The file's actor behind SB3's ``predict`` (argmax of its logits), for :func:`policies.train.ppo.policy_gammas`:
     the file read as data, as the engine reads it, never unpickled."""
 
     def __init__(self, file: Any) -> None:
@@ -301,36 +301,36 @@ def actor_decisions(file: Any) -> dict[str, Any]:
             "logits_sha256": hashlib.sha256(np.ascontiguousarray(raw).tobytes()).hexdigest()}
 
 
-def env_depths(path: Path, file: Any, traces: Any, profile: Any) -> list[int]:
-    """The file's actor on its environment's observations (``DraftDepthEnv`` / ``CycleDepthEnv`` on the committed
-    traces and profile): the depth of every recorded entry."""
-    from policies.envs.cycle_depth import CycleDepthEnv
-    from policies.envs.depth import DraftDepthEnv
-    from policies.envs.observation import DEPTH, read_schema
-    from policies.train.ppo import policy_depths
+def env_gammas(path: Path, file: Any, traces: Any, profile: Any) -> list[int]:
+    """The file's actor on its environment's observations (``DraftGammaEnv`` / ``CycleGammaEnv`` on the committed
+    traces and profile): the γ of every recorded entry."""
+    from policies.envs.cycle_gamma import CycleGammaEnv
+    from policies.envs.gamma import DraftGammaEnv
+    from policies.envs.observation import GAMMA, read_schema
+    from policies.train.ppo import policy_gammas
 
-    cycle = file.extra.get("actions") == "depth"
-    env_type = CycleDepthEnv if cycle else DraftDepthEnv
-    features = {} if cycle else {"features": tuple(read_schema(file.extra, DEPTH, "file").features)}
-    env = env_type("replay", traces, profile, max_depth=int(file.extra["max_depth"]), **features)
+    cycle = file.extra.get("actions") == "gamma"
+    env_type = CycleGammaEnv if cycle else DraftGammaEnv
+    features = {} if cycle else {"features": tuple(read_schema(file.extra, GAMMA, "file").features)}
+    env = env_type("replay", traces, profile, max_gamma=int(file.extra["max_gamma"]), **features)
     env.reset(seed=0)
-    return policy_depths(FileActor(file), env, traces.count).tolist()
+    return policy_gammas(FileActor(file), env, traces.count).tolist()
 
 
 def registry_nodes(path: Path, file: Any) -> dict[str, dict[str, Any]]:
     """The registry's config nodes (conf/policy/ defaults) that read this file."""
     defaults = {name: dict(compose("config", f"policy={name}").policy) for name in ("ppo", "ppo-distilled",
                                                                                     "ppo-cycle")}
-    if file.extra.get("actions") == "depth":
+    if file.extra.get("actions") == "gamma":
         return {"ppo-cycle": {**defaults["ppo-cycle"], "path": str(path)}}
-    return {"ppo": {**defaults["ppo"], "depth_path": str(path)},
-            "ppo-distilled": {**defaults["ppo-distilled"], "depth_path": str(path), **DISTILLED}}
+    return {"ppo": {**defaults["ppo"], "gamma_path": str(path)},
+            "ppo-distilled": {**defaults["ppo-distilled"], "gamma_path": str(path), **DISTILLED}}
 
 
 def policy_file_pins(relative: str) -> dict[str, Any]:
     """What the product's loader yields for one committed file, and the decisions it leads to."""
     from policies.envs.data import TraceSet, read_traces
-    from policies.envs.replay import replay_depths
+    from policies.envs.replay import replay_gammas
     from policies.registry import make_policy
     from policies.sb3_files import read_policy_file
     from spectune.profile import Profile
@@ -342,22 +342,22 @@ def policy_file_pins(relative: str) -> dict[str, Any]:
     frame, metadata = read_traces(path.parent / "traces.parquet")
     traces = TraceSet(frame, metadata, str(path.parent / "traces.parquet"))
     profile = Profile.from_json(file.extra["profile"], f"{relative}:spectune.json")
-    max_depth = int(file.extra["max_depth"])
+    max_gamma = int(file.extra["max_gamma"])
     replay = {}
     for name, node in registry_nodes(path, file).items():
-        policy = make_policy(node, max_depth)
-        described = {k: v for k, v in policy.describe().items() if k not in ("depth", "file")}  # the file: above
+        policy = make_policy(node, max_gamma)
+        described = {k: v for k, v in policy.describe().items() if k != "file"}  # the file: above
         replay[name] = {"describe": jsonable(described),
-                        "depths": replay_depths(policy, traces, max_depth, profile).tolist()}
+                        "gammas": replay_gammas(policy, traces, max_gamma, profile).tolist()}
     return {"file": jsonable(description), "spectune_keys": sorted(key_paths(file.extra)),
             "observation": _feature_names(file.extra.get("observation", [])),
-            "actions": file.extra.get("actions"), "max_depth": max_depth,
+            "actions": file.extra.get("actions"), "max_gamma": max_gamma,
             "hidden": list(file.hidden), "activation": file.activation,
             "observation_space": {"shape": list(file.observation_space.shape),
                                   "low": file.observation_space.low.tolist(),
                                   "high": file.observation_space.high.tolist()},
             "action_space": {"n": file.action_space.n, "start": file.action_space.start},
-            "actor": actor_decisions(file), "env_depths": env_depths(path, file, traces, profile), "replay": replay}
+            "actor": actor_decisions(file), "env_gammas": env_gammas(path, file, traces, profile), "replay": replay}
 
 
 def policies() -> dict[str, Any]:

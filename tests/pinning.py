@@ -27,7 +27,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "pinning" / "golden.json"
 PROFILE = "tiny-cpu-2core-vm"
-MAX_DEPTH = 4
+MAX_GAMMA = 4
 WORKLOAD = ("+workload=en", "workload.num_prompts=4", "workload.max_new_tokens=12")
 TIMING = ("draft_s", "verify_s")  # trace columns read from the clock
 # The live runs pinned: (label, policy node, γ) at concurrency 1 and 2 (the bandit reads the clock: replay only).
@@ -39,7 +39,7 @@ REPLAY_POLICIES = (*((label, node, gamma) for label, node, gamma, _ in ENGINE_PO
                    ("bandit", {"name": "bandit", "min_gamma": 0, "exploration": 1.0}, 4),
                    ("adaedl", {"name": "adaedl", "c_e": 0.5, "lam": 0.3, "epsilon": 0.01, "beta": 0.9,
                                "lam_min": 0.0, "lam_max": 0.95}, 4))
-TRAIN = ("train.train_prompts=5", "train.heldout_prompts=1", "train.max_depth=4", "train.concurrency=2",
+TRAIN = ("train.train_prompts=5", "train.heldout_prompts=1", "train.max_gamma=4", "train.concurrency=2",
          f"train.profile={PROFILE}", "train.allow_profile_mismatch=true", "train.timesteps=128",
          "train.eval_every=64", "train.ppo.n_steps=64", "train.ppo.batch_size=32", "train.ppo.n_epochs=2",
          "train.rounds=2", "train.size_timesteps=64", "train.live_steps=32", "train.live_time=profile")
@@ -99,12 +99,12 @@ def make(node: dict | None, gamma: int) -> Any:
     return make_policy(node, gamma) if node is not None else None
 
 
-def engine_runs(engine: Any, requests: list, depth_zip: Path) -> dict[str, Any]:
+def engine_runs(engine: Any, requests: list, gamma_zip: Path) -> dict[str, Any]:
     """Output token ids per request and (request, γ, drafts, accepted, emitted) per cycle, per policy × batch."""
-    ppo = {"name": "ppo", "depth_path": str(depth_zip), "trust_pickle": False, "profile": None,
+    ppo = {"name": "ppo", "gamma_path": str(gamma_zip), "trust_pickle": False, "profile": None,
            "allow_profile_mismatch": False, "deterministic": True, "seed": 0}
     out = {}
-    for label, node, gamma, batches in (*ENGINE_POLICIES, ("ppo", ppo, MAX_DEPTH, (1, 2))):
+    for label, node, gamma, batches in (*ENGINE_POLICIES, ("ppo", ppo, MAX_GAMMA, (1, 2))):
         for concurrency in batches:
             result = engine.run(requests, make(node, gamma), concurrency)
             out[f"{label}/c{concurrency}"] = {
@@ -116,7 +116,7 @@ def engine_runs(engine: Any, requests: list, depth_zip: Path) -> dict[str, Any]:
 def trace_frame(engine: Any, requests: list) -> pd.DataFrame:
     from spectune.engine.traces import record
 
-    return record(engine.session(requests, None, 2, keep_laws=True), requests, MAX_DEPTH)
+    return record(engine.session(requests, None, 2, keep_laws=True), requests, MAX_GAMMA)
 
 
 def float_columns(frame: pd.DataFrame) -> list[str]:
@@ -135,26 +135,26 @@ def traces_summary(frame: pd.DataFrame) -> dict[str, Any]:
             "accepted": int(frame["accepted"].sum()), "cycles": int(frame["cycle"].nunique())}
 
 
-def replay(frame: pd.DataFrame, depth_zip: Path) -> dict[str, Any]:
-    """Replay scores (tokens/s charged by the profile) of each policy, fixed depth and the oracle on the traces."""
+def replay(frame: pd.DataFrame, gamma_zip: Path) -> dict[str, Any]:
+    """Replay scores (tokens/s charged by the profile) of each policy, fixed γ and the oracle on the traces."""
     from policies.envs.data import TraceSet
-    from policies.envs.replay import replay_depths, replay_scores, replay_table
+    from policies.envs.replay import replay_gammas, replay_scores, replay_table
     from spectune.profile import load_profile
 
     profile = load_profile(PROFILE)
     traces = TraceSet(frame, {"concurrency": 2}, "pinning traces")
-    ppo = {"name": "ppo", "depth_path": str(depth_zip), "trust_pickle": False, "profile": None,
+    ppo = {"name": "ppo", "gamma_path": str(gamma_zip), "trust_pickle": False, "profile": None,
            "allow_profile_mismatch": False, "deterministic": True, "seed": 0}
-    policies = {label: make(node, gamma) for label, node, gamma in (*REPLAY_POLICIES, ("ppo", ppo, MAX_DEPTH))}
-    table = replay_table(policies, traces, profile, MAX_DEPTH, fixed_depth=2)
-    depths = {label: replay_depths(make(node, gamma), traces, MAX_DEPTH, profile).tolist()
-              for label, node, gamma in (*REPLAY_POLICIES, ("ppo", ppo, MAX_DEPTH))}
-    scores = replay_scores(traces, profile, MAX_DEPTH, np.asarray(depths["confidence"]))
-    return {"table": table.to_dict(orient="list"), "depths": depths, "scores": scores}
+    policies = {label: make(node, gamma) for label, node, gamma in (*REPLAY_POLICIES, ("ppo", ppo, MAX_GAMMA))}
+    table = replay_table(policies, traces, profile, MAX_GAMMA, fixed_gamma=2)
+    gammas = {label: replay_gammas(make(node, gamma), traces, MAX_GAMMA, profile).tolist()
+              for label, node, gamma in (*REPLAY_POLICIES, ("ppo", ppo, MAX_GAMMA))}
+    scores = replay_scores(traces, profile, MAX_GAMMA, np.asarray(gammas["confidence"]))
+    return {"table": table.to_dict(orient="list"), "gammas": gammas, "scores": scores}
 
 
 def train(run_dir: Path) -> dict[str, Any]:
-    """``policies.train`` in process: traces of the split, the shipped profile, depth PPO, size rounds at
+    """``policies.train`` in process: traces of the split, the shipped profile, γ PPO, size rounds at
     concurrency 2, live fine-tuning with the profile's costs. The weights and the replay curves."""
     from policies.train.pipeline import train_policies
 
@@ -162,7 +162,7 @@ def train(run_dir: Path) -> dict[str, Any]:
     assert train_policies(cfg, run_dir) == 0
     curves = pd.read_csv(run_dir / "curves.csv")
     record = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))
-    return {"depth_weights_sha256": weights_sha256(run_dir / "depth.zip"),
+    return {"gamma_weights_sha256": weights_sha256(run_dir / "gamma.zip"),
             "size_weights_sha256": weights_sha256(run_dir / "size.zip"),
             "traces_sha256": frame_sha256(pd.read_parquet(run_dir / "traces.parquet").drop(columns=list(TIMING))),
             "curves": curves.to_dict(orient="list"), "final_validation": record["final_validation"],
@@ -170,13 +170,13 @@ def train(run_dir: Path) -> dict[str, Any]:
 
 
 def compute(work: Path) -> dict[str, Any]:
-    """Every pinned value (in order: training writes the depth.zip the engine and the replay then use)."""
+    """Every pinned value (in order: training writes the gamma.zip the engine and the replay then use)."""
     trained = train(work / "train")
-    depth_zip = work / "train" / "depth.zip"
+    gamma_zip = work / "train" / "gamma.zip"
     engine, requests = open_engine()
     frame = trace_frame(engine, requests)
-    return {"train": trained, "engine": engine_runs(engine, requests, depth_zip), "traces": traces_summary(frame),
-            "replay": replay(frame, depth_zip)}
+    return {"train": trained, "engine": engine_runs(engine, requests, gamma_zip), "traces": traces_summary(frame),
+            "replay": replay(frame, gamma_zip)}
 
 
 def jsonable(value: Any) -> Any:

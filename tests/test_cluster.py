@@ -197,7 +197,7 @@ def test_scancel_of_the_sweep_leaves_every_completed_point_readable(slurm_cluste
 def test_policies_evaluate_sweeps_through_sbatch(slurm_cluster, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "policies.evaluate", "-m", "hydra/launcher=slurm", "+workload=it,en",
-         "++workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2", "train.max_depth=2",
+         "++workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2", "train.max_gamma=2",
          "evaluate.policies=[hf-heuristic]", "evaluate.concurrency=[1]", "evaluate.repeats=2", "evaluate.warmup=1",
          f"hydra.sweep.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -235,14 +235,14 @@ def test_a_plain_config_is_read_through_the_same_schema():
     key is named; a key added with +key=... is the caller's own and ignored; interpolations are resolved."""
     from harness.tasks.schemas import TraceTask
 
-    node = {"name": "trace", "max_depth": 4, "concurrency": 1, "warmup": 0, "extra": "mine"}
+    node = {"name": "trace", "max_gamma": 4, "concurrency": 1, "warmup": 0, "extra": "mine"}
     assert typed(TraceTask, node, "task") == TraceTask("trace", 4, 1, 0)
-    with pytest.raises(SpectuneError, match=r"^task\.max_depth='x' is invalid: must be an integer$"):
-        typed(TraceTask, {**node, "max_depth": "x"}, "task")
+    with pytest.raises(SpectuneError, match=r"^task\.max_gamma='x' is invalid: must be an integer$"):
+        typed(TraceTask, {**node, "max_gamma": "x"}, "task")
     with pytest.raises(SpectuneError, match=r"^task\.warmup is missing: set it in its conf/ file"):
         typed(TraceTask, {k: v for k, v in node.items() if k != "warmup"}, "task")
-    cfg = OmegaConf.create({"depth": 6, "task": {**node, "max_depth": "${depth}"}})
-    assert typed(TraceTask, cfg.task, "task").max_depth == 6
+    cfg = OmegaConf.create({"gamma": 6, "task": {**node, "max_gamma": "${gamma}"}})
+    assert typed(TraceTask, cfg.task, "task").max_gamma == 6
 
 
 @pytest.mark.parametrize(("hint", "words"), [

@@ -38,7 +38,7 @@ def make_traces(accept_probs: list[list[float]], accepted: list[list[bool]] | No
             rows.append({"cycle": cycle, "row": 0, "request_id": cycle, "prompt_id": f"p{cycle}", "language": "en",
                          "batch_size": 1, "position": i, "context_length": 30, "token_prob": 0.5, "entropy": 1.0,
                          "margin": 0.1, "cum_prob": 0.5**i, "accept_prob": a, "accepted": flag,
-                         "recent_acceptance": 0.5, "draft_s": 0.001 * i, "verify_s": 0.01, "max_depth": len(probs)})
+                         "recent_acceptance": 0.5, "draft_s": 0.001 * i, "verify_s": 0.01, "max_gamma": len(probs)})
     return pd.DataFrame(rows)
 
 
@@ -81,17 +81,17 @@ def test_joint_acceptance_from_traces_known_answer():
 
 
 def test_realised_joint_of_independent_acceptances_matches_alpha_powers():
-    """n = 20,000 cycles of depth 4, each position accepted independently with α = 0.7 (seed 7): the realised
+    """n = 20,000 cycles of γ 4, each position accepted independently with α = 0.7 (seed 7): the realised
     joint is α^i within 4 standard errors sqrt(α^i (1 − α^i) / n)."""
-    n, alpha, depth = 20_000, 0.7, 4
+    n, alpha, gamma = 20_000, 0.7, 4
     rng = np.random.default_rng(7)
-    flags = (rng.random((n, depth)) < alpha).tolist()
-    traces = make_traces([[alpha] * depth] * n, accepted=flags)
+    flags = (rng.random((n, gamma)) < alpha).tolist()
+    traces = make_traces([[alpha] * gamma] * n, accepted=flags)
     joint = joint_from_traces(traces, "realised")
     for i, value in enumerate(joint, start=1):
         p = alpha**i
         assert abs(value - p) < 4 * math.sqrt(p * (1 - p) / n), (i, value, p)
-    assert joint_from_traces(traces) == pytest.approx([alpha**i for i in range(1, depth + 1)])
+    assert joint_from_traces(traces) == pytest.approx([alpha**i for i in range(1, gamma + 1)])
 
 
 def test_predicted_speedup_known_answer():
@@ -125,11 +125,11 @@ def test_joint_equal_to_alpha_powers_gives_the_constant_alpha_prediction():
     assert table["predicted_speedup"].to_numpy() == pytest.approx(table["constant_alpha_speedup"].to_numpy())
 
 
-def test_fit_covers_the_depth_both_inputs_allow():
+def test_fit_covers_the_gamma_both_inputs_allow():
     profile = make_profile(t_verify=(0.01, 0.012, 0.014))  # max_positions 3 → γ ≤ 2
     traces = make_traces([[0.9, 0.8, 0.7, 0.6]])
     assert fit(profile, traces)["gamma"].tolist() == [1, 2]
-    with pytest.raises(SpectuneError, match="beyond the traces' max_depth 4"):
+    with pytest.raises(SpectuneError, match="beyond the traces' max_gamma 4"):
         fit(make_profile(t_verify=(0.01,) * 7), traces, gammas=[5])
     with pytest.raises(SpectuneError, match="need the task=trace format"):
         fit(profile, traces.drop(columns=["accept_prob"]))

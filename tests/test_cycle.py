@@ -83,8 +83,8 @@ def test_a_profiles_cycle_is_its_terms_summed_and_the_ar_step_its_plain_target_s
         assert costs.cycle_s(drafted) == old + costs.t_verify[drafted] + costs.overhead
         assert costs.cycle_s(5, drafted) == costs.draft_s(5) + costs.t_verify[drafted] + costs.overhead
     assert costs.ar_s == costs.t_verify[0] + costs.overhead == costs.cycle_s(0)
-    depths = np.arange(6)
-    assert costs.cycle_s(depths).tolist() == [costs.cycle_s(int(d)) for d in depths]
+    gammas = np.arange(6)
+    assert costs.cycle_s(gammas).tolist() == [costs.cycle_s(int(d)) for d in gammas]
 
 
 @pytest.mark.parametrize("first", [False, True])

@@ -16,9 +16,9 @@ from analysis.policy_table import COLUMNS
 pytestmark = pytest.mark.slow(reason="python -m policies.evaluate subprocesses: the smoke run trains PPO and runs the "
                                      "whole comparison; each bad-input run imports torch and SB3 and loads the models")
 
-# Two training and two held-out English prompts, eight new tokens, depth ceiling 2, a few hundred PPO steps.
+# Two training and two held-out English prompts, eight new tokens, γ ceiling 2, a few hundred PPO steps.
 SMOKE = ["+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
-         "train.max_depth=2", "train.validation=0.5", "train.timesteps=128", "train.eval_every=64",
+         "train.max_gamma=2", "train.validation=0.5", "train.timesteps=128", "train.eval_every=64",
          "train.ppo.n_steps=64", "train.ppo.batch_size=32", "train.profile_repeats=1", "evaluate.repeats=2",
          "evaluate.warmup=1", "evaluate.concurrency=[1,2]", "evaluate.hindsight=true"]
 
@@ -41,7 +41,7 @@ def test_the_smoke_run_compares_every_policy_to_the_grid_searched_gamma(smoke):
     grid = pd.read_parquet(smoke / "grid.parquet")
     for concurrency in (1, 2):
         mine = table[table["concurrency"] == concurrency]
-        # the baseline is the grid's best over every γ in 0..max_depth on the training prompts
+        # the baseline is the grid's best over every γ in 0..max_gamma on the training prompts
         searched = grid[grid["concurrency"] == concurrency]
         assert sorted(searched["gamma"]) == [0, 1, 2]
         best = int(searched.sort_values(["decode_tok_s", "gamma"], ascending=[False, True]).iloc[0]["gamma"])
@@ -87,7 +87,7 @@ def test_trained_policies_are_reused_from_a_directory(smoke, cli, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (tmp_path / "again" / "train").exists()  # nothing retrained
     table = pd.read_parquet(tmp_path / "again" / "comparison.parquet")
-    assert {"ppo", "ppo-distilled"} <= set(table["policy"])  # the distilled thresholds came inside depth.zip
+    assert {"ppo", "ppo-distilled"} <= set(table["policy"])  # the distilled thresholds came inside gamma.zip
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -164,7 +164,7 @@ def test_interleaved_blocks_with_the_noise_floor(cli, tmp_path):
     AR's second run is the "ar (A/A)" row, paired against AR with its interval, printed as the noise floor."""
     run_dir = tmp_path / "blocks"
     done = cli("+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
-               "train.max_depth=2", "evaluate.repeats=2", "evaluate.warmup=1", "evaluate.concurrency=[1]",
+               "train.max_gamma=2", "evaluate.repeats=2", "evaluate.warmup=1", "evaluate.concurrency=[1]",
                "evaluate.block_prompts=1", "evaluate.noise_floor=true", "evaluate.hindsight=true",
                "evaluate.policies=[hf-heuristic,bandit]",
                module="policies.evaluate", run_dir=run_dir, timeout=900)

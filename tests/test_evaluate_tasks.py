@@ -9,7 +9,7 @@ import pytest
 pytestmark = pytest.mark.slow(reason="a policies.evaluate subprocess: grid search and held-out runs (~25 s)")
 
 RUN = ["+workload=en", "workload.tasks=[qa,code]", "workload.max_new_tokens=8", "train.train_prompts=4",
-       "train.heldout_prompts=4", "train.max_depth=2", "evaluate.repeats=2", "evaluate.warmup=0",
+       "train.heldout_prompts=4", "train.max_gamma=2", "evaluate.repeats=2", "evaluate.warmup=0",
        "evaluate.concurrency=[1]", "evaluate.policies=[confidence]", "evaluate.tune=false"]
 
 

@@ -80,8 +80,8 @@ def test_engine_feeds_the_draft_the_entries_it_was_trained_on(feature_pair, poli
         for row in out.rows:
             rid = out.request_ids[row]
             sequence = prompts[rid] + outputs[rid][: out.output_position[row]]
-            depth = out.num_drafts[row]
-            drafts = out.proposal.tokens[row, :depth].tolist()
+            gamma = out.num_drafts[row]
+            drafts = out.proposal.tokens[row, :gamma].tolist()
             for k, law in enumerate(reference_laws(target, draft, sequence, drafts, sampling)):
                 assert torch.allclose(out.proposal.probs[row, k], law, atol=1e-6), (out.cycle, row, k)
                 checked += 1
@@ -114,7 +114,7 @@ def test_feature_draft_saves_and_loads_without_the_targets_embedding(feature_pai
 def test_a_grown_draft_starts_as_the_draft_it_grew_from_and_can_learn(feature_pair, tmp_path):
     """``grow`` adds layers on top whose output projections are zero: the grown draft's logits equal the original's
     exactly (a fine-tune starts where the shipped draft is), the new layers still get gradients through those
-    projections, and it saves and loads with its new depth."""
+    projections, and it saves and loads with its new γ."""
     target, draft = feature_pair
     grown = feature_draft.grow(draft, 3)
     assert grown.config.num_hidden_layers == 3 and draft.config.num_hidden_layers == 1

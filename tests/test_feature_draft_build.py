@@ -36,7 +36,7 @@ def test_acceptance_task_reports_alpha_by_draft_step_for_a_feature_draft(harness
     run = tmp_path / "run"
     assert harness_in_process(run, "task=acceptance", "+workload=en", "workload.num_prompts=2",
                               "workload.max_new_tokens=6", f"models.draft.name_or_path={tiny_feature_draft_dir}",
-                              "task.feature_depth=3") == 0
+                              "task.feature_max_gamma=3") == 0
     result = json.loads((run / "acceptance.json").read_text())
     assert result["draft_reads_target_features"] is True
     assert len(result["alpha_by_draft_step"]) == 3

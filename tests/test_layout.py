@@ -239,11 +239,11 @@ def test_the_walk_sees_imports_in_functions_type_checking_and_import_module(tmp_
     """The walker itself: each kind of import it claims to count is counted."""
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from spectune.engine import Engine\n"
               "def f():\n    import policies.train\n    importlib.import_module('analysis.report')\n"
-              "ENV = 'policies.envs.depth:DraftDepthEnv'\nfrom harness.tasks import _repeats\n")
+              "ENV = 'policies.envs.gamma:DraftGammaEnv'\nfrom harness.tasks import _repeats\n")
     path = tmp_path / "m.py"
     path.write_text(source, encoding="utf-8")
     names = {name for name, _ in imports_of("workloads.m", path)}
-    assert {"spectune.engine.Engine", "policies.train", "analysis.report", "policies.envs.depth.DraftDepthEnv",
+    assert {"spectune.engine.Engine", "policies.train", "analysis.report", "policies.envs.gamma.DraftGammaEnv",
             "harness.tasks._repeats"} <= names
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

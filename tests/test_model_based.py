@@ -53,7 +53,7 @@ def test_drafts_that_are_never_accepted_stop_speculation():
     assert policy.begin_cycle(1) == 0
 
 
-def test_each_request_gets_its_own_depth():
+def test_each_request_gets_its_own_gamma():
     """Two requests in flight: one whose drafts are always accepted, one whose drafts never are."""
     policy = _policy(min_gamma=1)
     context = [10, 10]
@@ -79,7 +79,7 @@ def test_the_verification_line_is_fitted_from_measured_sizes():
 
 def test_the_policys_costs_are_the_library_cycle_and_its_old_arithmetic_bit_for_bit():
     """The model-based policy charges through :class:`spectune.profile.CycleCosts` built from its measurements;
-    its seconds per γ are, bit for bit, what its own formula gave (depths × step + the verification line at depth
+    its seconds per γ are, bit for bit, what its own formula gave (γ × step + the verification line at γ
     + 1 positions + the rest): folding the two definitions into one changed no decision."""
     rng = np.random.default_rng(7)
     for _ in range(50):
@@ -92,8 +92,8 @@ def test_the_policys_costs_are_the_library_cycle_and_its_old_arithmetic_bit_for_
         batch = 1
         measured, drafted = policy.costs[batch], [b for b, c in policy.costs.items() if c.step.weight]
         step_s = policy.costs[drafted[0]].step.mean if drafted else 0.0
-        depths = np.arange(policy.min_gamma, policy.ceiling + 1, dtype=float)
-        old = depths * step_s + measured.verify_s(depths + 1.0) + measured.rest.mean
+        gammas = np.arange(policy.min_gamma, policy.ceiling + 1, dtype=float)
+        old = gammas * step_s + measured.verify_s(gammas + 1.0) + measured.rest.mean
         assert policy.seconds(policy.costs_at(batch)).tobytes() == old.tobytes()
 
 
@@ -133,7 +133,7 @@ class _Watched(ModelBased):
 
 @pytest.mark.parametrize("concurrency", [1, 3])
 @pytest.mark.parametrize("refresh", [1, 4])
-def test_told_the_requests_every_row_is_chosen_before_drafting_and_drafts_its_own_depth(pair, concurrency,
+def test_told_the_requests_every_row_is_chosen_before_drafting_and_drafts_its_own_gamma(pair, concurrency,
                                                                                           refresh):
     """Through before_cycle (the engine's path) each slot's γ is chosen in begin_cycle, new requests included; the
     batch drafts to its deepest row, every row verifies its own γ (a row that chose 0 in a drafting cycle: the one

@@ -1,10 +1,10 @@
-"""One definition each, checked where its two sources meet: the depth observation has one builder
-(``policies.envs.observation.DEPTH``), fed by a trace row in the environment and by the engine's draft step in
+"""One definition each, checked where its two sources meet: the γ observation has one builder
+(``policies.envs.observation.GAMMA``), fed by a trace row in the environment and by the engine's draft step in
 ``policy=ppo``; from the same recorded step the two give the same vector, bit for bit. And the replay driver shows
 a policy the same draft steps, and takes the same decisions, as the live session.
 
 Tiny random pair (tests/tiny_models.py), T = 1 with keyed streams, seed 5, concurrency 2, 3 requests × 14 tokens,
-depth 4: every recorded cycle is replayed; exact equality, no tolerance.
+γ 4: every recorded cycle is replayed; exact equality, no tolerance.
 """
 
 from __future__ import annotations
@@ -15,29 +15,29 @@ import torch
 from stable_baselines3 import PPO
 
 from policies.envs.data import TraceSet
-from policies.envs.depth import DRAFT, DraftDepthEnv
+from policies.envs.gamma import DRAFT, DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS
-from policies.envs.replay import replay_depths
-from policies.ppo import PPODepth
+from policies.envs.replay import replay_gammas
+from policies.ppo import PPOGamma
 from policies.sb3_files import annotate_policy_file
 from spectune.engine.policy import DRAFT_SIGNALS, FixedGamma
 from spectune.profile import load_profile
 from tests.tiny_models import record_three_requests
 
-DEPTH, SLOTS = 4, 2
+GAMMA, SLOTS = 4, 2
 PROFILE = "tiny-cpu-2core-vm"
 
 
 @pytest.fixture(scope="module")
 def recorded(pair):
-    """The engine, its requests, and traces of them drafted to DEPTH every cycle."""
-    return record_three_requests(pair, DEPTH, SLOTS)
+    """The engine, its requests, and traces of them drafted to GAMMA every cycle."""
+    return record_three_requests(pair, GAMMA, SLOTS)
 
 
 def _always_continue(path, traces: TraceSet) -> str:
-    """A real SB3 depth policy file whose actor says "continue" whatever it sees (its last layer: bias only), so
+    """A real SB3 γ policy file whose actor says "continue" whatever it sees (its last layer: bias only), so
     that in the engine it drafts to the ceiling every cycle: the recorded cycles, step for step."""
-    env = DraftDepthEnv("replay", traces, PROFILE, DEPTH, allow_profile_mismatch=True)
+    env = DraftGammaEnv("replay", traces, PROFILE, GAMMA, allow_profile_mismatch=True)
     model = PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",
                 policy_kwargs={"net_arch": [8]})
     with torch.no_grad():
@@ -45,12 +45,12 @@ def _always_continue(path, traces: TraceSet) -> str:
         model.policy.action_net.bias.copy_(torch.tensor([-5.0, 5.0]))
     model.save(path)
     annotate_policy_file(path, {"observation": list(OBS_FIELDS), "actions": ["stop", "continue"],
-                                "profile": load_profile(PROFILE).to_json(), "max_depth": DEPTH})
+                                "profile": load_profile(PROFILE).to_json(), "max_gamma": GAMMA})
     return str(path)
 
 
-class Watched(PPODepth):
-    """PPODepth that keeps every observation it builds: (cycle, draft step, [slots, F] float32); step -1 is the
+class Watched(PPOGamma):
+    """PPOGamma that keeps every observation it builds: (cycle, draft step, [slots, F] float32); step -1 is the
     step-0 decision's, before drafting."""
 
     def reset(self) -> None:
@@ -81,14 +81,14 @@ class Watched(PPODepth):
 
 def test_the_live_and_the_replay_builder_give_the_same_vector_from_the_same_recorded_step(recorded, tmp_path):
     """The live source (the engine's DraftStep, the policy's history) and the replay source (the trace row in
-    spectune/DraftDepth-v0) feed the one builder; every recorded (cycle, row, step) compared bytes to bytes."""
+    spectune/DraftGamma-v0) feed the one builder; every recorded (cycle, row, step) compared bytes to bytes."""
     engine, requests, traces, outputs = recorded
-    path = _always_continue(tmp_path / "depth.zip", traces)
-    policy = Watched(DEPTH, path, False, None, False, True, 0)
+    path = _always_continue(tmp_path / "gamma.zip", traces)
+    policy = Watched(GAMMA, path, False, None, False, True, 0)
     live = engine.run(requests, policy, SLOTS)
-    assert {c.num_drafts for c in live.cycles} == {DEPTH}  # drafted to the ceiling, as the recording
+    assert {c.num_drafts for c in live.cycles} == {GAMMA}  # drafted to the ceiling, as the recording
     assert {r.request_id: r.output_ids for r in live.requests} == outputs  # the same cycles, the same tokens
-    env = DraftDepthEnv("replay", traces, PROFILE, DEPTH, allow_profile_mismatch=True)
+    env = DraftGammaEnv("replay", traces, PROFILE, GAMMA, allow_profile_mismatch=True)
     entry = {(int(c), int(r)): i for i, (c, r) in enumerate(zip(traces.cycle, traces.row, strict=True))}
     compared = steps = 0
     for cycle, step, obs in policy.seen:
@@ -102,12 +102,12 @@ def test_the_live_and_the_replay_builder_give_the_same_vector_from_the_same_reco
             assert env_obs.tobytes() == obs[row].tobytes(), (cycle, step, row, env_obs, obs[row])
             compared += 1
             steps |= 1 << (step + 1)
-    # every recorded (cycle, row) at steps 0..DEPTH-2 (no decision after the last draft), and begin_cycle's
-    assert compared >= traces.count * (DEPTH - 1) and steps == sum(1 << s for s in range(DEPTH))
+    # every recorded (cycle, row) at steps 0..GAMMA-2 (no decision after the last draft), and begin_cycle's
+    assert compared >= traces.count * (GAMMA - 1) and steps == sum(1 << s for s in range(GAMMA))
 
 
 class ShownSteps(FixedGamma):
-    """A fixed depth that reads every signal and keeps what it is shown after each draft step, on the busy slots
+    """A fixed γ that reads every signal and keeps what it is shown after each draft step, on the busy slots
     (an idle slot's values are undefined live and 0 in the replay; no policy reads them)."""
 
     signals = frozenset(DRAFT_SIGNALS)
@@ -122,31 +122,31 @@ class ShownSteps(FixedGamma):
         return None
 
 
-@pytest.mark.parametrize("depth", [2, 3, DEPTH])
-def test_a_fixed_depth_replayed_sees_and_decides_what_the_live_session_did(recorded, depth):
-    """Live at depth k against the replay of the depth-DEPTH recording: the same draft steps shown (step, rows
-    drafting, context lengths, signals) and the same drafts per cycle and row. At k = DEPTH the live run is the
+@pytest.mark.parametrize("gamma", [2, 3, GAMMA])
+def test_a_fixed_gamma_replayed_sees_and_decides_what_the_live_session_did(recorded, gamma):
+    """Live at γ = k against the replay of the γ = GAMMA recording: the same draft steps shown (step, rows
+    drafting, context lengths, signals) and the same drafts per cycle and row. At k = GAMMA the live run is the
     recording, cycle for cycle; below it the live session goes on from other contexts after its first cycle, so
     only that one is compared."""
     engine, requests, traces, _ = recorded
-    live_policy, replayed_policy = ShownSteps(depth), ShownSteps(depth)
+    live_policy, replayed_policy = ShownSteps(gamma), ShownSteps(gamma)
     live = engine.run(requests, live_policy, SLOTS)
-    replayed = replay_depths(replayed_policy, traces, DEPTH, load_profile(PROFILE))
-    assert (replayed == depth).all() and {c.num_drafts for c in live.cycles} == {depth}
-    assert len(replayed_policy.shown) == len(traces.cycle_slices) * (depth - 1)
-    if depth == DEPTH:
+    replayed = replay_gammas(replayed_policy, traces, GAMMA, load_profile(PROFILE))
+    assert (replayed == gamma).all() and {c.num_drafts for c in live.cycles} == {gamma}
+    assert len(replayed_policy.shown) == len(traces.cycle_slices) * (gamma - 1)
+    if gamma == GAMMA:
         assert [c.num_drafts for c in live.cycles] == replayed.tolist()
         assert live_policy.shown == replayed_policy.shown
     else:
-        assert live_policy.shown[: depth - 1] == replayed_policy.shown[: depth - 1]
+        assert live_policy.shown[: gamma - 1] == replayed_policy.shown[: gamma - 1]
 
 
-def test_scale_rows_is_scale_depth_on_python_numbers_bit_for_bit():
+def test_scale_rows_is_scale_gamma_on_python_numbers_bit_for_bit():
     """The engine-side builder and the environments' scaling, on 200 random rows of every field (seed 3): equal
     bit for bit, including values that do not round-trip through float32 exactly."""
-    from policies.envs.observation import OBS_FIELDS, scale_depth, scale_rows, scales
+    from policies.envs.observation import OBS_FIELDS, scale_gamma, scale_rows, scales
 
     raw = np.random.default_rng(3).uniform(0, 2000, (200, len(OBS_FIELDS)))
     raw[:, OBS_FIELDS.index("context_length")] = np.floor(raw[:, OBS_FIELDS.index("context_length")])
     fast = scale_rows([raw[:, i].tolist() for i in range(len(OBS_FIELDS))], scales(OBS_FIELDS).tolist())
-    assert fast.dtype == np.float32 and np.array_equal(fast, scale_depth(raw))
+    assert fast.dtype == np.float32 and np.array_equal(fast, scale_gamma(raw))

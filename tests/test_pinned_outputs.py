@@ -9,7 +9,7 @@ rename), re-record with ``python -m tests.pin_outputs --record`` and show in the
 Values that read the clock are not pinned: a run's numbers, and which γ wins (the tune recommendation's ``vllm``
 part is written only when a γ wins, so its keys may be absent, never different). On another floating-point path
 than the recording's (told by the sha256 of a policy file's logits on the seeded observations), the policy
-decisions whose top two logits were within 1e-4 are not compared, nor the depths a trajectory of them gives.
+decisions whose top two logits were within 1e-4 are not compared, nor the γ a trajectory of them gives.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_every_committed_policy_file_is_pinned():
 @pytest.mark.parametrize("relative", sorted(RECORDED["policies"]))
 def test_a_committed_policy_file_loads_and_decides_as_recorded(policies, relative):
     got, want = policies[relative], RECORDED["policies"][relative]
-    for key in ("file", "spectune_keys", "observation", "actions", "max_depth", "hidden", "activation",
+    for key in ("file", "spectune_keys", "observation", "actions", "max_gamma", "hidden", "activation",
                 "observation_space", "action_space"):
         assert got[key] == want[key], key
     assert {name: r["describe"] for name, r in got["replay"].items()} == \
@@ -120,11 +120,11 @@ def test_a_committed_policy_file_loads_and_decides_as_recorded(policies, relativ
     clear = [i for i, gap in enumerate(want["actor"]["gaps"]) if same_path or gap > NEAR_TIE]
     assert [got["actor"]["actions"][i] for i in clear] == [want["actor"]["actions"][i] for i in clear]
     if not same_path:
-        pytest.skip("another floating-point path than the recording's (the logits' sha256 differs): the depths of "
+        pytest.skip("another floating-point path than the recording's (the logits' sha256 differs): the γ of "
                     "whole trajectories are pinned only there; the clear decisions above were compared")
-    assert got["env_depths"] == want["env_depths"]
+    assert got["env_gammas"] == want["env_gammas"]
     for name in want["replay"]:
-        assert got["replay"][name]["depths"] == want["replay"][name]["depths"], name
+        assert got["replay"][name]["gammas"] == want["replay"][name]["gammas"], name
 
 
 def test_the_recorded_file_is_json():

@@ -4,19 +4,19 @@
 conf/), and ``tests/data/pinning/golden.json`` holds what the code gave when it was recorded:
 
 - engine: the output token ids of every request and (request, γ, drafts, accepted, emitted) of every cycle,
-  for AR, fixed γ, confidence, hf-heuristic, svip and the trained PPO depth policy, at concurrency 1 and/or 2;
-- traces: ``task=trace``'s recording at depth 4, concurrency 2 — a sha256 of every column but the timing ones
+  for AR, fixed γ, confidence, hf-heuristic, svip and the trained PPO γ policy, at concurrency 1 and/or 2;
+- traces: ``task=trace``'s recording at γ 4, concurrency 2 — a sha256 of every column but the timing ones
   (``draft_s``, ``verify_s``), with its row count and accepted total;
-- replay: the replay table, per-entry depths and scores of every policy (bandit and AdaEDL included: in replay
-  their feedback costs come from a profile) against fixed depths and the oracle, with the shipped profile
+- replay: the replay table, per-entry γ and scores of every policy (bandit and AdaEDL included: in replay
+  their feedback costs come from a profile) against fixed γ and the oracle, with the shipped profile
   ``tiny-cpu-2core-vm``;
-- train: ``policies.train`` in process (traces of the split, that profile, depth PPO, two depth/size rounds at
-  concurrency 2, live fine-tuning with ``train.live_time=profile``): sha256 of every tensor of ``depth.zip`` and
+- train: ``policies.train`` in process (traces of the split, that profile, γ PPO, two γ/size rounds at
+  concurrency 2, live fine-tuning with ``train.live_time=profile``): sha256 of every tensor of ``gamma.zip`` and
   ``size.zip``, the replay curves and the final validation scores.
 
 Equality is exact (bit for bit) on the floating-point path the file was recorded on (torch version, thread
 count, and the CPU: MKL's kernels differ between Intel and AMD processors in the last bits). The traces' sha256
-identifies that path. On another one, the exact values (token ids, cycles, counts, depths, the traces' exact
+identifies that path. On another one, the exact values (token ids, cycles, counts, γ, the traces' exact
 columns) must still be equal, and every float must agree within a relative 1e-5 or an absolute 5e-6 (the
 draft signals are float32 probabilities, entropies and margins, sums whose reduction order follows the CPU's
 vector width: on an AVX2-only CPU they moved by up to 1.2e-6, and a margin, a difference of two probabilities, by
@@ -26,7 +26,7 @@ behaviour rerecord with ``python -m tests.pinning --record``.
 
 Not pinnable: what reads the clock. The grid's best γ and every tokens/s of a bench or of ``policies.evaluate``,
 the profile measured by ``task=profile``, the bandit's rewards live (its feedback is the measured cycle time) and
-the live depth environment under ``live_time="measured"``. Those are covered by their own tests, which assert
+the live γ environment under ``live_time="measured"``. Those are covered by their own tests, which assert
 properties rather than values: tests/test_tune.py and tests/test_evaluate.py (the grid and its ranking, on
 measured points), tests/test_stats.py (the intervals and the best/indistinguishable set), tests/test_profile.py
 (the profile's schema and lookups), tests/test_policies.py (the bandit's choices on given rewards) and
@@ -121,6 +121,6 @@ def test_the_golden_file_pins_every_part():
     assert GOLDEN["traces"]["rows"] > 0 and len(GOLDEN["traces"]["frame_sha256"]) == 64
     assert len(GOLDEN["traces"]["exact_sha256"]) == 64 and GOLDEN["traces"]["floats"]
     assert all(len(values) == GOLDEN["traces"]["rows"] for values in GOLDEN["traces"]["floats"].values())
-    for name in ("depth_weights_sha256", "size_weights_sha256"):
+    for name in ("gamma_weights_sha256", "size_weights_sha256"):
         assert {"all"} < set(GOLDEN["train"][name])
     assert "live" in map(str, GOLDEN["train"]["curves"]["round"])

@@ -322,12 +322,12 @@ def test_fit_classifier_command_writes_a_model_file_with_the_traces_provenance(t
                           "context_length": rng.integers(5, 50, n), "accept_prob": rng.uniform(0, 1, n)})
     frame["accepted"] = frame["accept_prob"] > 0.5
     frame.to_parquet(tmp_path / "traces.parquet")
-    write_json(tmp_path / "traces.metadata.json", {"models": {"target": "t"}, "max_depth": 4})
+    write_json(tmp_path / "traces.metadata.json", {"models": {"target": "t"}, "max_gamma": 4})
     assert main([str(tmp_path / "traces.parquet"), str(tmp_path / "m.json"), "--hidden", "4", "--epochs", "20"]) == 0
     model = load_classifier(tmp_path / "m.json")
     assert [layer.out_features for layer in model.layers] == [4, 1]
     recorded = json.loads((tmp_path / "m.json").read_text())["metadata"]
-    assert recorded["traces_metadata"]["max_depth"] == 4 and recorded["rows"] == n
+    assert recorded["traces_metadata"]["max_gamma"] == 4 and recorded["rows"] == n
     assert main([str(tmp_path / "missing.parquet"), str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
 

@@ -1,5 +1,5 @@
 """Policy files are data: an SB3 PPO ``.zip`` is read (weights and spaces) without running code from it, a crafted
-file that would run code is refused, and the PPO depth policy runs its actor batched inside the engine."""
+file that would run code is refused, and the PPO γ policy runs its actor batched inside the engine."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from tests.tiny_models import perturbed, tiny_llama
 FEATURES = ("token_prob", "position")
 
 
-class TinyDepthEnv(gymnasium.Env):
+class TinyGammaEnv(gymnasium.Env):
     """A small Box observation (the named features) and Discrete(2) actions: enough to build a real PPO file."""
 
     def __init__(self, features: tuple[str, ...] = FEATURES, actions: int = 2) -> None:
@@ -54,7 +54,7 @@ class TinyDepthEnv(gymnasium.Env):
 
 
 def _ppo(path, features=FEATURES, actions: int = 2, net_arch=(8,), **kwargs) -> PPO:
-    model = PPO("MlpPolicy", TinyDepthEnv(features, actions), n_steps=16, batch_size=16, n_epochs=1, seed=0,
+    model = PPO("MlpPolicy", TinyGammaEnv(features, actions), n_steps=16, batch_size=16, n_epochs=1, seed=0,
                 device="cpu", policy_kwargs={"net_arch": list(net_arch), **kwargs})
     model.learn(16)
     model.save(path)
@@ -63,7 +63,7 @@ def _ppo(path, features=FEATURES, actions: int = 2, net_arch=(8,), **kwargs) -> 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ppo") / "depth.zip"
+    path = tmp_path_factory.mktemp("ppo") / "gamma.zip"
     return path, _ppo(path, activation_fn=torch.nn.ReLU, net_arch=(8, 4))
 
 
@@ -123,16 +123,16 @@ def test_actor_read_without_unpickling_matches_sb3(trained, monkeypatch):
 
 
 def test_the_engine_side_actor_decides_as_sb3_predict(trained, tmp_path):
-    """PPODepth's numpy actor (ReLU, two hidden layers here) gives SB3's deterministic action on 256 random
+    """PPOGamma's numpy actor (ReLU, two hidden layers here) gives SB3's deterministic action on 256 random
     observations, and logits equal to float32 precision."""
     from policies.numpy_actor import numpy_layers
-    from policies.ppo import PPODepth
+    from policies.ppo import PPOGamma
 
     source, model = trained
-    path = tmp_path / "depth.zip"
+    path = tmp_path / "gamma.zip"
     shutil.copy(source, path)
     annotate_policy_file(path, {"observation": list(FEATURES), "actions": ["stop", "continue"]})
-    policy = PPODepth(4, str(path), False, None, False, True, 0)
+    policy = PPOGamma(4, str(path), False, None, False, True, 0)
     obs = (np.random.default_rng(0).uniform(0, 1, (256, 2)) * [1.0, 8.0]).astype(np.float32)
     actions, _ = model.predict(obs, deterministic=True)
     assert policy.act(obs).tolist() == (actions == 1).tolist()
@@ -198,7 +198,7 @@ def test_a_data_entry_that_would_run_code_is_refused(trained, tmp_path):
     with pytest.raises(SpectuneError, match=r"entry '/observation_space' would import io\.open"):
         read_policy_file(crafted)
     with pytest.raises(SpectuneError, match="refused"):
-        make_policy({"name": "ppo", "depth_path": str(crafted), "trust_pickle": False, "profile": None,
+        make_policy({"name": "ppo", "gamma_path": str(crafted), "trust_pickle": False, "profile": None,
                      "allow_profile_mismatch": False, "deterministic": True, "seed": 0}, 4)
     assert not marker.exists()
     with contextlib.suppress(Exception):  # control: stable-baselines3's own load runs it (what follows is moot)
@@ -215,7 +215,7 @@ def test_unreadable_policy_files_fail_in_one_line(tmp_path):
 
 
 def _node(path: str, **overrides) -> dict:
-    return {"name": "ppo", "depth_path": path, "trust_pickle": False, "profile": None,
+    return {"name": "ppo", "gamma_path": path, "trust_pickle": False, "profile": None,
             "allow_profile_mismatch": False, "deterministic": True, "seed": 0, **overrides}
 
 
@@ -283,7 +283,7 @@ def test_a_file_without_feature_names_observes_the_fields_files_had_before_namin
     from policies.envs.observation import UNNAMED
 
     path = tmp_path / "p.zip"
-    _ppo(path, UNNAMED["depth"])
+    _ppo(path, UNNAMED["gamma"])
     profile = write_json(tmp_path / "cpu.json", _profile("cpu"))
     policy = make_policy(_node(str(path), profile=str(profile)), 4)
     keep = policy.continue_drafting(_step(0, token_prob=[0.3, 0.9], entropy=[1.0, 0.1], margin=[0.1, 0.8],
@@ -344,9 +344,9 @@ def pair():
     return target, perturbed(target, scale=0.3, seed=2)
 
 
-def test_ppo_observation_is_the_depth_environments(tmp_path):
-    """The engine-side features, scaled, equal policies.envs.observation.depth_observation for the same values."""
-    from policies.envs.observation import depth_observation
+def test_ppo_observation_is_the_gamma_environments(tmp_path):
+    """The engine-side features, scaled, equal policies.envs.observation.gamma_observation for the same values."""
+    from policies.envs.observation import gamma_observation
 
     path = tmp_path / "p.zip"
     features = tuple(DEFAULT_OBSERVATION[:10])  # the fields this test gives values for
@@ -358,7 +358,7 @@ def test_ppo_observation_is_the_depth_environments(tmp_path):
                      margin=torch.tensor([0.1, 0.2, 0.8], dtype=torch.float64),
                      cum_prob=torch.tensor([0.3, 0.5, 0.9], dtype=torch.float64))
     profile = policy.profile
-    expected = depth_observation(features, token_prob=step.token_prob.numpy(),
+    expected = gamma_observation(features, token_prob=step.token_prob.numpy(),
                                  entropy=step.entropy.numpy(), margin=step.margin.numpy(),
                                  cum_prob=step.cum_prob.numpy(), position=1, context_length=step.context_length.numpy(),
                                  batch_size=2, recent_acceptance=0.5, c=profile.c(2), g=profile.g(2, 2))
@@ -403,33 +403,33 @@ def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_sa
 def test_a_policy_file_names_its_observation_schema_and_one_without_a_version_is_version_1(trained, tmp_path):
     """A file written from now on stores {"kind", "version", "features"}; an older one (a bare list of names) is
     read as version 1 with those names: the two build the same observation and decide alike."""
-    from policies.envs.observation import DEPTH
-    from policies.ppo import PPODepth
+    from policies.envs.observation import GAMMA
+    from policies.ppo import PPOGamma
 
     source, _ = trained
     old, new = tmp_path / "old.zip", tmp_path / "new.zip"
     shutil.copy(source, old)
     shutil.copy(source, new)
     annotate_policy_file(old, {"observation": list(FEATURES), "actions": ["stop", "continue"]})
-    annotate_policy_file(new, {"observation": DEPTH.of(FEATURES).schema(), "actions": ["stop", "continue"]})
-    assert read_policy_file(new).extra["observation"] == {"kind": "depth", "version": 1, "features": list(FEATURES)}
+    annotate_policy_file(new, {"observation": GAMMA.of(FEATURES).schema(), "actions": ["stop", "continue"]})
+    assert read_policy_file(new).extra["observation"] == {"kind": "gamma", "version": 1, "features": list(FEATURES)}
     step = _step(0, token_prob=[0.1, 0.6, 0.95])
-    a, b = (PPODepth(4, str(p), False, None, False, True, 0) for p in (old, new))
+    a, b = (PPOGamma(4, str(p), False, None, False, True, 0) for p in (old, new))
     assert a.features == b.features == FEATURES
     assert a.observation(step).tobytes() == b.observation(step).tobytes()
 
 
 @pytest.mark.parametrize("observation", [
     ["token_prob", "speed_of_light"],
-    {"kind": "depth", "version": 2, "features": list(FEATURES)},
+    {"kind": "gamma", "version": 2, "features": list(FEATURES)},
     {"kind": "cycle", "version": 1, "features": list(FEATURES)},
 ], ids=["unknown-name", "newer-version", "other-kind"])
 def test_a_file_whose_observation_the_builder_does_not_make_fails_in_one_line(trained, tmp_path, observation):
     source, _ = trained
-    path = tmp_path / "depth.zip"
+    path = tmp_path / "gamma.zip"
     shutil.copy(source, path)
     annotate_policy_file(path, {"observation": observation, "actions": ["stop", "continue"]})
-    with pytest.raises(SpectuneError, match="are not the depth observation's") as err:
+    with pytest.raises(SpectuneError, match="are not the gamma observation's") as err:
         make_policy(_node(str(path)), 4)
     message = str(err.value)
     assert "\n" not in message and str(path) in message and "'token_prob'" in message and "'g'" in message

@@ -143,7 +143,7 @@ def test_linear_fit_reports_residuals():
 
 @pytest.mark.slow(reason="python -m harness task=profile in a subprocess")
 def test_task_profile_writes_a_loadable_profile(cli, tmp_path):
-    run = cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_depth=2", "task.repeats=2",
+    run = cli("task=profile", "+workload=en", "task.batch_sizes=[1,2]", "task.max_gamma=2", "task.repeats=2",
               "task.warmup=1", "hardware.threads=1", "workload.num_prompts=2", run_dir=tmp_path)
     assert run.returncode == 0, run.stderr
     p = load_profile(tmp_path / "profile.json")
@@ -152,8 +152,8 @@ def test_task_profile_writes_a_loadable_profile(cli, tmp_path):
                                *p.t_verify_s[2]])
     assert set(p.fit["t_verify_s ~ a + b*n"]) == {"1", "2"}
     assert p.models["target"]["name_or_path"] == "spectune/models/tiny/target" and "device_name" in p.hardware
-    bad = cli("task=profile", "+workload=en", "task.max_depth=0", run_dir=tmp_path / "bad")
-    assert bad.returncode == 2 and "task.max_depth=0" in bad.stderr and not (tmp_path / "bad/profile.json").exists()
+    bad = cli("task=profile", "+workload=en", "task.max_gamma=0", run_dir=tmp_path / "bad")
+    assert bad.returncode == 2 and "task.max_gamma=0" in bad.stderr and not (tmp_path / "bad/profile.json").exists()
 
 
 def test_shipped_cpu_profile_is_of_the_embedded_pair():

@@ -62,7 +62,7 @@ def test_session_driven_by_hand_equals_run(pair):
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
-def test_outcome_at_depth_k_does_not_depend_on_the_depth_chosen(pair, concurrency):
+def test_outcome_at_gamma_k_does_not_depend_on_the_gamma_chosen(pair, concurrency):
     """Sampled (T = 1), seed 11, 6 requests: in the first cycle of every request the accepted count at γ = k
     equals min(k, accepted at γ = 8) for every k (common random numbers; exact equality, no tolerance)."""
     target, draft = pair
@@ -89,7 +89,7 @@ def test_keyed_uniforms_depend_on_the_key_only():
     assert np.array_equal(keys.tables["accept"][2, :6].numpy(), request_uniforms(5, "accept", 41, 6))
     assert not np.array_equal(request_uniforms(5, "accept", 41, 6), request_uniforms(5, "draft", 41, 6))
     assert not np.array_equal(request_uniforms(5, "accept", 41, 6), request_uniforms(6, "accept", 41, 6))
-    got = keys.at("accept", torch.tensor([0, 0, 3]), depth=4)
+    got = keys.at("accept", torch.tensor([0, 0, 3]), count=4)
     assert np.array_equal(got[2, :3].numpy(), request_uniforms(5, "accept", 41, 6)[3:])  # positions 6+ never emitted
 
 

@@ -1,5 +1,5 @@
 """The verification-size policy: the protocol's end_drafting hook (the cut keeps the sampler exact, the last draft
-step's signals reach policies), the size environment with the depth policy's per-row depths, size.zip files and
+step's signals reach policies), the size environment with the γ policy's per-row γ, size.zip files and
 their use in the engine (policy=ppo policy.size_path=...), and the size training of python -m policies.train."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from stable_baselines3 import PPO
 
 from policies.confidence import AdaptiveConfidence
 from policies.envs.data import TraceSet
-from policies.envs.depth import DraftDepthEnv
+from policies.envs.gamma import DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS, size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
-from policies.train.size import LEVELS, DepthFixedSizeEnv, engine_depths, size_extra
+from policies.train.size import LEVELS, GammaFixedSizeEnv, engine_gammas, size_extra
 from spectune.engine import Engine
 from spectune.engine.policy import DraftStep, FixedGamma
 from spectune.errors import SpectuneError
@@ -145,12 +145,12 @@ def test_adaptive_confidence_in_the_engine_labels_every_position_up_to_the_first
 
 
 # -- the size environment and size files ------------------------------------------------------------------------
-def _batched_traces(leads: list[list[int]], depth: int = 4) -> TraceSet:
+def _batched_traces(leads: list[list[int]], gamma: int = 4) -> TraceSet:
     """One recorded cycle per item of ``leads`` (a batch with those leading accepts), cum_prob falling per position."""
     rows = []
     for cycle, batch in enumerate(leads):
         for row, lead in enumerate(batch):
-            for position in range(1, depth + 1):
+            for position in range(1, gamma + 1):
                 prob = 0.9 - 0.2 * row
                 rows.append({"cycle": cycle, "row": row, "request_id": row, "position": position,
                              "batch_size": len(batch), "context_length": 10, "recent_acceptance": 0.5,
@@ -159,9 +159,9 @@ def _batched_traces(leads: list[list[int]], depth: int = 4) -> TraceSet:
     return TraceSet(pd.DataFrame(rows))
 
 
-def _profile(depth: int = 4) -> Profile:
-    return Profile("test", [1, 2], depth + 1, {1: 0.1, 2: 0.12},
-                   {1: [1.0 + 0.1 * n for n in range(depth + 1)], 2: [1.1 + 0.2 * n for n in range(depth + 1)]},
+def _profile(gamma: int = 4) -> Profile:
+    return Profile("test", [1, 2], gamma + 1, {1: 0.1, 2: 0.12},
+                   {1: [1.0 + 0.1 * n for n in range(gamma + 1)], 2: [1.1 + 0.2 * n for n in range(gamma + 1)]},
                    {1: 0.0, 2: 0.01})
 
 
@@ -173,10 +173,10 @@ def test_size_cut_keeps_a_prefix_of_each_row_by_cumulative_probability():
         [0, 0], [1, 0], [1, 1], [2, 2], [3, 2]]  # budgets round(a/4 * 5) = 0, 1, 2 (half to even), 4, 5
 
 
-def test_size_environment_with_uniform_depths_is_verify_size():
-    """Every row at the traces' depth: the same observation and outcome as spectune/VerifySize-v0, every action."""
+def test_size_environment_with_uniform_gammas_is_verify_size():
+    """Every row at the traces' γ: the same observation and outcome as spectune/VerifySize-v0, every action."""
     traces, profile = _batched_traces([[3, 0], [1, 4], [2, 2]]), _profile()
-    ours = DepthFixedSizeEnv(traces, profile, np.full(traces.count, 4), levels=5, obs_tokens=8)
+    ours = GammaFixedSizeEnv(traces, profile, np.full(traces.count, 4), levels=5, obs_tokens=8)
     theirs = VerifySizeEnv("replay", traces, profile, levels=5, obs_tokens=8)
     for seed in range(6):
         for action in range(5):
@@ -186,12 +186,12 @@ def test_size_environment_with_uniform_depths_is_verify_size():
             ra, rb = ours.step(action), theirs.step(action)
             assert ra[4]["kept"] == rb[4]["kept"] and ra[4]["tokens"] == rb[4]["tokens"]
             assert ra[4]["time_s"] == pytest.approx(rb[4]["time_s"]) and ra[1] == pytest.approx(rb[1])
-    assert engine_depths(traces, np.array([0, 3, 0, 0, 2, 0])).tolist() == [1, 3, 0, 0, 2, 1]
+    assert engine_gammas(traces, np.array([0, 3, 0, 0, 2, 0])).tolist() == [1, 3, 0, 0, 2, 1]
 
 
 def _size_file(path, level: int, profile: Profile, traces: TraceSet) -> str:
     """A real SB3 size file whose linear actor always picks ``level``."""
-    env = DepthFixedSizeEnv(traces, profile, np.full(traces.count, 4))
+    env = GammaFixedSizeEnv(traces, profile, np.full(traces.count, 4))
     model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0, device="cpu",
                 policy_kwargs={"net_arch": []})
     model.learn(16)
@@ -204,9 +204,9 @@ def _size_file(path, level: int, profile: Profile, traces: TraceSet) -> str:
     return str(path)
 
 
-def _depth_file(path, profile: Profile, traces: TraceSet) -> str:
-    """A real SB3 depth file that always continues."""
-    model = PPO("MlpPolicy", DraftDepthEnv("replay", traces, profile), n_steps=16, batch_size=16, n_epochs=1,
+def _gamma_file(path, profile: Profile, traces: TraceSet) -> str:
+    """A real SB3 γ file that always continues."""
+    model = PPO("MlpPolicy", DraftGammaEnv("replay", traces, profile), n_steps=16, batch_size=16, n_epochs=1,
                 seed=0, device="cpu", policy_kwargs={"net_arch": []})
     model.learn(16)
     with torch.no_grad():
@@ -219,17 +219,17 @@ def _depth_file(path, profile: Profile, traces: TraceSet) -> str:
     return str(path)
 
 
-def _node(depth: str, size: str | None) -> dict:
-    return {"name": "ppo", "depth_path": depth, "trust_pickle": False, "profile": None,
+def _node(gamma: str, size: str | None) -> dict:
+    return {"name": "ppo", "gamma_path": gamma, "trust_pickle": False, "profile": None,
             "allow_profile_mismatch": False, "deterministic": True, "seed": 0, "size_path": size}
 
 
 @pytest.mark.parametrize("level", [LEVELS - 1, 8])
 def test_ppo_size_policy_in_the_engine_verifies_its_budget_and_keeps_greedy_output(pair, tmp_path, level):
-    """Depth: always continue to γ = 4; size: always level ``level`` of 16, so each batch verifies
+    """γ: always continue to γ = 4; size: always level ``level`` of 16, so each batch verifies
     round(level/16 · Σ drafts) tokens; greedy output is the autoregressive one."""
     traces, profile = _batched_traces([[3, 0], [1, 4]]), _profile()
-    policy = make_policy(_node(_depth_file(tmp_path / "d.zip", profile, traces),
+    policy = make_policy(_node(_gamma_file(tmp_path / "d.zip", profile, traces),
                                _size_file(tmp_path / "s.zip", level, profile, traces)), 4)
     engine, requests = _engine(pair), random_requests(4, max_new=12)
     result = engine.run(requests, policy, 2)
@@ -244,24 +244,24 @@ def test_ppo_size_policy_in_the_engine_verifies_its_budget_and_keeps_greedy_outp
 
 def test_size_files_whose_spaces_do_not_match_fail_in_one_line(tmp_path):
     traces, profile = _batched_traces([[3, 0], [1, 4]]), _profile()
-    depth = _depth_file(tmp_path / "d.zip", profile, traces)
+    gamma = _gamma_file(tmp_path / "d.zip", profile, traces)
     with pytest.raises(SpectuneError, match=r"policy\.size_path=.*lacks levels") as err:
-        make_policy(_node(depth, depth), 4)  # a depth file given as the size file
+        make_policy(_node(gamma, gamma), 4)  # a γ file given as the size file
     assert "\n" not in str(err.value)
     size = _size_file(tmp_path / "s.zip", 3, profile, traces)
     for change, match in (({"levels": 9}, r"Discrete\(17\)"), ({"obs_tokens": 10}, "observation shape")):
         annotate_policy_file(size, {**size_extra(profile, 4, {}), **change})
         with pytest.raises(SpectuneError, match=match) as err:
-            make_policy(_node(depth, size), 4)
+            make_policy(_node(gamma, size), 4)
         assert "\n" not in str(err.value)
 
 
-@pytest.mark.slow(reason="trains PPO depth and size policies through python -m policies.train")
+@pytest.mark.slow(reason="trains PPO γ and size policies through python -m policies.train")
 def test_train_cli_at_concurrency_2_writes_a_size_policy_that_policy_ppo_loads(cli, tmp_path, pair):
-    """The whole app on the embedded pair, tiny: 6 prompts at concurrency 2, 256 depth + 256 size steps, 2 rounds,
-    then 64 steps of live fine-tuning of the depth policy."""
+    """The whole app on the embedded pair, tiny: 6 prompts at concurrency 2, 256 γ + 256 size steps, 2 rounds,
+    then 64 steps of live fine-tuning of the γ policy."""
     result = cli("+workload=en", "train.train_prompts=6", "train.heldout_prompts=1", "train.timesteps=256",
-                 "train.eval_every=128", "train.max_depth=4", "train.profile_repeats=1", "workload.max_new_tokens=12",
+                 "train.eval_every=128", "train.max_gamma=4", "train.profile_repeats=1", "workload.max_new_tokens=12",
                  "train.concurrency=2", "train.size_timesteps=256", "train.rounds=2", "train.live_steps=64",
                  run_dir=tmp_path, module="policies.train")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -269,12 +269,12 @@ def test_train_cli_at_concurrency_2_writes_a_size_policy_that_policy_ppo_loads(c
         extra = json.loads(archive.read("spectune.json"))
     assert extra["levels"] == LEVELS and extra["kind"] == "verify-size"
     curves = pd.read_csv(tmp_path / "curves.csv")
-    assert set(curves["policy"]) == {"depth", "size"} and set(curves["round"].astype(str)) == {"1", "2", "live"}
+    assert set(curves["policy"]) == {"gamma", "size"} and set(curves["round"].astype(str)) == {"1", "2", "live"}
     live = curves[curves["round"].astype(str) == "live"]
-    assert len(live) == 1 and live["timesteps"].item() >= 512 + 64  # two depth rounds of 256, then live
+    assert len(live) == 1 and live["timesteps"].item() >= 512 + 64  # two γ rounds of 256, then live
     size = curves[curves["policy"] == "size"]
     assert (size["best_level_tok_s"] >= size[["policy_tok_s", "full_budget_tok_s"]].max(axis=1) - 1e-9).all()
     train = json.loads((tmp_path / "train.json").read_text())
     assert train["size_validation"]["cycles"] >= 1 and train["settings"]["rounds"] == 2
-    policy = make_policy(_node(str(tmp_path / "depth.zip"), str(tmp_path / "size.zip")), 4)
+    policy = make_policy(_node(str(tmp_path / "gamma.zip"), str(tmp_path / "size.zip")), 4)
     assert policy.size is not None and "cum_prob" in policy.signals

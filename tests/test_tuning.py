@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from policies.envs.data import TraceSet
-from policies.envs.replay import replay_depths, replay_scores
+from policies.envs.replay import replay_gammas, replay_scores
 from policies.registry import make_policy
 from policies.train.tuning import GRIDS, tunable, tune
 from spectune.engine import Engine
@@ -16,7 +16,7 @@ from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
 
-DEPTH = 4
+GAMMA = 4
 PROFILE = "tiny-cpu-2core-vm"
 
 
@@ -26,7 +26,7 @@ def traces(pair) -> TraceSet:
     engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler("exact"),
                     device="cpu", seed=5)
     requests = random_requests(4, max_new=14, seed=2)
-    frame = record(engine.session(requests, None, 1, keep_laws=True), requests, DEPTH)
+    frame = record(engine.session(requests, None, 1, keep_laws=True), requests, GAMMA)
     return TraceSet(frame, {"concurrency": 1}, "memory")
 
 
@@ -34,7 +34,7 @@ def test_the_chosen_value_is_the_best_replay_and_scores_what_a_replay_gives(trac
     profile = load_profile(PROFILE)
     nodes = {"confidence": {"name": "confidence", "threshold": 0.4}, "svip": {"name": "svip", "h": 0.3},
              "bandit": {"name": "bandit", "min_gamma": 0, "exploration": 1.0}}
-    tuned, table = tune(nodes, traces, profile, DEPTH)
+    tuned, table = tune(nodes, traces, profile, GAMMA)
     assert tuned["bandit"] == nodes["bandit"]  # no threshold: unchanged, not tried
     assert set(table["policy"]) == {"confidence", "svip"}
     for name in ("confidence", "svip"):
@@ -44,12 +44,12 @@ def test_the_chosen_value_is_the_best_replay_and_scores_what_a_replay_gives(trac
         best = rows.loc[rows["replay_tok_s"].idxmax()]
         assert tuned[name][parameter] == best["value"] and rows["chosen"].sum() == 1
         assert rows.loc[rows["chosen"], "value"].item() == best["value"]
-        depths = replay_depths(make_policy(tuned[name], DEPTH), traces, DEPTH, profile)
-        assert replay_scores(traces, profile, DEPTH, depths)["policy_tok_s"] == pytest.approx(best["replay_tok_s"],
+        gammas = replay_gammas(make_policy(tuned[name], GAMMA), traces, GAMMA, profile)
+        assert replay_scores(traces, profile, GAMMA, gammas)["policy_tok_s"] == pytest.approx(best["replay_tok_s"],
                                                                                               rel=1e-12)
-    # the grids reach far enough to matter: on these traces the extremes give different depths
-    low = replay_depths(make_policy({"name": "confidence", "threshold": 0.001}, DEPTH), traces, DEPTH, profile)
-    high = replay_depths(make_policy({"name": "confidence", "threshold": 0.8}, DEPTH), traces, DEPTH, profile)
+    # the grids reach far enough to matter: on these traces the extremes give different γ
+    low = replay_gammas(make_policy({"name": "confidence", "threshold": 0.001}, GAMMA), traces, GAMMA, profile)
+    high = replay_gammas(make_policy({"name": "confidence", "threshold": 0.8}, GAMMA), traces, GAMMA, profile)
     assert low.mean() > high.mean()
 
 
@@ -62,16 +62,16 @@ def test_step_thresholds_search_is_at_least_the_best_single_threshold_and_scores
     it; the chosen vector is marked once and its score is what a replay of it gives (tiny pair, 4 requests)."""
     profile = load_profile(PROFILE)
     node = {"name": "step-thresholds", "thresholds": [0.4]}
-    tuned, table = tune({"step-thresholds": node}, traces, profile, DEPTH)
+    tuned, table = tune({"step-thresholds": node}, traces, profile, GAMMA)
     chosen = tuned["step-thresholds"]["thresholds"]
-    assert len(chosen) == DEPTH - 1 and table["chosen"].sum() == 1
+    assert len(chosen) == GAMMA - 1 and table["chosen"].sum() == 1
     _, values = GRIDS["step-thresholds"]
     uniform = table[[len(set(v)) == 1 for v in table["value"]]]
     assert len(uniform) == len(values)  # every single threshold tried at every step
     best = table.loc[table["chosen"], "replay_tok_s"].item()
     assert best >= uniform["replay_tok_s"].max() and best == table["replay_tok_s"].max()
-    depths = replay_depths(make_policy(tuned["step-thresholds"], DEPTH), traces, DEPTH, profile)
-    assert replay_scores(traces, profile, DEPTH, depths)["policy_tok_s"] == pytest.approx(best, rel=1e-12)
+    gammas = replay_gammas(make_policy(tuned["step-thresholds"], GAMMA), traces, GAMMA, profile)
+    assert replay_scores(traces, profile, GAMMA, gammas)["policy_tok_s"] == pytest.approx(best, rel=1e-12)
 
 
 def test_step_thresholds_stop_where_a_threshold_is_above_one_and_refuse_bad_values(traces):
@@ -79,9 +79,9 @@ def test_step_thresholds_stop_where_a_threshold_is_above_one_and_refuse_bad_valu
     from spectune.errors import SpectuneError
 
     profile = load_profile(PROFILE)
-    depths = replay_depths(make_policy({"name": "step-thresholds", "thresholds": [0.0, 2.0]}, DEPTH), traces, DEPTH,
+    gammas = replay_gammas(make_policy({"name": "step-thresholds", "thresholds": [0.0, 2.0]}, GAMMA), traces, GAMMA,
                            profile)
-    assert depths.max() == 2
+    assert gammas.max() == 2
     for bad in ([], "0.4", [-0.1], [True]):
         with pytest.raises(SpectuneError, match=r"policy\.thresholds="):
-            make_policy({"name": "step-thresholds", "thresholds": bad}, DEPTH)
+            make_policy({"name": "step-thresholds", "thresholds": bad}, GAMMA)

@@ -47,8 +47,8 @@ def tiny_pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
     return target, perturbed(target, scale=0.3, seed=2)
 
 
-def record_three_requests(pair, depth: int, slots: int):
-    """(engine, requests, traces, outputs): 3 random requests × 14 new tokens at T = 1, seed 5, drafted to ``depth``
+def record_three_requests(pair, gamma: int, slots: int):
+    """(engine, requests, traces, outputs): 3 random requests × 14 new tokens at T = 1, seed 5, drafted to ``gamma``
     every cycle at ``slots`` rows — the recording the one-definition tests replay."""
     from policies.envs.data import TraceSet
     from spectune.engine import Engine
@@ -61,7 +61,7 @@ def record_three_requests(pair, depth: int, slots: int):
                     device="cpu", seed=5)
     requests = random_requests(3, max_new=14, seed=4)
     session = engine.session(requests, None, slots, keep_laws=True)
-    frame = record(session, requests, depth)
+    frame = record(session, requests, gamma)
     outputs = {r.request_id: r.output_ids for r in session.result().requests}
     return engine, requests, TraceSet(frame, {"concurrency": slots}, "memory"), outputs
 

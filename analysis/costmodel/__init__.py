@@ -235,7 +235,7 @@ def mean_profile(profiles: Sequence[Profile]) -> Profile:
 
 
 def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[float]:
-    """P(first i drafts accepted), i = 1..max_depth, over the recorded (cycle, row) pairs of ``task=trace``.
+    """P(first i drafts accepted), i = 1..max_gamma, over the recorded (cycle, row) pairs of ``task=trace``.
 
     ``expected`` averages Π_{j≤i} a_j (a_j = min(1, p/q) of the drafted token: no sampling noise from the
     uniforms); ``realised`` averages the indicator that positions 1..i were all accepted. A pair with fewer
@@ -252,7 +252,7 @@ def joint_from_traces(traces: pd.DataFrame, method: str = "expected") -> list[fl
     joint = value.groupby([frame[k] for k in keys]).cumprod()
     per_position = joint.groupby(frame["position"]).mean().sort_index()
     if list(per_position.index) != list(range(1, len(per_position) + 1)):
-        raise SpectuneError(f"traces positions are {list(per_position.index)}: expected 1..max_depth")
+        raise SpectuneError(f"traces positions are {list(per_position.index)}: expected 1..max_gamma")
     # Pairs cut short can lift a deeper mean a hair above a shallower one; P(first i) cannot rise with i.
     return [float(v) for v in per_position.cummin()]
 
@@ -276,10 +276,10 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
     rows = []
     for gamma in sorted({check_gamma(x) for x in gammas}):
         if gamma > len(joint):
-            raise SpectuneError(f"gamma={gamma} is beyond the traces' max_depth {len(joint)}: trace deeper")
+            raise SpectuneError(f"gamma={gamma} is beyond the traces' max_gamma {len(joint)}: trace deeper")
         if gamma + 1 > profile.max_positions:
             raise SpectuneError(f"gamma={gamma} needs a verification of {gamma + 1} positions but the profile "
-                                f"{profile.label!r} measured up to {profile.max_positions} (task.max_depth)")
+                                f"{profile.label!r} measured up to {profile.max_positions} (task.max_gamma)")
         draft, g, cost = costs.draft(gamma), costs.verify(gamma), costs.cycle(gamma)
         e, e_alpha = float(measured[gamma]), expected_tokens_constant(alpha, gamma)
         rows.append({"gamma": gamma, "batch_size": batch_size, "E": e, "c": c, "c_first": c_first, "draft": draft,
@@ -293,7 +293,7 @@ def fit(profile: Profile | Mapping[str, Any] | str | Path, traces: pd.DataFrame,
         batch_size: int = 1, method: str = "expected") -> pd.DataFrame:
     """The cost model from a profile and traces (never from the runs it predicts): one row per γ.
 
-    ``gammas`` defaults to 1..max_depth of the traces (bounded by the profile's max_positions − 1). Costs at a
+    ``gammas`` defaults to 1..max_gamma of the traces (bounded by the profile's max_positions − 1). Costs at a
     batch size the profile did not measure are interpolated by :class:`spectune.profile.Profile`.
     """
     profile = as_profile(profile)

@@ -9,7 +9,7 @@ template when ``workload.chat_template`` applies (the default for a tokenizer th
 over all positions; its spread over positions and its mean by position index are reported too, because the
 same mean can hide different accepted-length distributions. For a draft that reads the target's features
 (EAGLE-style), α is its first draft step's (the target's features in) and ``alpha_by_draft_step`` gives every
-step up to ``task.feature_depth``: deeper steps read the draft's own predicted features.
+step up to ``task.feature_max_gamma``: deeper steps read the draft's own predicted features.
 
 c is the draft's per-token decode time over the target's (median of KV-cached single-token steps, after a
 warm-up, same tokens for both models) on this machine: the other input of the γ cost model.
@@ -85,16 +85,16 @@ def overlap(target, draft, prompt: list[int], continuation: list[int], params: S
 
 @torch.no_grad()
 def feature_overlap(target, draft, prompt: list[int], continuation: list[int], params: SamplingParams,
-                    vocab: int | None, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    vocab: int | None, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
     """For a draft that reads the target's features: Σ_v min(p, q) at each continuation position for draft steps
-    1..``depth`` ([depth, n]; step 1 reads the target's features, step k the draft's own k − 1 deep, as in a cycle
+    1..``gamma`` ([gamma, n]; step 1 reads the target's features, step k the draft's own k − 1 deep, as in a cycle
     begun k − 1 tokens earlier whose drafts were the continuation's), and the target's features [len, H]."""
     ids = torch.tensor([prompt + continuation[:-1]], device=target.device)
     tap = HiddenTap.on(target)
     p = warp(target(input_ids=ids).logits[0, len(prompt) - 1:, :vocab], params)
     features = tap.last
     entries = ids[:, 1:]
-    steps = unrolled(draft, entries, features[:, :-1], torch.ones_like(entries), depth)
+    steps = unrolled(draft, entries, features[:, :-1], torch.ones_like(entries), gamma)
     span = slice(len(prompt) - 2, None)  # entry j (column j - 1) predicts token j + 1
     laws = [warp(draft.lm_head(h[0, span])[:, :vocab], params) for h in steps]
     return torch.stack([torch.minimum(p, q).sum(-1) for q in laws]).cpu(), features[0]
@@ -148,13 +148,13 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     gen = torch.Generator(device=pair.target.device).manual_seed(wl.seed)
 
     features = reads_features(pair.draft)
-    depth = integer(required(cfg.task, "feature_depth", "task.feature_depth"), "task.feature_depth", lo=1, hi=16) \
-        if features else 1
+    key = "task.feature_max_gamma"
+    gamma = integer(required(cfg.task, "feature_max_gamma", key), key, lo=1, hi=16) if features else 1
 
     def draft_pass(prompt: list[int], cont: list[int]) -> tuple[torch.Tensor, list[float]]:
-        """([depth, n] Σ min(p, q) along ``cont``, the draft's seconds per token)."""
+        """([gamma, n] Σ min(p, q) along ``cont``, the draft's seconds per token)."""
         if features:
-            a, feats = feature_overlap(pair.target, pair.draft, prompt, cont, params, pair.vocab_size, depth)
+            a, feats = feature_overlap(pair.target, pair.draft, prompt, cont, params, pair.vocab_size, gamma)
             return a, time_feature_draft(pair.draft, prompt, cont, feats)
         _, d_times = decode(pair.draft, prompt, len(cont), params, None, forced=cont)
         return overlap(pair.target, pair.draft, prompt, cont, params, vocab=pair.vocab_size).unsqueeze(0), d_times
@@ -172,11 +172,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     for prompt in tqdm(wl.prompts, desc=f"acceptance {wl.name}", unit="prompt"):
         cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos,
                                vocab=pair.vocab_size)
-        by_depth, d_times = draft_pass(prompt.input_ids, cont)
+        by_gamma, d_times = draft_pass(prompt.input_ids, cont)
         target_times += t_times
         draft_times += d_times
-        a = by_depth[0]
-        deeper.append(by_depth)
+        a = by_gamma[0]
+        deeper.append(by_gamma)
         per_position.append(a)
         per_prompt.append(float(a.mean()))
         by_language.setdefault(prompt.language, []).append(a)
@@ -208,7 +208,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "alpha_by_language": {lang: float(torch.cat(v).mean()) for lang, v in sorted(by_language.items())},
         # a draft that reads the target's features sees them only at a cycle's first step: α by draft step
         # (step k: k − 1 of its own predictions deep); an independent draft's α is the same at every step
-        "alpha_by_draft_step": [float(torch.cat([d[k] for d in deeper]).mean()) for k in range(depth)],
+        "alpha_by_draft_step": [float(torch.cat([d[k] for d in deeper]).mean()) for k in range(gamma)],
         "draft_reads_target_features": features,
         "c": d_ms / t_ms,
         "timing": {"target_ms_per_token": t_ms, "draft_ms_per_token": d_ms,

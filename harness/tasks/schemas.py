@@ -84,7 +84,7 @@ class CoverageFile:
 @dataclass
 class TraceTask:
     name: str = MISSING
-    max_depth: int = MISSING
+    max_gamma: int = MISSING
     concurrency: int = MISSING
     warmup: int = MISSING
 
@@ -93,7 +93,7 @@ class TraceTask:
 class ProfileTask:
     name: str = MISSING
     batch_sizes: Any = MISSING  # a batch size or a list of them
-    max_depth: int = MISSING
+    max_gamma: int = MISSING
     repeats: int = MISSING
     warmup: int = MISSING
     label: str | None = MISSING
@@ -102,7 +102,7 @@ class ProfileTask:
 @dataclass
 class AcceptanceTask:
     name: str = MISSING
-    feature_depth: int = MISSING
+    feature_max_gamma: int = MISSING
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """Gymnasium environments for draft-length policies, registered explicitly (:func:`register_envs`, :func:`make_env`).
 
-- ``spectune/DraftDepth-v0``: after each draft step, stop (verify now) or draft one more; at step 0, stop
-  means "don't speculate this cycle". One episode is one cycle of one row (``depth.py``).
+- ``spectune/DraftGamma-v0``: after each draft step, stop (verify now) or draft one more; at step 0, stop
+  means "don't speculate this cycle". One episode is one cycle of one row (``gamma.py``).
 - ``spectune/VerifySize-v0``: after drafting, how many of the batch's drafted tokens go to the target,
   taken across rows by cumulative draft probability (``verify_size.py``).
-- ``spectune/CycleDepth-v0``: the cycle's depth chosen once, before drafting, from what is known then
-  (``cycle_depth.py``; replay only): the per-step depth environment's comparison piece.
+- ``spectune/CycleGamma-v0``: the cycle's γ chosen once, before drafting, from what is known then
+  (``cycle_gamma.py``; replay only): the per-step γ environment's comparison piece.
 
 ``backend="replay"`` replays ``task=trace`` traces with the costs of a hardware profile (fast, for training);
 ``backend="live"`` drives the engine's session on real models with real synchronised time (slow; to
@@ -19,9 +19,9 @@ from typing import Any
 from spectune.errors import SpectuneError
 
 ENV_IDS: dict[str, str] = {
-    "spectune/DraftDepth-v0": "policies.envs.depth:DraftDepthEnv",
+    "spectune/DraftGamma-v0": "policies.envs.gamma:DraftGammaEnv",
     "spectune/VerifySize-v0": "policies.envs.verify_size:VerifySizeEnv",
-    "spectune/CycleDepth-v0": "policies.envs.cycle_depth:CycleDepthEnv",
+    "spectune/CycleGamma-v0": "policies.envs.cycle_gamma:CycleGammaEnv",
 }
 
 

@@ -1,7 +1,7 @@
 """What the replay environments replay: recorded cycles (``traces.parquet``) and cost profiles.
 
 :class:`TraceSet` holds the traces as dense arrays, one entry per recorded (cycle, row), each with
-``max_depth`` draft positions, so that a replay step is a few array lookups. :class:`ProfileSet` gives
+``max_gamma`` draft positions, so that a replay step is a few array lookups. :class:`ProfileSet` gives
 the profile of an episode: one of a set, optionally scaled at random around it, so that a policy can learn
 to condition on the hardware (the observation carries c and g).
 """
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spectune import rundir
+from spectune import names, rundir
 from spectune.engine.policy import DRAFT_SIGNALS
 from spectune.errors import SpectuneError
 from spectune.profile import CycleCosts, Profile, check_profile, load_profile
@@ -31,15 +31,15 @@ class TraceSet:
         if missing:
             raise SpectuneError(f"traces={source} is invalid: missing columns {', '.join(missing)}")
         frame = frame.sort_values(["cycle", "row", "position"], kind="stable")
-        depth = int(frame["position"].max())
+        gamma = int(frame["position"].max())
         sizes = frame.groupby(["cycle", "row"], sort=False).size()
-        if not (sizes == depth).all():
-            raise SpectuneError(f"traces={source} is invalid: every (cycle, row) needs positions 1..{depth}")
+        if not (sizes == gamma).all():
+            raise SpectuneError(f"traces={source} is invalid: every (cycle, row) needs positions 1..{gamma}")
         n = len(sizes)
-        self.source, self.metadata, self.max_depth, self.count = source, metadata or {}, depth, n
+        self.source, self.metadata, self.max_gamma, self.count = source, metadata or {}, gamma, n
 
         def grid(col: str, dtype=np.float64) -> np.ndarray:
-            return frame[col].to_numpy(dtype=dtype).reshape(n, depth)
+            return frame[col].to_numpy(dtype=dtype).reshape(n, gamma)
 
         self.signals = np.stack([grid(s) for s in DRAFT_SIGNALS], axis=-1)  # [N, D, 4]
         self.accepted = grid("accepted", bool)
@@ -52,7 +52,7 @@ class TraceSet:
         # slot and request of each entry: what a policy replayed cycle by cycle (policies.envs.replay) is told
         self.row = first.index.get_level_values(1).to_numpy()
         self.request_id = first["request_id"].to_numpy(int) if "request_id" in first else np.full(n, -1)
-        # Realised accepted at depth k = min(k, leading accepted); expected = Σ_{i≤k} Π_{j≤i} a_j.
+        # Realised accepted at γ = k = min(k, leading accepted); expected = Σ_{i≤k} Π_{j≤i} a_j.
         self.leading = np.cumprod(self.accepted, axis=1).sum(1)
         self.expected = np.concatenate([np.zeros((n, 1)), np.cumsum(np.cumprod(self.accept_prob, 1), 1)], 1)
         # cycle -> entries of that cycle (the rows of one batch), for the verification-budget environment
@@ -63,11 +63,11 @@ class TraceSet:
     def load(cls, path: str | Path | None) -> TraceSet:
         return cls(*read_traces(path), str(path))
 
-    def accepted_at(self, entry: int, depth: int, expected: bool = False) -> float:
-        """Accepted drafts of entry ``entry`` had it stopped at ``depth`` (realised, or the expectation)."""
+    def accepted_at(self, entry: int, gamma: int, expected: bool = False) -> float:
+        """Accepted drafts of entry ``entry`` had it stopped at ``gamma`` (realised, or the expectation)."""
         if expected:
-            return float(self.expected[entry, depth])
-        return float(min(depth, self.leading[entry]))
+            return float(self.expected[entry, gamma])
+        return float(min(gamma, self.leading[entry]))
 
 
 def read_traces(path: str | Path | None) -> tuple[pd.DataFrame, dict]:
@@ -77,7 +77,7 @@ def read_traces(path: str | Path | None) -> tuple[pd.DataFrame, dict]:
         raise SpectuneError(f"traces={None if path is None else str(path)!r} is not found: give the traces.parquet "
                             "that task=trace wrote")
     try:
-        frame = pd.read_parquet(path)
+        frame = names.upgrade_frame(pd.read_parquet(path))  # traces written before: max_depth -> max_gamma
     except Exception as err:  # pyarrow raises several types for a damaged file
         raise SpectuneError(f"traces={path} is invalid: cannot read it as Parquet ({type(err).__name__})") from None
     return frame, rundir.TRACES_METADATA.read_if_present(Path(path).parent, {})
@@ -134,26 +134,26 @@ def check_backend(backend: str) -> str:
     return backend
 
 
-LIVE_DEPTH_LIMIT = 12  # the depth ceiling of a live environment (no traces bound it)
+LIVE_GAMMA_LIMIT = 12  # the γ ceiling of a live environment (no traces bound it)
 
 
 def attach_source(env: Any, backend: str, traces: Any, profile: Any, profile_jitter: float,
                   allow_profile_mismatch: bool, engine: Any, requests: list | None, concurrency: int,
                   live_time: str) -> tuple[int, int]:
     """Give ``env`` what both environments step through: the traces (replay) or the engine and requests (live),
-    and the profile set. Returns (default depth: the traces' max_depth or the live limit, the largest depth
+    and the profile set. Returns (default γ: the traces' max_gamma or the live limit, the largest γ
     allowed: that and the profiles' max_positions - 1)."""
     if profile is None:
         raise SpectuneError("profile is missing: give a profile.json (task=profile) or a shipped profile name")
     if backend == "replay":
         env.traces = traces if isinstance(traces, TraceSet) else TraceSet.load(traces)
-        limit = env.traces.max_depth
+        limit = env.traces.max_gamma
     else:
         if engine is None or not requests:
             raise SpectuneError("backend='live' needs engine= and requests= (the models to drive)")
         if live_time not in ("measured", "profile"):
             raise SpectuneError(f"live_time={live_time!r} is unknown: choose measured or profile")
-        env.traces, limit = None, LIVE_DEPTH_LIMIT
+        env.traces, limit = None, LIVE_GAMMA_LIMIT
         env.engine, env.requests, env.concurrency, env.live_time = engine, list(requests), int(concurrency), live_time
         env._session = None
     env.profiles = ProfileSet(profile, profile_jitter, env.traces, allow_profile_mismatch)

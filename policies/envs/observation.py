@@ -1,6 +1,6 @@
 """The observations of the environments and of the PPO policies inside the engine — their one definition.
 
-Each observation kind has one builder here (:class:`Observation`): :data:`DEPTH` (per draft step) and :data:`CYCLE`
+Each observation kind has one builder here (:class:`Observation`): :data:`GAMMA` (per draft step) and :data:`CYCLE`
 (once per cycle, before drafting). Its sources only hand it what they hold: the environments and the replay a trace
 row (:meth:`Observation.from_trace`), the live policies the engine's :class:`DraftStep` and their own history
 (:meth:`Observation.from_step`, or :meth:`Observation.constants` and :meth:`Observation.build` with cached
@@ -8,10 +8,10 @@ columns). What each field means is written once, in :data:`STEP_FEATURES`, :data
 :data:`BEFORE_DRAFTING`, so adding a feature is one edit in this module (:data:`VERSION` changes only with a
 field's meaning).
 
-**Depth** (``spectune/DraftDepth-v0``, :class:`policies.ppo.PPODepth`): the raw values of :data:`OBS_FIELDS`
-(any subset, in a policy file's order) become the vector with :func:`scale_depth` — divided by :data:`SCALE` in
+**γ** (``spectune/DraftGamma-v0``, :class:`policies.ppo.PPOGamma`): the raw values of :data:`OBS_FIELDS`
+(any subset, in a policy file's order) become the vector with :func:`scale_gamma` — divided by :data:`SCALE` in
 float64, then float32 — whether they come from a recorded cycle, the live session or a :class:`DraftStep` inside
-the engine. :func:`depth_observation` is the same by name. The fields, in order:
+the engine. :func:`gamma_observation` is the same by name. The fields, in order:
 
 ====  =====================  ==========================================================================
 idx   name                   value (scaling)
@@ -30,8 +30,8 @@ idx   name                   value (scaling)
 
 Indices 0–3 are :data:`spectune.engine.policy.DRAFT_SIGNALS` (same names, same order).
 
-**Cycle** (``spectune/CycleDepth-v0``, :class:`policies.ppo_cycle.PPOCycle`): the depth is chosen once, before
-drafting, so the observation holds only what is known then: :data:`CYCLE_FIELDS`, the depth observation's
+**Cycle** (``spectune/CycleGamma-v0``, :class:`policies.ppo_cycle.PPOCycle`): the γ is chosen once, before
+drafting, so the observation holds only what is known then: :data:`CYCLE_FIELDS`, the γ observation's
 fields 5–9 with their values at step 0 (g is g(1, b)), scaled alike (:func:`cycle_observation`).
 
 A policy file names its observation in ``spectune.json`` (:meth:`Observation.schema`: kind, version, features);
@@ -67,7 +67,7 @@ def scales(fields: tuple[str, ...] = OBS_FIELDS) -> np.ndarray:
     return np.array([SCALE.get(name, 1.0) for name in fields], dtype=np.float64)
 
 
-def scale_depth(raw: np.ndarray, fields: tuple[str, ...] = OBS_FIELDS, out: np.ndarray | None = None) -> np.ndarray:
+def scale_gamma(raw: np.ndarray, fields: tuple[str, ...] = OBS_FIELDS, out: np.ndarray | None = None) -> np.ndarray:
     """The observation from raw values [..., F] of ``fields``: divided by their scales in float64, then float32
     (into ``out`` when given)."""
     scaled = np.asarray(raw, dtype=np.float64) / scales(fields)
@@ -78,7 +78,7 @@ def scale_depth(raw: np.ndarray, fields: tuple[str, ...] = OBS_FIELDS, out: np.n
 
 
 def scale_rows(columns: Sequence[Sequence[float]], divisors: Sequence[float]) -> np.ndarray:
-    """:func:`scale_depth` for values given column by column as Python numbers ([F] columns of [B] each, the
+    """:func:`scale_gamma` for values given column by column as Python numbers ([F] columns of [B] each, the
     divisors of :func:`scales` as floats): the same float64 division and float32 result, bit for bit, in one array
     construction. The engine-side policies use it: their decisions run between forwards, on caches the models have
     just evicted, where every numpy call costs tens of µs."""
@@ -92,9 +92,9 @@ def _g_of_one_more(drafted: int, batch: int, costs: CycleCosts) -> float:
     """g of verifying one more position than the ``drafted`` drafts so far, capped at the profile's deepest.
 
     :meth:`CycleCosts.g` (k) is the verification of k drafts (k + 1 positions) over one position. The environment
-    counts its drafts as ``depth`` (after k draft steps, depth = k) and used g(depth + 1); the engine's
+    counts its drafts as ``gamma`` (after k draft steps, γ = k) and used g(γ + 1); the engine's
     :class:`DraftStep` is 0-based (after ``step`` s, s + 1 drafts exist) and used g(step + 2). Both are g(drafted + 1):
-    the same quantity, ``drafted = depth = step + 1``. Sources give ``drafted``; only this function adds the 1."""
+    the same quantity, ``drafted = gamma = step + 1``. Sources give ``drafted``; only this function adds the 1."""
     return costs.g(min(drafted + 1, len(costs.t_verify) - 1))
 
 
@@ -147,7 +147,7 @@ class Observation:
     def build(self, constants: Mapping[str, float], rows: int, column: Column) -> np.ndarray:
         """[rows, F] float32: the scaled observation from the step's ``constants`` and ``column(name)`` for the
         per-row fields (signals, context, recent acceptance), by :func:`scale_rows` (bit for bit
-        :func:`scale_depth`)."""
+        :func:`scale_gamma`)."""
         return scale_rows([(constants[name],) * rows if name in constants else column(name)
                            for name in self.features], self.divisors)
 
@@ -203,17 +203,17 @@ def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> O
     return builder.of(features)
 
 
-DEPTH = Observation("depth", OBS_FIELDS, drafts=True, exact=False)
+GAMMA = Observation("gamma", OBS_FIELDS, drafts=True, exact=False)
 # What files that name no features observe: every field there was when files began to name them. Fields added
 # since then are named by every file that uses them.
-UNNAMED: dict[str, tuple[str, ...]] = {"depth": ("token_prob", "entropy", "margin", "cum_prob", "position",
+UNNAMED: dict[str, tuple[str, ...]] = {"gamma": ("token_prob", "entropy", "margin", "cum_prob", "position",
                                                  "context_length", "batch_size", "recent_acceptance", "c", "g")}
 
 
-def depth_observation(fields: tuple[str, ...] = OBS_FIELDS, **values: Any) -> np.ndarray:
-    """:func:`scale_depth` by name (tests; the sources call :data:`DEPTH`): ``values`` holds a raw value per field
+def gamma_observation(fields: tuple[str, ...] = OBS_FIELDS, **values: Any) -> np.ndarray:
+    """:func:`scale_gamma` by name (tests; the sources call :data:`GAMMA`): ``values`` holds a raw value per field
     of ``fields``, scalars for one row (→ [F]) or arrays [B] for many (→ [B, F])."""
-    return scale_depth(np.stack(np.broadcast_arrays(*[np.asarray(values[f], dtype=np.float64) for f in fields]),
+    return scale_gamma(np.stack(np.broadcast_arrays(*[np.asarray(values[f], dtype=np.float64) for f in fields]),
                                 axis=-1), fields)
 
 
@@ -226,21 +226,21 @@ UNNAMED["cycle"] = CYCLE_FIELDS
 
 def cycle_observation(**values: Any) -> np.ndarray:
     """The cycle observation from its raw values by name (tests; the sources call :data:`CYCLE`), scaled by
-    :func:`scale_depth`'s scales; one row (scalars → [F]) or many (arrays [B] → [B, F])."""
-    return depth_observation(CYCLE_FIELDS, **values)
+    :func:`scale_gamma`'s scales; one row (scalars → [F]) or many (arrays [B] → [B, F])."""
+    return gamma_observation(CYCLE_FIELDS, **values)
 
 
 # -- the size observation and cut ---------------------------------------------------------------------------
-def size_observation(cum: np.ndarray, depths: np.ndarray, batch: int, c: float, g: float,
+def size_observation(cum: np.ndarray, gammas: np.ndarray, batch: int, c: float, g: float,
                      obs_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """The size policy's observation (``spectune/VerifySize-v0``, :class:`policies.ppo_size.PPOSize`) and the drafted
     tokens' order (flat indices into ``cum`` [B, D]): the cumulative draft probabilities of the drafted tokens in
     decreasing order (``obs_tokens``, zero padded), then batch size / 32, c(B), g(D, B).
 
-    Only drafted positions (j < depths[b]) count; ties go to earlier rows, then earlier positions (a stable
+    Only drafted positions (j < gammas[b]) count; ties go to earlier rows, then earlier positions (a stable
     sort), so since cumulative probabilities never grow along a chain each row's kept tokens are a prefix."""
     width = cum.shape[1] if cum.ndim == 2 else 0
-    drafted = (np.arange(width)[None, :] < np.asarray(depths)[:, None]).ravel()
+    drafted = (np.arange(width)[None, :] < np.asarray(gammas)[:, None]).ravel()
     flat = np.asarray(cum, dtype=np.float64).reshape(-1)
     candidates = np.flatnonzero(drafted)
     order = candidates[np.argsort(-flat[candidates], kind="stable")]
@@ -251,11 +251,11 @@ def size_observation(cum: np.ndarray, depths: np.ndarray, batch: int, c: float, 
     return obs, order
 
 
-def size_cut(order: np.ndarray, action: int, levels: int, depths: np.ndarray, width: int) -> np.ndarray:
-    """Per-row kept lengths for budget level ``action``: the first round(a / (levels−1) · Σ depths) of ``order``
+def size_cut(order: np.ndarray, action: int, levels: int, gammas: np.ndarray, width: int) -> np.ndarray:
+    """Per-row kept lengths for budget level ``action``: the first round(a / (levels−1) · Σ γ) of ``order``
     (flat indices into a [B, width] grid)."""
-    depths = np.asarray(depths, dtype=int)
-    budget = round(int(action) / (levels - 1) * int(depths.sum()))
-    keep = np.zeros(len(depths) * width, dtype=int)
+    gammas = np.asarray(gammas, dtype=int)
+    budget = round(int(action) / (levels - 1) * int(gammas.sum()))
+    keep = np.zeros(len(gammas) * width, dtype=int)
     keep[order[:budget]] = 1
-    return keep.reshape(len(depths), width).sum(1)
+    return keep.reshape(len(gammas), width).sum(1)

@@ -1,13 +1,13 @@
 """``spectune/VerifySize-v0``: the verification budget of a batch (LTD's size policy, for a forest of chains).
 
-One episode is one recorded batched cycle, drafted to ``draft_depth`` on every row, and one decision
+One episode is one recorded batched cycle, drafted to ``draft_gamma`` on every row, and one decision
 (a contextual bandit, as LTD's size environment): how many of the batch's B·D drafted tokens go to the
 target. Action a ∈ 0..levels−1 means a budget of round(a / (levels−1) · B·D) tokens, taken across rows in
 order of cumulative draft probability; since that probability never grows along a chain, each row keeps a
 prefix of its chain (the cut depends on the draft alone, so exactness is untouched). Verification is
 padded: it costs what the profile says for the longest kept prefix + 1 positions at batch B.
 
-``backend="live"`` drafts ``draft_depth`` tokens on every row of the engine's session, cuts each row's
+``backend="live"`` drafts ``draft_gamma`` tokens on every row of the engine's session, cuts each row's
 chain to the same budget rule (``Session.cut``) and verifies for real; time is the cycle's synchronised time
 (``live_time="profile"``: the profile's cost of that shape, deterministic).
 
@@ -35,28 +35,28 @@ class VerifySizeEnv(gym.Env):
 
     Args:
         backend: ``"replay"`` or ``"live"``.
-        traces, profile, profile_jitter, allow_profile_mismatch: as for ``spectune/DraftDepth-v0``.
+        traces, profile, profile_jitter, allow_profile_mismatch: as for ``spectune/DraftGamma-v0``.
         engine, requests, concurrency, live_time: the live backend's engine, requests, batch and time source.
-        draft_depth: drafts per row before the decision (default: the traces' max_depth).
+        draft_gamma: drafts per row before the decision (default: the traces' max_gamma).
         levels: number of budget levels (actions), 0 .. B·D tokens.
         obs_tokens: how many of the sorted cumulative probabilities the observation carries.
     """
 
     metadata: ClassVar[dict] = {"render_modes": []}
 
-    def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, draft_depth: int | None = None,
+    def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, draft_gamma: int | None = None,
                  levels: int = 17, obs_tokens: int = 64, profile_jitter: float = 0.0,
                  allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
                  concurrency: int = 4, live_time: str = "measured") -> None:
         self.backend = check_backend(backend)
         limit, ceiling = attach_source(self, backend, traces, profile, profile_jitter, allow_profile_mismatch,
                                        engine, requests, concurrency, live_time)
-        depth = limit if draft_depth is None else int(draft_depth)
-        if not 1 <= depth <= ceiling:
-            raise SpectuneError(f"draft_depth={draft_depth!r} is out of range: must be in 1..{ceiling}")
+        gamma = limit if draft_gamma is None else int(draft_gamma)
+        if not 1 <= gamma <= ceiling:
+            raise SpectuneError(f"draft_gamma={draft_gamma!r} is out of range: must be in 1..{ceiling}")
         if levels < 2:
             raise SpectuneError(f"levels={levels!r} is out of range: must be >= 2")
-        self.depth, self.levels, self.obs_tokens = depth, int(levels), int(obs_tokens)
+        self.gamma, self.levels, self.obs_tokens = gamma, int(levels), int(obs_tokens)
         self.action_space = gym.spaces.Discrete(self.levels)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(self.obs_tokens + 3,), dtype=np.float32)
         self._rate = RunningRate()
@@ -68,23 +68,23 @@ class VerifySizeEnv(gym.Env):
         if self.backend == "replay":
             t = self.traces
             self._slice = t.cycle_slices[int(self.np_random.integers(len(t.cycle_slices)))]
-            cum = t.signals[self._slice, : self.depth, 3]  # [B, D] cumulative draft probabilities
+            cum = t.signals[self._slice, : self.gamma, 3]  # [B, D] cumulative draft probabilities
         else:
             cum = self._live_draft(seed is not None)
         self._batch = cum.shape[0]
         self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
-        self._depths = np.full(self._batch, self.depth)
-        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._costs.c,
-                                                  self._costs.g(self.depth), self.obs_tokens)
+        self._gammas = np.full(self._batch, self.gamma)
+        self._obs, self._order = size_observation(cum, self._gammas, self._batch, self._costs.c,
+                                                  self._costs.g(self.gamma), self.obs_tokens)
         return self._obs.copy(), {}
 
     def cut(self, action: int) -> np.ndarray:
         """Per-row kept prefix lengths for ``action``."""
-        return size_cut(self._order, action, self.levels, self._depths, self.depth)
+        return size_cut(self._order, action, self.levels, self._gammas, self.gamma)
 
     def step(self, action):
         kept = self.cut(action)
-        time_s = self._costs.cycle_s(self.depth, int(kept.max()))
+        time_s = self._costs.cycle_s(self.gamma, int(kept.max()))
         info = {}
         if self.backend == "replay":
             leading = self.traces.leading[self._slice]
@@ -94,7 +94,7 @@ class VerifySizeEnv(gym.Env):
             for i, row in enumerate(self._rows):
                 full[row] = int(kept[i])
             self._session.cut(full)
-            outcome = self._session.verify(self.depth)
+            outcome = self._session.verify(self.gamma)
             tokens = float(sum(outcome.emitted.values()))
             if self.live_time == "measured":
                 time_s = outcome.cycle_s
@@ -105,7 +105,7 @@ class VerifySizeEnv(gym.Env):
                                                               "time_s": time_s, "synthetic": self.synthetic, **info}
 
     def _live_draft(self, restart: bool) -> np.ndarray:
-        """Open the next cycle of the live session and draft ``depth`` tokens on every row; [B, D] cum_prob."""
+        """Open the next cycle of the live session and draft ``gamma`` tokens on every row; [B, D] cum_prob."""
         if self._session is not None and self._session.cycle is not None:
             self._session.verify()  # an abandoned episode: finish its cycle
         if restart or self._session is None:
@@ -116,5 +116,5 @@ class VerifySizeEnv(gym.Env):
             if self._session.begin_cycle():
                 break
         self._rows = self._session.cycle.rows
-        steps = [self._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(self.depth)]
+        steps = [self._session.draft_step(frozenset({"cum_prob"}))["cum_prob"] for _ in range(self.gamma)]
         return torch.stack(steps, 1)[self._rows].double().numpy()

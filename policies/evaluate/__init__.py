@@ -5,26 +5,26 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 
 1. Split the workload's seeded shuffle: the first ``train.train_prompts`` train, the next
    ``train.heldout_prompts`` are held out (the split ``policies.train`` uses). An empty split is an error.
-2. Grid search on the training prompts over **every** γ in 0..``train.max_depth`` (γ = 0 is autoregressive
+2. Grid search on the training prompts over **every** γ in 0..``train.max_gamma`` (γ = 0 is autoregressive
    decoding): the best by decode throughput (the comparison's primary metric) is the baseline (``grid.parquet``,
    ``grid_c<N>.csv``).
 3. Learned policies: from ``evaluate.policies_from`` (a ``policies.train`` run directory, or an earlier
    evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
    (``train/c<N>/``: traces of the training prompts, the measured cost profile — with ``evaluate.calibrate``
-   scaled so that replay matches the grid's live throughput (``policies.train.calibrate``) — the PPO depth policy
+   scaled so that replay matches the grid's live throughput (``policies.train.calibrate``) — the PPO γ policy
    (and size policy at concurrency > 1), the cycle policy when ``train.cycle_timesteps`` > 0 (``ppo-cycle``, not in
    the default list: the comparison piece for ``ppo``), and the acceptance classifier fitted on the same traces).
    With ``evaluate.tune`` (default) the threshold baselines get the same budget: each threshold is chosen in
    replay on those training traces with that profile (``policies.train.tuning``; every value tried in ``tuning.csv``).
-4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_depth``),
+4. Held-out, live: AR, the best fixed γ and every policy of ``evaluate.policies`` (ceiling ``train.max_gamma``),
    ``evaluate.repeats`` paired repeats in rotated order, the same keyed random streams for every method. With
-   ``evaluate.hindsight`` every other fixed γ in 1..max_depth runs too: the hindsight-fixed ceiling. With
+   ``evaluate.hindsight`` every other fixed γ in 1..max_gamma runs too: the hindsight-fixed ceiling. With
    ``evaluate.noise_floor`` AR runs twice (the "ar (A/A)" row against AR is the measured noise floor). With
    ``evaluate.block_prompts`` (grid and held-out runs) every method runs on a block of prompts before the next
    block starts (:mod:`spectune.measure.interleave`), so that a drifting machine's drift falls on every method alike.
-5. The oracle: the held-out prompts traced at ``train.max_depth``, replayed with the (calibrated) profile: the
+5. The oracle: the held-out prompts traced at ``train.max_gamma``, replayed with the (calibrated) profile: the
    hindsight bound and each policy's replay score on the same cycles (``policies.envs.replay``). ``replay_*`` and
-   ``oracle_*`` columns compare with the best fixed depth *in hindsight on those traces*, not the grid's γ.
+   ``oracle_*`` columns compare with the best fixed γ *in hindsight on those traces*, not the grid's γ.
 6. ``comparison.parquet`` (columns: ``analysis.policy_table.COLUMNS``), ``comparison.md`` (the printed table),
    held-out ``requests.parquet``/``cycles.parquet``, ``metadata.json``. Results are rewritten after every step.
 """
@@ -70,7 +70,7 @@ class EvaluateSettings:
     grid_repeats: int
     warmup: int
     policies_from: str | None
-    max_depth: int
+    max_gamma: int
     train_prompts: int
     heldout_prompts: int
     params: dict[str, dict[str, Any]]
@@ -114,7 +114,7 @@ class EvaluateSettings:
         settings = cls(tuple(names), tuple(conc), repeats_option(e.repeats),
                        integer(e.grid_repeats, "evaluate.grid_repeats", lo=1), integer(e.warmup, "evaluate.warmup",
                                                                                      lo=0),
-                       e.policies_from, integer(train.max_depth, "train.max_depth", lo=1),
+                       e.policies_from, integer(train.max_gamma, "train.max_gamma", lo=1),
                        integer(train.train_prompts, "train.train_prompts", lo=1),
                        integer(train.heldout_prompts, "train.heldout_prompts", lo=0), params, e.calibrate, e.tune,
                        e.hindsight, block, e.noise_floor, design_option(e.design, "evaluate.design", block, None))
@@ -122,13 +122,13 @@ class EvaluateSettings:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
             raise SpectuneError(f"evaluate.policies_from={settings.policies_from!r} is not found: give the run "
-                                "directory of python -m policies.train (with depth.zip)")
+                                "directory of python -m policies.train (with gamma.zip)")
         if "ppo-cycle" in names and not settings.policies_from and not train.cycle_timesteps:
             raise SpectuneError("evaluate.policies contains 'ppo-cycle': set train.cycle_timesteps > 0 so that the "
                                 "training stage writes its cycle.zip (or give evaluate.policies_from with one)")
         for name in names:  # parameters checked before any model loads (learned policies' files come later)
             if name not in LEARNED:
-                make_policy(policy_node(name, params.get(name)), settings.max_depth)
+                make_policy(policy_node(name, params.get(name)), settings.max_gamma)
         return settings
 
 
@@ -141,12 +141,12 @@ def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -
 # -- learned policies -------------------------------------------------------------------------------------
 def _trained(cfg: DictConfig, settings: EvaluateSettings, run_dir: Path, concurrency: int,
              heldout_ids: set[str], grid_csv: Path | None) -> Path:
-    """The directory with depth.zip, traces and profile for ``concurrency``: given or trained here."""
+    """The directory with gamma.zip, traces and profile for ``concurrency``: given or trained here."""
     if settings.policies_from:
         base = Path(settings.policies_from)
-        found = base / f"c{concurrency}" if rundir.DEPTH_POLICY.exists(base / f"c{concurrency}") else base
-        if not rundir.DEPTH_POLICY.exists(found):
-            raise SpectuneError(f"evaluate.policies_from={str(base)!r} is invalid: no depth.zip there (nor in "
+        found = base / f"c{concurrency}" if rundir.GAMMA_POLICY.exists(base / f"c{concurrency}") else base
+        if not rundir.GAMMA_POLICY.exists(found):
+            raise SpectuneError(f"evaluate.policies_from={str(base)!r} is invalid: no gamma.zip there (nor in "
                                 f"c{concurrency}/)")
         trained = _train_ids(found)
         overlap = sorted(trained & heldout_ids)
@@ -199,7 +199,7 @@ def _tuned(methods: list[tuple[str, int, dict]], settings: EvaluateSettings, lea
     if not candidates:
         return methods, pd.DataFrame()
     log.info("tuning %s on the training traces (replay, the learned policies' profile)", ", ".join(candidates))
-    tuned, table = tune(candidates, _training_traces(learned), learned_profile(learned), settings.max_depth)
+    tuned, table = tune(candidates, _training_traces(learned), learned_profile(learned), settings.max_gamma)
     return [(label, gamma, tuned.get(label, node)) for label, gamma, node in methods], \
         table.assign(concurrency=concurrency)
 
@@ -216,12 +216,12 @@ def _classifier(directory: Path, seed: int) -> Path:
 def learned_files(name: str, learned: Path | None, concurrency: int) -> dict[str, str]:
     """The policy files ``name`` reads from the learned policies' directory (none for the other policies)."""
     if name == "ppo":
-        files = {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
+        files = {"gamma_path": str(rundir.GAMMA_POLICY.found(learned))}
         if concurrency > 1 and rundir.SIZE_POLICY.exists(learned):  # LTD's size policy, batches only
             files["size_path"] = str(rundir.SIZE_POLICY.path(learned))
         return files
-    if name == "ppo-distilled":  # the thresholds travel inside depth.zip
-        return {"depth_path": str(rundir.DEPTH_POLICY.path(learned))}
+    if name == "ppo-distilled":  # the thresholds travel inside gamma.zip
+        return {"gamma_path": str(rundir.GAMMA_POLICY.found(learned))}
     if name == "ppo-cycle":
         if not rundir.CYCLE_POLICY.exists(learned):
             raise SpectuneError(f"evaluate.policies contains 'ppo-cycle' but {learned} holds no cycle.zip: "
@@ -258,10 +258,10 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
                  seed: int) -> tuple[int, pd.DataFrame]:
-    """Every γ in 0..max_depth on the training prompts: the best by pooled decode throughput (ties: smaller γ)."""
-    methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_depth + 1)]
+    """Every γ in 0..max_gamma on the training prompts: the best by pooled decode throughput (ties: smaller γ)."""
+    methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_gamma + 1)]
     log.info("grid search on %d training prompts, concurrency %d: γ = 0..%d, %d repeat(s)", len(train), concurrency,
-             settings.max_depth, settings.grid_repeats)
+             settings.max_gamma, settings.grid_repeats)
     block = settings.block_for(concurrency)
     grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context, block)
     summaries, _ = aggregate(grid, seed=seed, unit_size=unit_size_of(concurrency, block))
@@ -281,22 +281,22 @@ def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurren
     return int(best["gamma"]), frame
 
 
-def _replay(engine: Any, heldout: list, concurrency: int, max_depth: int, profile: Any, policies: dict[str, Any],
+def _replay(engine: Any, heldout: list, concurrency: int, max_gamma: int, profile: Any, policies: dict[str, Any],
             run_dir: Path) -> dict[str, dict[str, float]]:
     """Trace the held-out prompts and replay every policy and the oracle on them with ``profile``."""
     from policies.envs.data import TraceSet
-    from policies.envs.replay import ORACLE_KEYS, replay_depths, replay_scores
+    from policies.envs.replay import ORACLE_KEYS, replay_gammas, replay_scores
     from spectune.engine.traces import record
 
-    frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_depth)
+    frame = record(engine.session(heldout, None, concurrency, keep_laws=True), heldout, max_gamma)
     rundir.HELDOUT_TRACES.named(concurrency=concurrency).write(run_dir, frame)
     traces = TraceSet(frame, {}, "held-out traces")
     out: dict[str, dict[str, float]] = {}
     oracles: dict[str, float] | None = None  # they depend on the traces and costs only: computed once
     for label, policy in policies.items():
-        depths = np.zeros(traces.count, dtype=int) if policy is None else replay_depths(policy, traces, max_depth,
+        gammas = np.zeros(traces.count, dtype=int) if policy is None else replay_gammas(policy, traces, max_gamma,
                                                                                           profile)
-        scores = replay_scores(traces, profile, max_depth, depths, rate="request",  # as the live decode tok/s
+        scores = replay_scores(traces, profile, max_gamma, gammas, rate="request",  # as the live decode tok/s
                                oracles=oracles is None)
         if oracles is None:
             oracles = {key: scores[key] for key in ORACLE_KEYS}
@@ -313,7 +313,7 @@ def _task_lines(table: pd.DataFrame) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from policies.train.ppo import split_requests
-    from spectune.measure import check_depth, requests_of
+    from spectune.measure import check_gamma, requests_of
     from workloads.setup import open_setup
 
     if not cfg.get("workload"):
@@ -324,7 +324,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     setup = open_setup(cfg, "evaluate")
     train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
                                     settings.train_prompts, settings.heldout_prompts)
-    check_depth(train + heldout, settings.max_depth, setup.max_context)
+    check_gamma(train + heldout, settings.max_gamma, setup.max_context)
     language = str(cfg.workload.get("language") or setup.workload.name)
     heldout_ids = {r.prompt_id for r in heldout}
     metadata = {**setup.metadata, "task": "evaluate", "settings": asdict(settings),
@@ -368,7 +368,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         labels = {AR: AR, best_label: BEST_FIXED}
         fixed = {AR: 0, best_label: best}
         if settings.hindsight:  # every other fixed γ too: the best of them on these prompts is the ceiling
-            for gamma in range(1, settings.max_depth + 1):
+            for gamma in range(1, settings.max_gamma + 1):
                 if gamma != best:
                     label = f"fixed:gamma={gamma}"
                     methods.append((label, gamma, {"name": FIXED}))
@@ -378,7 +378,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             if name == "acceptance-classifier":
                 files = {"weights_path": str(_classifier(learned, seed))}
             node = policy_node(name, settings.params.get(name), **files)
-            methods.append((name, settings.max_depth, node))
+            methods.append((name, settings.max_gamma, node))
             labels[name] = name
         if settings.tune and learned is not None:
             methods, table = _tuned(methods, settings, learned, concurrency)
@@ -404,7 +404,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         replay = None
         if learned is not None:  # the oracle needs the profile the learned policies were trained with
             nodes = {label: (make_policy(node, gamma) if gamma else None) for label, gamma, node in methods}
-            replay = _replay(setup.engine, heldout, concurrency, settings.max_depth, learned_profile(learned), nodes,
+            replay = _replay(setup.engine, heldout, concurrency, settings.max_gamma, learned_profile(learned), nodes,
                              run_dir)
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
                                 concurrency=concurrency, best_gamma=best, replay=replay, fixed=fixed,

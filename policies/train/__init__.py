@@ -1,7 +1,7 @@
 """Training the learned draft-length policies in replay: ``python -m policies.train`` (``__main__``).
 
-pipeline (the stages in order: traces → profile → depth policy → size rounds → live fine-tuning), ppo (the PPO
-model, its files, the evaluation callback, the depth policy in training), size (the verification-size rounds), live
+pipeline (the stages in order: traces → profile → γ policy → size rounds → live fine-tuning), ppo (the PPO
+model, its files, the evaluation callback, the γ policy in training), size (the verification-size rounds), live
 (live fine-tuning), calibrate (a profile to the grid), tuning (the rules' parameters in replay), fit_classifier
 (``python -m policies.train.fit_classifier``).
 """

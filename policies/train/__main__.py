@@ -1,7 +1,7 @@
-"""`python -m policies.train +workload=it`: train the PPO depth policy (and, at concurrency > 1, the
+"""`python -m policies.train +workload=it`: train the PPO γ policy (and, at concurrency > 1, the
 verification-size policy) in replay, into the Hydra run directory.
 
-The stages (traces → profile → depth policy → size rounds → live fine-tuning) and what each writes are
+The stages (traces → profile → γ policy → size rounds → live fine-tuning) and what each writes are
 :mod:`policies.train.pipeline`'s; this module is their command line (``conf/train.yaml``).
 """
 

@@ -1,4 +1,4 @@
-"""The training pipeline as a library function: the PPO depth policy trained in replay, as Learning to Draft
+"""The training pipeline as a library function: the PPO γ policy trained in replay, as Learning to Draft
 does live. ``python -m policies.train`` runs it as a Hydra application; ``policies.evaluate`` calls it for the
 policies it compares (one definition of the stages, no application calling another).
 
@@ -6,34 +6,34 @@ Steps, all into the given run directory:
 
 1. Split the workload (its seeded shuffle): the first ``train.train_prompts`` prompts train, the next
    ``train.heldout_prompts`` are held out (``policies.evaluate``'s, never traced here). An empty split is an error.
-2. Traces: ``train.traces`` (a ``task=trace`` file), or recorded here on the training split at ``train.max_depth``.
+2. Traces: ``train.traces`` (a ``task=trace`` file), or recorded here on the training split at ``train.max_gamma``.
 3. Costs: ``train.profile`` (a profile.json or a shipped name such as ``h200-llama3-8b-1b``; another setup's profile
    needs ``train.allow_profile_mismatch=true`` and is labelled synthetic), or measured here on the same loaded
    models (:func:`spectune.measure.profiling.measure_profile`, as ``task=profile`` does; ``profile.json``).
 4. PPO (stable-baselines3, MlpPolicy; n_steps 512, batch 64, 10 epochs, LTD's discount 0.99 and lr 3e-4 with
-   a warm-up then linear decay: conf/train.yaml) on ``spectune/DraftDepth-v0`` over the training cycles, seeded,
+   a warm-up then linear decay: conf/train.yaml) on ``spectune/DraftGamma-v0`` over the training cycles, seeded,
    with TensorBoard logs and a progress bar. Every ``train.eval_every`` steps the deterministic policy is scored
    in replay on the validation cycles (a fraction of the training prompts never trained on): tokens/s next to the
-   best fixed depth and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``, and TensorBoard's
+   best fixed γ and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``, and TensorBoard's
    ``replay/*`` scalars: :class:`policies.train.ppo.EvalCallback`).
 5. At ``train.concurrency`` > 1, the verification-size policy (``policies/train/size.py``): PPO on
-   ``spectune/VerifySize-v0`` replay with the depth policy fixed (each row drafted to the depth policy's replay
+   ``spectune/VerifySize-v0`` replay with the γ policy fixed (each row drafted to the γ policy's replay
    decision), ``train.size_timesteps`` steps (one step = one batch's budget). Then ``train.rounds`` − 1 more rounds
-   alternate depth and size training (co-adaptive, as LTD). Simplification: the depth environment does not model
-   the size policy's cut, so a later depth round goes on training the depth policy (at its decayed learning rate)
-   on the same environment; the size policy is then re-trained on the new depth decisions.
-6. ``depth.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile, and its decisions
+   alternate γ and size training (co-adaptive, as LTD). Simplification: the γ environment does not model
+   the size policy's cut, so a later γ round goes on training the γ policy (at its decayed learning rate)
+   on the same environment; the size policy is then re-trained on the new γ decisions.
+6. ``gamma.zip`` (SB3's format, with ``spectune.json``: observation, actions, the profile, and its decisions
    distilled into thresholds on the training traces, ``policies/ppo_distilled.py``) for ``policy=ppo`` or
-   ``policy=ppo-distilled`` with ``policy.depth_path=...``, ``size.zip`` likewise for ``policy.size_path=...``,
+   ``policy=ppo-distilled`` with ``policy.gamma_path=...``, ``size.zip`` likewise for ``policy.size_path=...``,
    ``curves.csv`` (a ``policy`` and a ``round`` column) and ``train.json`` with the final scores and the run's metadata.
 
-7. ``train.cycle_timesteps`` > 0: the cycle policy, PPO on ``spectune/CycleDepth-v0`` (the depth chosen once per
+7. ``train.cycle_timesteps`` > 0: the cycle policy, PPO on ``spectune/CycleGamma-v0`` (the γ chosen once per
    cycle, before drafting: the per-step policy's comparison piece) on the same training cycles, profile and PPO
    settings, evaluated alike (``curves.csv`` rows with ``policy="cycle"``), written to ``cycle.zip`` for
-   ``policy=ppo-cycle policy.path=...``. It runs after the depth policy is saved, and off by default.
+   ``policy=ppo-cycle policy.path=...``. It runs after the γ policy is saved, and off by default.
 
-8. ``train.live_steps`` > 0: the depth policy goes on training for that many steps on the live environment
-   (``spectune/DraftDepth-v0``, ``backend="live"``: the engine on the training split, real synchronised time, or
+8. ``train.live_steps`` > 0: the γ policy goes on training for that many steps on the live environment
+   (``spectune/DraftGamma-v0``, ``backend="live"``: the engine on the training split, real synchronised time, or
    the profile's costs with ``train.live_time=profile``; ``policies/train/live.py``), after the replay rounds; its
    replay score is evaluated again (round ``live``).
 
@@ -52,9 +52,9 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from policies.envs.data import TraceSet, read_traces
-from policies.envs.observation import CYCLE, DEPTH
+from policies.envs.observation import CYCLE, GAMMA
 from policies.ppo_distilled import distill_into
-from policies.train.ppo import CycleTraining, DepthTraining, save_policy, split_requests
+from policies.train.ppo import CycleTraining, GammaTraining, save_policy, split_requests
 from policies.train.schema import TrainConfig
 from spectune import rundir
 from spectune.config import typed
@@ -75,7 +75,7 @@ class TrainSettings:
     train_prompts: int
     heldout_prompts: int
     validation: float
-    max_depth: int
+    max_gamma: int
     concurrency: int
     profile_repeats: int
     reward: str
@@ -90,7 +90,7 @@ class TrainSettings:
     calibrate_to: str | None = None
     live_time: str = "measured"
     cycle_timesteps: int = 0
-    calibrate_per_depth: bool = False
+    calibrate_per_gamma: bool = False
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -107,13 +107,13 @@ class TrainSettings:
             raise SpectuneError(f"train.live_time={t.live_time!r} is invalid: choose measured or profile")
         return cls(t.traces, t.profile, t.allow_profile_mismatch, integer(t.train_prompts, "train.train_prompts", lo=1),
                    integer(t.heldout_prompts, "train.heldout_prompts", lo=0), t.validation,
-                   integer(t.max_depth, "train.max_depth", lo=1), integer(t.concurrency, "train.concurrency", lo=1),
+                   integer(t.max_gamma, "train.max_gamma", lo=1), integer(t.concurrency, "train.concurrency", lo=1),
                    integer(t.profile_repeats, "train.profile_repeats", lo=1), t.reward, t.outcome, t.profile_jitter,
                    integer(t.timesteps, "train.timesteps", lo=1), integer(t.eval_every, "train.eval_every", lo=1),
                    asdict(t.ppo), integer(t.rounds, "train.rounds", lo=1),
                    integer(t.size_timesteps, "train.size_timesteps", lo=0),
                    integer(t.live_steps, "train.live_steps", lo=0), t.calibrate_to, t.live_time,
-                   integer(t.cycle_timesteps, "train.cycle_timesteps", lo=0), t.calibrate_per_depth)
+                   integer(t.cycle_timesteps, "train.cycle_timesteps", lo=0), t.calibrate_per_gamma)
 
 
 def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[Any, list, list]:
@@ -139,19 +139,19 @@ def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[An
 
 # -- the stages, in order ---------------------------------------------------------------------------------
 def training_traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> tuple[pd.DataFrame, dict]:
-    """1. The training traces: given, or recorded here on the training split at ``train.max_depth``."""
+    """1. The training traces: given, or recorded here on the training split at ``train.max_gamma``."""
     if settings.traces:
         return read_traces(settings.traces)
     from spectune.engine.traces import record
-    from spectune.measure import check_depth
+    from spectune.measure import check_gamma
 
     setup, train, heldout = split_setup(cfg, settings, "train")
-    check_depth(train, settings.max_depth, setup.max_context)
-    log.info("tracing the training split: %d prompts of %s (held out: %d) at max_depth %d, concurrency %d",
-             len(train), setup.workload.name, len(heldout), settings.max_depth, settings.concurrency)
+    check_gamma(train, settings.max_gamma, setup.max_context)
+    log.info("tracing the training split: %d prompts of %s (held out: %d) at max_gamma %d, concurrency %d",
+             len(train), setup.workload.name, len(heldout), settings.max_gamma, settings.concurrency)
     session = setup.engine.session(train, None, settings.concurrency, keep_laws=True)
-    frame = record(session, train, settings.max_depth)
-    metadata = {**setup.metadata, "max_depth": settings.max_depth, "concurrency": settings.concurrency,
+    frame = record(session, train, settings.max_gamma)
+    metadata = {**setup.metadata, "max_gamma": settings.max_gamma, "concurrency": settings.concurrency,
                 "split": {"train": [r.prompt_id for r in train], "heldout": [r.prompt_id for r in heldout]}}
     rundir.TRACES.write(run_dir, frame)
     rundir.TRACES_METADATA.write(run_dir, metadata)
@@ -167,7 +167,7 @@ def cost_profile(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> Pro
     log.info("measuring the cost profile of this setup (train.profile unset)")
     setup, train, heldout = split_setup(cfg, settings, "profile")
     profile = measure_profile(setup.engine, train + heldout, setup.models, sorted({1, settings.concurrency}),
-                              settings.max_depth, 1, settings.profile_repeats,
+                              settings.max_gamma, 1, settings.profile_repeats,
                               f"{cfg.models.name}-{cfg.hardware.name}", setup.metadata)
     rundir.PROFILE.write(run_dir, profile.to_json())
     return profile
@@ -189,7 +189,7 @@ def _calibrated(profile: Profile, traces: TraceSet, settings: TrainSettings, run
     if missing or not len(grid):
         raise SpectuneError(f"train.calibrate_to={settings.calibrate_to!r} is invalid: it needs rows with columns "
                             f"gamma and tok_s at concurrency {settings.concurrency}")
-    calibrated, _ = calibrate_profile(profile, traces, grid, per_depth=settings.calibrate_per_depth)
+    calibrated, _ = calibrate_profile(profile, traces, grid, per_gamma=settings.calibrate_per_gamma)
     rundir.PROFILE_CALIBRATED.write(run_dir, calibrated.to_json())
     return calibrated
 
@@ -205,7 +205,7 @@ def _split_validation(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFram
 
 
 def train_policies(cfg: DictConfig, run_dir: Path) -> int:
-    """traces → profile (calibrated when asked) → depth policy → size rounds (batches) → live fine-tuning →
+    """traces → profile (calibrated when asked) → γ policy → size rounds (batches) → live fine-tuning →
     (optionally) the cycle policy."""
     settings = TrainSettings.from_cfg(cfg)
     seed = int(cfg.seed)
@@ -216,62 +216,62 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
         profile = _calibrated(profile, traces, settings, run_dir)
     fit_frame, val_frame = _split_validation(frame, settings.validation)
     curves: list[dict[str, Any]] = []
-    depth = DepthTraining(TraceSet(fit_frame, trace_meta, "training cycles"),
-                          TraceSet(val_frame, trace_meta, "validation cycles"), profile, settings.max_depth,
-                          settings.reward, settings.outcome, settings.profile_jitter, settings.allow_profile_mismatch,
-                          settings.ppo, seed, run_dir, curves)
-    depth.evaluate(0, 1)
-    final = depth.train(settings.timesteps, settings.eval_every, 1)
+    training = GammaTraining(TraceSet(fit_frame, trace_meta, "training cycles"),
+                             TraceSet(val_frame, trace_meta, "validation cycles"), profile, settings.max_gamma,
+                             settings.reward, settings.outcome, settings.profile_jitter,
+                             settings.allow_profile_mismatch, settings.ppo, seed, run_dir, curves)
+    training.evaluate(0, 1)
+    final = training.train(settings.timesteps, settings.eval_every, 1)
     size_final = None
     if settings.concurrency > 1:
         from policies.train.size import size_rounds
 
-        size_final = size_rounds(settings, seed, run_dir, profile, frame, trace_meta, depth)
-        final = depth.latest
+        size_final = size_rounds(settings, seed, run_dir, profile, frame, trace_meta, training)
+        final = training.latest
     if settings.live_steps:
         from policies.train.live import live_finetune
 
         setup, train, _ = split_setup(cfg, settings, "train")
-        live_finetune(depth.model, setup.engine, train, settings, profile, seed)
-        final = depth.evaluate(depth.model.num_timesteps, "live")
-    synthetic = depth.env.synthetic
-    path = rundir.DEPTH_POLICY.path(run_dir)
-    extra = {"observation": DEPTH.schema(), "actions": ["stop", "continue"], "profile": profile.to_json(),
-             "max_depth": settings.max_depth, "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
+        live_finetune(training.model, setup.engine, train, settings, profile, seed)
+        final = training.evaluate(training.model.num_timesteps, "live")
+    synthetic = training.env.synthetic
+    path = rundir.GAMMA_POLICY.path(run_dir)
+    extra = {"observation": GAMMA.schema(), "actions": ["stop", "continue"], "profile": profile.to_json(),
+             "max_gamma": settings.max_gamma, "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
              "validation": final}
-    save_policy(depth.model, settings.ppo, path, extra)
-    distilled = distill_into(path, traces, profile, settings.max_depth)  # policy=ppo-distilled reads it
-    log.info("distilled the depth policy into q(x) thresholds %s (agreement %s) and step 0's recent acceptance >= "
+    save_policy(training.model, settings.ppo, path, extra)
+    distilled = distill_into(path, traces, profile, settings.max_gamma)  # policy=ppo-distilled reads it
+    log.info("distilled the γ policy into q(x) thresholds %s (agreement %s) and step 0's recent acceptance >= "
              "%s (agreement %s); replay %.1f tok/s, the network's %.1f", [round(t, 4) for t in distilled.thresholds],
              distilled.overall, distilled.start_threshold, distilled.start_agreement, distilled.distilled_tok_s,
              distilled.network_tok_s)
-    cycle_final = _cycle_policy(settings, seed, run_dir, profile, depth, trace_meta, curves) \
+    cycle_final = _cycle_policy(settings, seed, run_dir, profile, training, trace_meta, curves) \
         if settings.cycle_timesteps else None
     curve_frame = pd.DataFrame(curves)
     rundir.CURVES_CSV.write(run_dir, curve_frame)
-    _plot(curve_frame[curve_frame["policy"] == "depth"], rundir.CURVES_PNG.path(run_dir))
+    _plot(curve_frame[curve_frame["policy"] == "gamma"], rundir.CURVES_PNG.path(run_dir))
     rundir.TRAIN.write(run_dir, {"settings": asdict(settings), "final_validation": final,
                                  "size_validation": size_final, "synthetic": synthetic,
                                  **({"cycle_validation": cycle_final} if cycle_final else {}),
                                  "profile": profile.label, "traces_metadata": trace_meta, "metadata": {
                                      **base_metadata(), "config": OmegaConf.to_container(cfg, resolve=True)}})
-    log.info("wrote %s (policy=ppo policy.depth_path=%s%s)%s", path, path,
+    log.info("wrote %s (policy=ppo policy.gamma_path=%s%s)%s", path, path,
              f" policy.size_path={rundir.SIZE_POLICY.path(run_dir)}" if size_final else "",
              f"  [{synthetic}]" if synthetic else "")
     return 0
 
 
-def _cycle_policy(settings: TrainSettings, seed: int, run_dir: Path, profile: Profile, depth: DepthTraining,
+def _cycle_policy(settings: TrainSettings, seed: int, run_dir: Path, profile: Profile, training: GammaTraining,
                   trace_meta: dict, curves: list[dict[str, Any]]) -> dict[str, Any]:
-    """The cycle policy on the depth policy's training and validation cycles; writes ``cycle.zip``."""
-    cycle = CycleTraining(depth.env.traces, depth.val, profile, settings.max_depth, settings.reward,
+    """The cycle policy on the γ policy's training and validation cycles; writes ``cycle.zip``."""
+    cycle = CycleTraining(training.env.traces, training.val, profile, settings.max_gamma, settings.reward,
                           settings.outcome, settings.profile_jitter, settings.allow_profile_mismatch, settings.ppo,
                           seed, run_dir, curves)
     cycle.evaluate(0, 1)
     final = cycle.train(settings.cycle_timesteps, settings.eval_every, 1)
     path = rundir.CYCLE_POLICY.path(run_dir)
-    save_policy(cycle.model, settings.ppo, path, {"observation": CYCLE.schema(), "actions": "depth",
-                                                  "profile": profile.to_json(), "max_depth": settings.max_depth,
+    save_policy(cycle.model, settings.ppo, path, {"observation": CYCLE.schema(), "actions": "gamma",
+                                                  "profile": profile.to_json(), "max_gamma": settings.max_gamma,
                                                   "synthetic": cycle.env.synthetic,
                                                   "trained_on": trace_meta.get("workload"), "validation": final})
     log.info("wrote %s (policy=ppo-cycle policy.path=%s)", path, path)
@@ -285,8 +285,8 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(6, 3.5))
-    axis.plot(frame["timesteps"], frame["policy_tok_s"], marker="o", label="PPO depth policy")
-    axis.plot(frame["timesteps"], frame["best_fixed_tok_s"], linestyle="--", label="best fixed depth")
+    axis.plot(frame["timesteps"], frame["policy_tok_s"], marker="o", label="PPO γ policy")
+    axis.plot(frame["timesteps"], frame["best_fixed_tok_s"], linestyle="--", label="best fixed γ")
     axis.plot(frame["timesteps"], frame["oracle_tok_s"], linestyle=":", label="oracle (hindsight)")
     axis.set_xlabel("PPO steps")
     axis.set_ylabel("replay tokens/s (validation cycles)")

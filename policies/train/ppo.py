@@ -1,5 +1,5 @@
 """What the training stages share: the PPO model and its file, the learning-rate schedule, the split of a
-workload, the periodic evaluation callback, and :class:`DepthTraining` (the depth policy with its replay
+workload, the periodic evaluation callback, and :class:`GammaTraining` (the γ policy with its replay
 validation). ``policies.train.pipeline`` runs the stages in order; the size rounds (``policies.train.size``) and live
 fine-tuning (``policies.train.live``) use these pieces. The replay's accounting (costs, scores, the hindsight
 oracle) is ``policies.envs.replay``'s.
@@ -43,17 +43,17 @@ def split_requests(requests: list, train: int, heldout: int) -> tuple[list, list
     return requests[:train], requests[train:train + heldout]
 
 
-def policy_depths(model: Any, env: Any, count: int) -> np.ndarray:
-    """The deterministic policy's depth on each recorded entry (one episode per entry)."""
-    depths = np.zeros(count, dtype=int)
+def policy_gammas(model: Any, env: Any, count: int) -> np.ndarray:
+    """The deterministic policy's γ on each recorded entry (one episode per entry)."""
+    gammas = np.zeros(count, dtype=int)
     for entry in range(count):
         obs, _ = env.reset(options={"entry": entry})
         done = False
         while not done:
             action, _ = model.predict(obs, deterministic=True)
             obs, _, done, _, info = env.step(int(action))
-        depths[entry] = info["depth"]
-    return depths
+        gammas[entry] = info["gamma"]
+    return gammas
 
 
 def ppo_model(ppo: dict[str, Any], env: Any, seed: int, run_dir: Path) -> Any:
@@ -80,7 +80,7 @@ def save_policy(model: Any, ppo: dict[str, Any], path: Path, extra: dict[str, An
 
 
 class EvalCallback(BaseCallback):
-    """Calls ``evaluate(num_timesteps)`` every ``steps`` environment steps: the replay curves of the depth and size
+    """Calls ``evaluate(num_timesteps)`` every ``steps`` environment steps: the replay curves of the γ and size
     policies. ``evaluate`` returns its scores; every number among them is also logged to TensorBoard under
     ``<prefix>/<name>``, so the curves sit beside SB3's own losses."""
 
@@ -97,15 +97,15 @@ class EvalCallback(BaseCallback):
         return True
 
 
-class DepthTraining:
-    """The depth policy being trained: its PPO model on ``spectune/DraftDepth-v0`` over the training cycles, and
-    its replay score on the validation cycles (tokens/s beside the best fixed depth and the oracle).
-    :class:`CycleTraining` is the same on ``spectune/CycleDepth-v0``.
+class GammaTraining:
+    """The γ policy being trained: its PPO model on ``spectune/DraftGamma-v0`` over the training cycles, and
+    its replay score on the validation cycles (tokens/s beside the best fixed γ and the oracle).
+    :class:`CycleTraining` is the same on ``spectune/CycleGamma-v0``.
 
     Args:
         fit, val: training and validation cycles.
         profile: the costs the replay charges.
-        max_depth, reward, outcome, profile_jitter, allow_profile_mismatch: the environment's (validation always
+        max_gamma, reward, outcome, profile_jitter, allow_profile_mismatch: the environment's (validation always
             scores realised outcomes, without jitter).
         ppo: the ``train.ppo`` settings.
         seed: seeds the environment and PPO.
@@ -113,20 +113,20 @@ class DepthTraining:
         curves: where every evaluation appends its row (``policy`` = :attr:`name`, the round, the step, the scores).
     """
 
-    name = "depth"  # the curves' policy column and TensorBoard's run name
+    name = "gamma"  # the curves' policy column and TensorBoard's run name
 
     @staticmethod
     def make_env(*args: Any) -> Any:
-        from policies.envs.depth import DraftDepthEnv
+        from policies.envs.gamma import DraftGammaEnv
 
-        return DraftDepthEnv("replay", *args)
+        return DraftGammaEnv("replay", *args)
 
-    def __init__(self, fit: Any, val: Any, profile: Any, max_depth: int, reward: str, outcome: str,
+    def __init__(self, fit: Any, val: Any, profile: Any, max_gamma: int, reward: str, outcome: str,
                  profile_jitter: float, allow_profile_mismatch: bool, ppo: dict[str, Any], seed: int, run_dir: Path,
                  curves: list[dict[str, Any]]) -> None:
-        self.val, self.profile, self.max_depth, self.curves = val, profile, max_depth, curves
-        self.env = self.make_env(fit, profile, max_depth, reward, outcome, profile_jitter, allow_profile_mismatch)
-        self.val_env = self.make_env(val, profile, max_depth, reward, "realised", 0.0, allow_profile_mismatch)
+        self.val, self.profile, self.max_gamma, self.curves = val, profile, max_gamma, curves
+        self.env = self.make_env(fit, profile, max_gamma, reward, outcome, profile_jitter, allow_profile_mismatch)
+        self.val_env = self.make_env(val, profile, max_gamma, reward, "realised", 0.0, allow_profile_mismatch)
         self.env.reset(seed=seed)
         self.model = ppo_model(ppo, self.env, seed, run_dir)
         self.latest: dict[str, Any] = {}
@@ -135,15 +135,15 @@ class DepthTraining:
         """The deterministic policy's replay score on the validation cycles, appended to the curves."""
         from policies.envs.replay import replay_scores
 
-        scores = replay_scores(self.val, self.profile, self.max_depth,
-                               policy_depths(self.model, self.val_env, self.val.count))
+        scores = replay_scores(self.val, self.profile, self.max_gamma,
+                               policy_gammas(self.model, self.val_env, self.val.count))
         self.curves.append({"policy": self.name, "round": round_index, "timesteps": step,
                             **{k: v for k, v in scores.items() if k != "fixed_tok_s"}})
         self.latest = scores
-        log.info("%s step %6d: replay %.1f tok/s, best fixed depth %d %.1f tok/s (%+.1f%%), oracle %.1f tok/s, "
-                 "mean depth %.2f", self.name, step, scores["policy_tok_s"], scores["best_fixed_depth"],
+        log.info("%s step %6d: replay %.1f tok/s, best fixed γ %d %.1f tok/s (%+.1f%%), oracle %.1f tok/s, "
+                 "mean γ %.2f", self.name, step, scores["policy_tok_s"], scores["best_fixed_gamma"],
                  scores["best_fixed_tok_s"], scores["vs_best_fixed_pct"], scores["oracle_tok_s"],
-                 scores["mean_depth"])
+                 scores["mean_gamma"])
         return scores
 
     def train(self, timesteps: int, eval_every: int, round_index: int) -> dict[str, Any]:
@@ -158,14 +158,14 @@ class DepthTraining:
         return self.latest
 
 
-class CycleTraining(DepthTraining):
-    """The cycle policy being trained: PPO on ``spectune/CycleDepth-v0`` (one step = one cycle's depth) with the
-    same settings, traces and profile as the depth policy, scored alike (curves' ``policy="cycle"``)."""
+class CycleTraining(GammaTraining):
+    """The cycle policy being trained: PPO on ``spectune/CycleGamma-v0`` (one step = one cycle's γ) with the
+    same settings, traces and profile as the γ policy, scored alike (curves' ``policy="cycle"``)."""
 
     name = "cycle"
 
     @staticmethod
     def make_env(*args: Any) -> Any:
-        from policies.envs.cycle_depth import CycleDepthEnv
+        from policies.envs.cycle_gamma import CycleGammaEnv
 
-        return CycleDepthEnv("replay", *args)
+        return CycleGammaEnv("replay", *args)

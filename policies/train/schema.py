@@ -32,11 +32,11 @@ class TrainConfig:
     profile: str | None = MISSING
     allow_profile_mismatch: bool = MISSING
     calibrate_to: str | None = MISSING
-    calibrate_per_depth: bool = MISSING
+    calibrate_per_gamma: bool = MISSING
     train_prompts: int = MISSING
     heldout_prompts: int = MISSING
     validation: float = MISSING
-    max_depth: int = MISSING
+    max_gamma: int = MISSING
     concurrency: int = MISSING
     profile_repeats: int = MISSING
     reward: str = MISSING

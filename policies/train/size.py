@@ -1,9 +1,9 @@
-"""The verification-size policy of ``policies.train`` (LTD's size policy): replay training, the depth policy fixed.
+"""The verification-size policy of ``policies.train`` (LTD's size policy): replay training, the γ policy fixed.
 
-At concurrency > 1, after the depth policy, PPO learns the budget of ``spectune/VerifySize-v0`` on the training
-cycles, where each row is drafted to the depth the depth policy chooses for it in replay (its deterministic
-decision on that recorded (cycle, row), :func:`policies.train.ppo.policy_depths`), not to one fixed depth: that is
-:class:`DepthFixedSizeEnv`. As in the engine, a cycle in which some row drafts gives every row at least one draft
+At concurrency > 1, after the γ policy, PPO learns the budget of ``spectune/VerifySize-v0`` on the training
+cycles, where each row is drafted to the γ that the γ policy chooses for it in replay (its deterministic
+decision on that recorded (cycle, row), :func:`policies.train.ppo.policy_gammas`), not to one fixed γ: that is
+:class:`GammaFixedSizeEnv`. As in the engine, a cycle in which some row drafts gives every row at least one draft
 (the engine stops a row after its first draft at the earliest); a cycle where every row stops at step 0 drafts
 nothing and is a plain target step (no decision to learn, but it is still scored).
 
@@ -11,7 +11,7 @@ The observation and the cut are :func:`policies.envs.observation.size_observatio
 functions the engine-side :class:`policies.ppo_size.PPOSize` calls: one definition for training and use.
 
 Scores (replay, realised outcomes, validation cycles): tokens/s of the policy's budgets against the full budget
-(verify every draft: what the depth policy alone does) and against the best static budget level.
+(verify every draft: what the γ policy alone does) and against the best static budget level.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pandas as pd
 from policies.envs.data import TraceSet
 from policies.envs.observation import size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
-from policies.train.ppo import DepthTraining, EvalCallback, policy_depths, ppo_model, save_policy
+from policies.train.ppo import EvalCallback, GammaTraining, policy_gammas, ppo_model, save_policy
 from spectune import rundir
 from spectune.errors import SpectuneError
 
@@ -37,25 +37,25 @@ log = logging.getLogger("policies.train")
 LEVELS, OBS_TOKENS = 17, 64
 
 
-def engine_depths(traces: TraceSet, depths: np.ndarray) -> np.ndarray:
-    """Per-entry depths as the engine drafts them: in a cycle where some row drafts, every row drafts >= 1."""
-    out = np.asarray(depths, dtype=int).copy()
+def engine_gammas(traces: TraceSet, gammas: np.ndarray) -> np.ndarray:
+    """Per-entry γ as the engine drafts them: in a cycle where some row drafts, every row drafts >= 1."""
+    out = np.asarray(gammas, dtype=int).copy()
     for part in traces.cycle_slices:
         if out[part].max() > 0:
             out[part] = np.maximum(out[part], 1)
     return out
 
 
-class DepthFixedSizeEnv(VerifySizeEnv):
-    """``spectune/VerifySize-v0`` (replay) with per-row drafted depths ``depths`` (one per trace entry) instead of
-    one ``draft_depth``: the budget is a fraction of the drafts Σ d_r, draft time is the deepest row's steps,
+class GammaFixedSizeEnv(VerifySizeEnv):
+    """``spectune/VerifySize-v0`` (replay) with per-row drafted γ ``gammas`` (one per trace entry) instead of
+    one ``draft_gamma``: the budget is a fraction of the drafts Σ d_r, draft time is the deepest row's steps,
     verification is padded to the longest kept prefix + 1. ``reset(options={"cycle": i})`` replays cycle i."""
 
-    def __init__(self, traces: TraceSet, profile: Any, depths: np.ndarray, levels: int = LEVELS,
+    def __init__(self, traces: TraceSet, profile: Any, gammas: np.ndarray, levels: int = LEVELS,
                  obs_tokens: int = OBS_TOKENS, profile_jitter: float = 0.0,
                  allow_profile_mismatch: bool = False) -> None:
         super().__init__("replay", traces, profile, None, levels, obs_tokens, profile_jitter, allow_profile_mismatch)
-        self.row_depths = engine_depths(self.traces, depths)
+        self.row_gammas = engine_gammas(self.traces, gammas)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         gym.Env.reset(self, seed=seed)
@@ -65,17 +65,17 @@ class DepthFixedSizeEnv(VerifySizeEnv):
         cycle = (options or {}).get("cycle")
         index = int(cycle) if cycle is not None else int(self.np_random.integers(len(t.cycle_slices)))
         self._slice = t.cycle_slices[index]
-        self._depths = self.row_depths[self._slice]
-        self._deepest = int(self._depths.max())
+        self._gammas = self.row_gammas[self._slice]
+        self._deepest = int(self._gammas.max())
         cum = t.signals[self._slice, : self._deepest, 3]
         self._batch = cum.shape[0]
         self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
-        self._obs, self._order = size_observation(cum, self._depths, self._batch, self._costs.c,
+        self._obs, self._order = size_observation(cum, self._gammas, self._batch, self._costs.c,
                                                   self._costs.g(self._deepest), self.obs_tokens)
         return self._obs.copy(), {}
 
     def cut(self, action: int) -> np.ndarray:
-        return size_cut(self._order, action, self.levels, self._depths, self._deepest)
+        return size_cut(self._order, action, self.levels, self._gammas, self._deepest)
 
     def step(self, action):
         kept = self.cut(action)
@@ -87,7 +87,7 @@ class DepthFixedSizeEnv(VerifySizeEnv):
                                                               "time_s": time_s, "synthetic": self.synthetic}
 
 
-def size_scores(model: Any, env: DepthFixedSizeEnv) -> dict[str, Any]:
+def size_scores(model: Any, env: GammaFixedSizeEnv) -> dict[str, Any]:
     """Replay tokens/s over every cycle of ``env`` (no jitter): the deterministic policy's budgets, the full budget
     (every draft verified), and every static budget level."""
     cycles = len(env.traces.cycle_slices)
@@ -113,9 +113,9 @@ def size_scores(model: Any, env: DepthFixedSizeEnv) -> dict[str, Any]:
             "cycles": cycles}
 
 
-def train_size(model: Any, env: DepthFixedSizeEnv, val_env: DepthFixedSizeEnv, timesteps: int, eval_every: int,
+def train_size(model: Any, env: GammaFixedSizeEnv, val_env: GammaFixedSizeEnv, timesteps: int, eval_every: int,
                round_index: int, curves: list[dict[str, Any]]) -> dict[str, Any]:
-    """Train (or go on training) the size PPO ``model`` on ``env`` (the model's own; its ``row_depths`` set for
+    """Train (or go on training) the size PPO ``model`` on ``env`` (the model's own; its ``row_gammas`` set for
     this round); curve rows (``policy="size"``) into ``curves``; returns the final validation scores."""
     evaluate = functools.partial(evaluate_size, model, val_env, round_index, curves)
     if round_index == 1:
@@ -129,7 +129,7 @@ def train_size(model: Any, env: DepthFixedSizeEnv, val_env: DepthFixedSizeEnv, t
     return {k: v for k, v in last.items() if k not in ("policy", "round", "timesteps")}  # the last evaluation
 
 
-def evaluate_size(model: Any, val_env: DepthFixedSizeEnv, round_index: int, curves: list[dict[str, Any]],
+def evaluate_size(model: Any, val_env: GammaFixedSizeEnv, round_index: int, curves: list[dict[str, Any]],
                   step: int) -> dict[str, Any]:
     """The size policy's replay scores on the validation cycles, appended to the curves."""
     scores = size_scores(model, val_env)
@@ -141,50 +141,50 @@ def evaluate_size(model: Any, val_env: DepthFixedSizeEnv, round_index: int, curv
     return scores
 
 
-def size_extra(profile: Any, max_depth: int, final: dict[str, Any]) -> dict[str, Any]:
+def size_extra(profile: Any, max_gamma: int, final: dict[str, Any]) -> dict[str, Any]:
     """``spectune.json`` of ``size.zip``: what :class:`policies.ppo_size.PPOSize` validates and needs."""
     return {"kind": "verify-size", "levels": LEVELS, "obs_tokens": OBS_TOKENS,
             "observation": [f"cum_prob[{i}] (drafted tokens' cumulative draft probability, decreasing, 0-padded)"
                             for i in range(OBS_TOKENS)] + ["batch_size/32", "c(B)", "g(D, B)"],
             "actions": [f"budget {a}/{LEVELS - 1} of the drafted tokens" for a in range(LEVELS)],
-            "profile": profile.to_json(), "max_depth": max_depth, "validation": final}
+            "profile": profile.to_json(), "max_gamma": max_gamma, "validation": final}
 
 
 def size_rounds(settings: Any, seed: int, run_dir: Path, profile: Any, frame: pd.DataFrame, trace_meta: dict,
-                depth: DepthTraining) -> dict[str, Any]:
-    """Size policy with the depth policy fixed, then ``rounds`` − 1 more depth/size rounds; writes size.zip.
+                training: GammaTraining) -> dict[str, Any]:
+    """Size policy with the γ policy fixed, then ``rounds`` − 1 more γ/size rounds; writes size.zip.
 
-    A budget is per batch, and the depth policy's split by prompt cuts batches, so the size policy validates on a
-    seeded random ``train.validation`` fraction of whole recorded cycles and trains on the others. The depth
-    decisions are the deterministic depth policy's on each recorded entry, at the profile's own costs. Rounds 2..
-    train the depth policy again (``depth.train``), then the size policy on its new decisions."""
-    from policies.envs.depth import DraftDepthEnv
+    A budget is per batch, and the γ policy's split by prompt cuts batches, so the size policy validates on a
+    seeded random ``train.validation`` fraction of whole recorded cycles and trains on the others. The γ
+    decisions are the deterministic γ policy's on each recorded entry, at the profile's own costs. Rounds 2..
+    train the γ policy again (``training.train``), then the size policy on its new decisions."""
+    from policies.envs.gamma import DraftGammaEnv
 
-    depth_model, curves = depth.model, depth.curves
+    gamma_model, curves = training.model, training.curves
     cycles = np.unique(frame["cycle"])
     held = cycles[np.random.default_rng(seed).random(len(cycles)) < settings.validation]
     in_val = frame["cycle"].isin(set(held.tolist()))
     fit = TraceSet(frame[~in_val], trace_meta, "size training cycles")
     val = TraceSet(frame[in_val], trace_meta, "size validation cycles (raise train.validation)")
-    depth_env, depth_val_env = (DraftDepthEnv("replay", t, profile, settings.max_depth, settings.reward, "realised",
+    gamma_env, gamma_val_env = (DraftGammaEnv("replay", t, profile, settings.max_gamma, settings.reward, "realised",
                                               0.0, settings.allow_profile_mismatch) for t in (fit, val))
 
     if settings.size_timesteps < 1:
         raise SpectuneError(f"train.size_timesteps={settings.size_timesteps} is invalid: train.concurrency="
                             f"{settings.concurrency} > 1 trains the size policy, which needs >= 1 step")
-    size_env = DepthFixedSizeEnv(fit, profile, policy_depths(depth_model, depth_env, fit.count),
+    size_env = GammaFixedSizeEnv(fit, profile, policy_gammas(gamma_model, gamma_env, fit.count),
                                  profile_jitter=settings.profile_jitter,
                                  allow_profile_mismatch=settings.allow_profile_mismatch)
-    size_val = DepthFixedSizeEnv(val, profile, policy_depths(depth_model, depth_val_env, val.count),
+    size_val = GammaFixedSizeEnv(val, profile, policy_gammas(gamma_model, gamma_val_env, val.count),
                                  allow_profile_mismatch=settings.allow_profile_mismatch)
     size_env.reset(seed=seed + 1)
     model = ppo_model(settings.ppo, size_env, seed + 1, run_dir)
     final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, 1, curves)
     for index in range(2, settings.rounds + 1):
-        log.info("round %d of %d: depth policy, then the size policy on its new decisions", index, settings.rounds)
-        depth.train(settings.timesteps, settings.eval_every, index)
-        size_env.row_depths = engine_depths(fit, policy_depths(depth_model, depth_env, fit.count))
-        size_val.row_depths = engine_depths(val, policy_depths(depth_model, depth_val_env, val.count))
+        log.info("round %d of %d: γ policy, then the size policy on its new decisions", index, settings.rounds)
+        training.train(settings.timesteps, settings.eval_every, index)
+        size_env.row_gammas = engine_gammas(fit, policy_gammas(gamma_model, gamma_env, fit.count))
+        size_val.row_gammas = engine_gammas(val, policy_gammas(gamma_model, gamma_val_env, val.count))
         final = train_size(model, size_env, size_val, settings.size_timesteps, settings.eval_every, index, curves)
-    save_policy(model, settings.ppo, rundir.SIZE_POLICY.path(run_dir), size_extra(profile, settings.max_depth, final))
+    save_policy(model, settings.ppo, rundir.SIZE_POLICY.path(run_dir), size_extra(profile, settings.max_gamma, final))
     return final

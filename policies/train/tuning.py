@@ -2,7 +2,7 @@
 
 A published default (transformers' confidence threshold 0.4, SVIP's h = 0.3, ...) was chosen on other models;
 comparing a PPO policy trained on this pair's traces against thresholds tuned elsewhere flatters PPO. So each
-threshold baseline is replayed (:func:`policies.envs.replay.replay_depths`) over the training traces at every value
+threshold baseline is replayed (:func:`policies.envs.replay.replay_gammas`) over the training traces at every value
 of its grid, with the cost profile PPO was trained with, and the value with the highest replay decode tokens/s
 (the comparison's metric, pooled over requests; ties: the one listed first) is the one evaluated on the held-out
 prompts. Adaptive thresholds (confidence-adaptive, AdaEDL) adapt online from the tuned start.
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from policies.envs.data import TraceSet
-from policies.envs.replay import replay_depths, replay_scores
+from policies.envs.replay import replay_gammas, replay_scores
 from policies.registry import POLICIES, make_policy
 from spectune.profile import Profile
 
@@ -49,7 +49,7 @@ def __getattr__(attribute: str) -> Any:
     raise AttributeError(attribute)
 
 
-def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile, max_depth: int
+def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile, max_gamma: int
          ) -> tuple[dict[str, dict[str, Any]], pd.DataFrame]:
     """(the nodes with their tuned value, one row per (policy, value) tried with its replay tokens/s).
 
@@ -64,18 +64,18 @@ def tune(nodes: Mapping[str, dict[str, Any]], traces: TraceSet, profile: Profile
             continue
         parameter, values = grid(name)
         if name == "step-thresholds":
-            tuned[label], tried = tune_steps(label, node, traces, profile, max_depth)
+            tuned[label], tried = tune_steps(label, node, traces, profile, max_gamma)
             rows.extend(tried)
             continue
         scores = []
         for value in values:
-            policy = make_policy({**node, parameter: value}, max_depth)
-            depths = replay_depths(policy, traces, max_depth, profile)
-            tok_s = float(replay_scores(traces, profile, max_depth, depths, rate="request",
+            policy = make_policy({**node, parameter: value}, max_gamma)
+            gammas = replay_gammas(policy, traces, max_gamma, profile)
+            tok_s = float(replay_scores(traces, profile, max_gamma, gammas, rate="request",
                                          oracles=False)["policy_tok_s"])
             scores.append(tok_s)
             rows.append({"policy": label, "parameter": parameter, "value": value, "replay_tok_s": tok_s,
-                         "mean_depth": float(np.mean(depths)), "default": node.get(parameter) == value})
+                         "mean_gamma": float(np.mean(gammas)), "default": node.get(parameter) == value})
         best = values[int(np.argmax(scores))]
         tuned[label] = {**node, parameter: best}
         log.info("tuned %s: %s=%s (replay %.1f tok/s; default %s=%s)", label, parameter, best, max(scores),
@@ -92,27 +92,27 @@ def _same(chosen: Any, tried: Any) -> bool:
     return list(chosen) == list(tried) if isinstance(tried, tuple) else chosen == tried
 
 
-def tune_steps(label: str, node: Mapping[str, Any], traces: TraceSet, profile: Profile, max_depth: int
+def tune_steps(label: str, node: Mapping[str, Any], traces: TraceSet, profile: Profile, max_gamma: int
                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(``node`` with the tuned per-step thresholds, one row per setting tried).
 
     Start from the best single threshold applied at every step, then set each step's threshold in turn to the
     value with the best replay tokens/s, the others held (ties keep the current value), for up to
-    :data:`STEP_PASSES` passes. A step's threshold decides after that draft step, so steps 0..max_depth − 2
+    :data:`STEP_PASSES` passes. A step's threshold decides after that draft step, so steps 0..max_gamma − 2
     decide (the draft at the ceiling stops anyway). Rows record the whole vector as ``value`` (a tuple)."""
     _, values = grid("step-thresholds")
-    steps = max(max_depth - 1, 1)
+    steps = max(max_gamma - 1, 1)
     cache: dict[tuple[float, ...], float] = {}
     rows: list[dict[str, Any]] = []
 
     def score(thresholds: tuple[float, ...]) -> float:
         if thresholds not in cache:
-            policy = make_policy({**node, "thresholds": list(thresholds)}, max_depth)
-            depths = replay_depths(policy, traces, max_depth, profile)
-            cache[thresholds] = float(replay_scores(traces, profile, max_depth, depths, rate="request",
+            policy = make_policy({**node, "thresholds": list(thresholds)}, max_gamma)
+            gammas = replay_gammas(policy, traces, max_gamma, profile)
+            cache[thresholds] = float(replay_scores(traces, profile, max_gamma, gammas, rate="request",
                                                     oracles=False)["policy_tok_s"])
             rows.append({"policy": label, "parameter": "thresholds", "value": thresholds,
-                         "replay_tok_s": cache[thresholds], "mean_depth": float(np.mean(depths)), "default": False})
+                         "replay_tok_s": cache[thresholds], "mean_gamma": float(np.mean(gammas)), "default": False})
         return cache[thresholds]
 
     best = max(((value,) * steps for value in values), key=score)  # first maximum: the lowest value

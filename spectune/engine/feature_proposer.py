@@ -65,7 +65,7 @@ class FeatureProposer(DraftProposer):
         """Keep the entries fed at the first step (the target's features); the accepted drafts and the new ``last``
         become pending, each with the feature the verification computed for the position before it.
 
-        ``features``: the verification's target features [B, depth + 1, H] (at ``last`` and each draft)."""
+        ``features``: the verification's target features [B, γ + 1, H] (at ``last`` and each draft)."""
         assert features is not None, "the verification's target features are needed"
         self.kv.rollback(torch.where(active, self._after_first, 0))
         deepest = max(accepted_host, default=0)

@@ -138,14 +138,14 @@ class LookupProposer:
     def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The next token of every row's chain (a placeholder where it ran out: never verified), q = δ_x."""
-        depth = self.steps
+        gamma = self.steps
         tokens = []
         for row, chain in enumerate(self._chains):
-            has = self._host_running[row] and depth < len(chain)
+            has = self._host_running[row] and gamma < len(chain)
             self._host_running[row] = has
             if has:
                 self._counts[row] += 1
-            tokens.append(chain[depth] if depth < len(chain) else 0)
+            tokens.append(chain[gamma] if gamma < len(chain) else 0)
         x = torch.tensor(tokens, dtype=torch.long, device=self.device)
         q = torch.zeros(self.batch, self.vocab_size, device=self.device)
         q[torch.arange(self.batch, device=self.device), x] = 1.0
@@ -173,7 +173,7 @@ class LookupProposer:
         self.steps = deepest
 
     @property
-    def depth(self) -> int:
+    def gamma(self) -> int:
         """Draft steps taken this cycle (rows may hold fewer drafts: :attr:`num_drafts`)."""
         return self.steps
 
@@ -182,7 +182,7 @@ class LookupProposer:
         return torch.tensor(self._counts, dtype=torch.long, device=self.device)
 
     def finish(self) -> Proposal:
-        """The drafts up to the longest chain; a cycle where no row had one proposes nothing (depth 0)."""
+        """The drafts up to the longest chain; a cycle where no row had one proposes nothing (γ = 0)."""
         deepest = max(self._counts, default=0)
         batch = self.batch
         if deepest == 0:

@@ -35,8 +35,8 @@ DRAFT_SIGNALS: dict[str, str] = {
 def acceptance_trials(accepted: int, drafted: int) -> int:
     """Acceptance tests a cycle really ran: its accepted drafts plus the first rejection, if there was one.
 
-    Σ accepted / Σ trials estimates the per-token acceptance rate whatever depth the cycles drafted (the censored
-    geometric estimate); Σ accepted / Σ drafted does not: it falls with the depth, so a policy trained on traces
+    Σ accepted / Σ trials estimates the per-token acceptance rate whatever γ the cycles drafted (the censored
+    geometric estimate); Σ accepted / Σ drafted does not: it falls with the γ, so a policy trained on traces
     drafted to the ceiling would see a lower "recent acceptance" than the same requests give it live.
     """
     return accepted + (1 if accepted < drafted else 0)
@@ -56,7 +56,7 @@ RECENT_PRIOR = 0.5  # the recent acceptance of a request before its first cycle
 class AcceptanceHistory:
     """Recent acceptance per key (a request id, or the slot a policy sees): accepted drafts over acceptance trials
     (:func:`acceptance_trials`) of the key's previous cycles, :data:`RECENT_PRIOR` before any. The one definition
-    the traces record, the live depth environment observes and the PPO policy computes inside the engine."""
+    the traces record, the live γ environment observes and the PPO policy computes inside the engine."""
 
     def __init__(self) -> None:
         self.totals: dict[int, tuple[int, int]] = {}  # key -> (accepted, trials)

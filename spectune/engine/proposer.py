@@ -125,7 +125,7 @@ class DraftProposer:
             self.kv.rollback(self._start_pos)
 
     @property
-    def depth(self) -> int:
+    def gamma(self) -> int:
         return len(self._drafted)
 
     def finish(self) -> Proposal:

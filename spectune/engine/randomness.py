@@ -1,7 +1,7 @@
 """Common random numbers: every uniform the engine uses is keyed by (seed, stream, request, position).
 
 A sequential generator makes every draw depend on everything drawn before it: drafting 3 tokens instead
-of 8 shifts every later number, so two policies (or two depths) never see the same luck, and their
+of 8 shifts every later number, so two policies (or two γ) never see the same luck, and their
 difference carries the noise of two independent samples. Keying removes that. Three streams:
 
 - ``draft``: the uniform of the draft token proposed for output position t (inverse-CDF draw from q);
@@ -10,7 +10,7 @@ difference carries the noise of two independent samples. Keying removes that. Th
 
 Position t is the 0-based index of the token in the request's output. A cycle of a row that has emitted
 ``e`` tokens drafts positions e .. e+γ−1 and looks up their uniforms before drafting; the outcome at
-depth k then depends only on positions e .. e+k−1, whatever depth was chosen. Uniforms are reused only
+γ = k then depends only on positions e .. e+k−1, whatever γ was chosen. Uniforms are reused only
 at positions whose earlier use never reached an emitted token (drafts past the first rejection), so every
 emitted token's law is still the target's (the engine's law tests check it).
 
@@ -58,12 +58,12 @@ class KeyedUniforms:
             values[:length] = request_uniforms(self.seed, name, request_id, length)
             table[row] = torch.from_numpy(values).to(self.device)
 
-    def at(self, stream: str, position: torch.Tensor, depth: int | None = None) -> torch.Tensor:
-        """Uniforms at ``position [B]`` ([B]) or at position .. position+depth−1 ([B, depth])."""
+    def at(self, stream: str, position: torch.Tensor, count: int | None = None) -> torch.Tensor:
+        """Uniforms at ``position [B]`` ([B]) or at position .. position+count−1 ([B, count])."""
         table = self.tables[stream]
-        if depth is None:
+        if count is None:
             index = position.unsqueeze(1)
         else:
-            index = position.unsqueeze(1) + torch.arange(depth, device=position.device)
+            index = position.unsqueeze(1) + torch.arange(count, device=position.device)
         values = table.gather(1, index.clamp(max=table.shape[1] - 1))
-        return values.squeeze(1) if depth is None else values
+        return values.squeeze(1) if count is None else values

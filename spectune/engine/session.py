@@ -14,7 +14,7 @@ A cycle with no draft step (the policy returned γ = 0: "don't speculate now") i
 every row; the draft catches up on those tokens in its next first step (see ``proposer.py``).
 
 Randomness is keyed by (seed, stream, request, position) (``randomness.py``), so a cycle's outcome at
-depth k is the same whatever depth was chosen, and two policies run on the same requests are paired.
+γ = k is the same whatever γ was chosen, and two policies run on the same requests are paired.
 Every clock read synchronises the device; inside a cycle the only host sync is reading the verdict
 (plus one per draft step for policies that stop rows early).
 """
@@ -248,15 +248,15 @@ class Session:
         return CycleView(list(self._rows), self._context, {row: self.slots[row].request_id for row in self._rows})
 
     @property
-    def depth(self) -> int:
+    def gamma(self) -> int:
         """Draft steps taken in the open cycle."""
-        return self.proposer.depth if self._started else 0
+        return self.proposer.gamma if self._started else 0
 
     @torch.inference_mode()
     def draft_step(self, signals: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
         """One draft step for every slot; returns the drafted tokens ``x``, their law ``q`` and ``signals``."""
         assert self._open and self.proposer is not None
-        depth = self.depth
+        gamma = self.gamma
         if not self._started:
             self.proposer.begin(self.last)
             self._started = True
@@ -264,9 +264,9 @@ class Session:
         if self.keys.enabled:
             # The cycle's draft uniforms in one gather at its first step (positions fixed while drafting), a column
             # per later step: a lookup per step cost four tensor ops on the step's critical path.
-            if depth == 0 or depth >= self._draft_u.shape[1]:
-                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * depth))
-            uniforms = self._draft_u[:, depth]
+            if gamma == 0 or gamma >= self._draft_u.shape[1]:
+                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * gamma))
+            uniforms = self._draft_u[:, gamma]
         x, q, out = self.proposer.step(uniforms, signals)
         self._marks.append(self.clock.mark())
         return {"x": x, "q": q, **out}
@@ -281,38 +281,38 @@ class Session:
         """Verify only the first ``kept[slot]`` drafts of each row (0: a plain target step for that row)."""
         assert self._open and self._started
         self.proposer.cut(torch.tensor(kept, dtype=torch.long, device=self.device))
-        if self.proposer.depth == 0:
+        if self.proposer.gamma == 0:
             self._started = False
 
     def draft_state(self, signals: dict[str, torch.Tensor]) -> DraftStep:
-        return DraftStep(step=self.proposer.depth - 1, active=self.proposer.running, context_length=self._context,
+        return DraftStep(step=self.proposer.gamma - 1, active=self.proposer.running, context_length=self._context,
                          batch_size=self.batch, **{k: v for k, v in signals.items() if k not in ("x", "q")})
 
     @torch.inference_mode()
     def verify(self, gamma: int | None = None) -> CycleOutcome:
         """Close the cycle: verify the drafts (or take a plain target step when none were drafted), emit.
 
-        ``gamma`` is the ceiling the policy chose, recorded per cycle (default: the depth drafted).
+        ``gamma`` is the ceiling the policy chose, recorded per cycle (default: the drafts made).
         """
         assert self._open
         self._open = False
         active, context, rows = self._active, self._context, self._rows
         t1 = self._marks[-1]
-        depth = self.depth
+        drafted = self.gamma
         proposal = target_laws = accept_u = None
-        if depth:
+        if drafted:
             proposal = self.proposer.finish()
-            depth = proposal.tokens.shape[1]  # a model-free draft proposes only as deep as its longest chain
-        if depth:
+            drafted = proposal.tokens.shape[1]  # a model-free draft proposes only as deep as its longest chain
+        if drafted:
             target_laws = self.scorer.score(self.last, proposal.tokens)
-            accept_u = self.keys.at("accept", self.position, depth)
+            accept_u = self.keys.at("accept", self.position, drafted)
             verdict = self.engine.sampler(target_laws, proposal.probs, proposal.tokens, None, uniforms=accept_u,
                                           num_drafts=proposal.num_drafts,
-                                          recovery_uniforms=self.keys.at("target", self.position, depth + 1))
+                                          recovery_uniforms=self.keys.at("target", self.position, drafted + 1))
             accepted = verdict.num_accepted
             next_tokens, accepted_list = verdict.next_token.tolist(), accepted.tolist()  # the host sync
             drafts_list = proposal.tokens.tolist()
-            num_drafts = (proposal.num_drafts.tolist() if proposal.num_drafts is not None else [depth] * self.batch)
+            num_drafts = (proposal.num_drafts.tolist() if proposal.num_drafts is not None else [drafted] * self.batch)
         else:
             laws = self.scorer.score(self.last, None)[:, 0]
             next_tok = draw(laws, self.sampling, uniforms=self.keys.at("target", self.position))
@@ -328,7 +328,7 @@ class Session:
 
         self.scorer.rollback(torch.where(active, context + accepted + 1, 0))
         if self.proposer is not None:
-            if depth:
+            if drafted:
                 self.proposer.rollback(context, accepted, proposal, active, [accepted_list[r] for r in rows],
                                        self.scorer.features)
             else:
@@ -345,7 +345,7 @@ class Session:
                 self.proposer.kv.compact()
         self.memory.sample()
         rest_s = self.clock.seconds(t2, self.clock.mark())
-        gamma = depth if gamma is None else gamma
+        gamma = drafted if gamma is None else gamma
         outcome = CycleOutcome(self.cycle_index, rows, row_ids, gamma, num_drafts, accepted_list, emitted,
                                context_list, positions, draft_s, verify_s, rest_s, step_s)
         if self.keep_laws:
@@ -404,7 +404,7 @@ class _LiveCycle:
         # but is never verified, so whatever a policy says for it must not keep the cycle drafting (measured: a
         # per-step policy whose empty slots said "continue" drafted twice as long in cycles with free slots). When
         # every busy row keeps (most steps of a stop rule) the rows drafting are unchanged and the verification
-        # keeps its uniform-depth path: no tensor op at all. Otherwise the proposer directly (the session method's
+        # keeps its uniform-γ path: no tensor op at all. Otherwise the proposer directly (the session method's
         # inference-mode entry costs µs per step).
         rows = self.session._rows
         flags = keep.tolist()

@@ -128,15 +128,15 @@ def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
             for i, p in enumerate(prompts)]
 
 
-def check_depth(requests: list[Request], max_depth: int, max_context: int | None, key: str = "task.max_depth") -> None:
-    """Drafting ``max_depth`` writes max_depth + 2 positions past a sequence: all must fit in the context."""
+def check_gamma(requests: list[Request], max_gamma: int, max_context: int | None, key: str = "task.max_gamma") -> None:
+    """Drafting ``max_gamma`` writes max_gamma + 2 positions past a sequence: all must fit in the context."""
     if max_context is None or not requests:
         return
-    need = max(len(r.input_ids) + r.max_new_tokens for r in requests) + max_depth + 2
+    need = max(len(r.input_ids) + r.max_new_tokens for r in requests) + max_gamma + 2
     if need > max_context:
-        raise SpectuneError(f"{key}={max_depth} is out of range: the longest prompt + max_new_tokens + "
-                            f"max_depth + 2 = {need} positions exceed the context ({max_context}); allowed: "
-                            f"1..{max_depth - (need - max_context)}")
+        raise SpectuneError(f"{key}={max_gamma} is out of range: the longest prompt + max_new_tokens + "
+                            f"max_gamma + 2 = {need} positions exceed the context ({max_context}); allowed: "
+                            f"1..{max_gamma - (need - max_context)}")
 
 
 def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> None:

@@ -8,7 +8,7 @@ draft predicts the *next* feature from the current one and the token that follow
     entry j = fc([norm(embed(x_j)), norm(f_{j-1})])  →  decoder layer(s), causal over entries  →  f̂_j  →  q(x_{j+1})
 
 At a cycle's first draft step every f is the target's; deeper steps feed the draft's own f̂ (the proposer
-keeps them), which is why acceptance falls faster with depth than for an independent draft. The token
+keeps them), which is why acceptance falls faster with γ than for an independent draft. The token
 embedding is the target's own input embedding, borrowed when the pair loads (not stored: the draft's files
 stay small); the head covers the draft vocabulary only (:mod:`spectune.models.draft_vocab`), so q = 0 elsewhere
 and speculative sampling stays exact.
@@ -128,15 +128,15 @@ class FeatureDraft(nn.Module):
         (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def unrolled(draft: FeatureDraft, ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor, depth: int
+def unrolled(draft: FeatureDraft, ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor, gamma: int
              ) -> list[torch.Tensor]:
-    """The draft's predicted features at every entry as a cycle's draft step 1..``depth`` would compute them
+    """The draft's predicted features at every entry as a cycle's draft step 1..``gamma`` would compute them
     (EAGLE-3's training-time test), [B, n, H] each, for right-padded entries (``mask`` [B, n], 1 = real).
 
     Step 1 is one causal pass over the target's features. At step k each entry j reads the step-(k−1) prediction
     at entry j−1 (a feature the draft predicted, as at inference) and attends to the target-feature entries up to
     j−k+1 (where that cycle began) and to its own chain: step m's entry j−(k−m) for m = 2..k. One pass per step,
-    each appending to the KV cache, so the cost is ``depth`` forwards, not one per position.
+    each appending to the KV cache, so the cost is ``gamma`` forwards, not one per position.
     """
     out = draft.model(inputs_embeds=draft.entries(ids, features), attention_mask=mask, use_cache=True)
     cache_name = cache_argument(draft.model)
@@ -144,7 +144,7 @@ def unrolled(draft: FeatureDraft, ids: torch.Tensor, features: torch.Tensor, mas
     batch, n = ids.shape
     valid, cols = mask.bool(), torch.arange(n, device=ids.device)
     positions = cols.unsqueeze(0).expand(batch, -1)
-    for k in range(2, depth + 1):
+    for k in range(2, gamma + 1):
         started = valid[:, None, :] & (cols[None, :] <= cols[:, None] - k + 1).unsqueeze(0)
         chain = [(cols[None, :] == cols[:, None] - (k - m)).unsqueeze(0).expand(batch, -1, -1) for m in range(2, k + 1)]
         attend = torch.cat([started, *chain], -1).unsqueeze(1)  # [B, 1, n, k·n]

@@ -21,7 +21,7 @@ from spectune.io import write_json
 from spectune.profile import Profile
 
 BATCHES = [1, 2, 4, 8, 16, 32]
-MAX_POSITIONS = 13  # max_depth 12
+MAX_POSITIONS = 13  # max_gamma 12
 DRAFTS = {"1b": ("llama3-1b", "meta-llama/Llama-3.2-1B-Instruct"), "160m": ("llama-160m", "JackFram/llama-160m")}
 
 

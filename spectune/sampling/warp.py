@@ -86,7 +86,7 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     The inverse-CDF method: the first index whose cumulative mass exceeds u·total. Exact (in float64),
     sync-free, and on a CPU the cheapest draw there is: one cumulative sum instead of V exponentials,
     so it costs less than the softmax before it. It also makes a draw a function of one *keyed* uniform
-    (spectune.engine.randomness), which is what pairs policies and depths on common random numbers.
+    (spectune.engine.randomness), which is what pairs policies and γ on common random numbers.
     A zero-probability index never has its cumulative mass exceed the one before it, so it is never drawn.
     """
     cdf = torch.cumsum(probs, -1, dtype=torch.float64)

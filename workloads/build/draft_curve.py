@@ -5,7 +5,7 @@
 Prints the table TRAINING.md carries (held-out Σ min(p, q) over the teacher's top-k ids inside the draft
 vocabulary: a lower bound of α) and draws the same numbers per language against training minutes. For a draft that
 reads the target's features (``--draft spectune/models/smollm2/feature-draft``) the numbers are its first draft
-step's (the target's features in), the curve's ``depth1``.
+step's (the target's features in), the curve's ``gamma1``.
 
 A fine-tuned draft's TRAINING.json keeps the record of the draft it started from under ``init`` (and so on back to
 the first run): the whole history is drawn, each stage after the minutes of those before it, with a line where a
@@ -25,7 +25,7 @@ from workloads.build.train_draft import LANGS, OUT
 
 def first_step(alpha: dict) -> dict[str, float]:
     """The bound per language at a cycle's first draft step (a feature draft's curve holds one per step)."""
-    return alpha.get("depth1", alpha)
+    return alpha.get("gamma1", alpha)
 
 
 def stages(record: dict) -> list[tuple[str, list[dict]]]:

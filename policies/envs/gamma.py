@@ -1,9 +1,9 @@
-"""``spectune/DraftDepth-v0``: the draft-depth decision after every draft step, as LTD's depth policy.
+"""``spectune/DraftGamma-v0``: the draft-length decision after every draft step, as LTD's γ policy.
 
 One episode is one draft-and-verify cycle of one row. Actions (Discrete(2)): 0 = stop and verify now,
 1 = draft one more. At step 0 (nothing drafted) stop means "don't speculate this cycle": a plain target
-step, one token. At ``max_depth`` the cycle is verified whatever the action. Observation: built by
-``observation.py``'s :data:`~policies.envs.observation.DEPTH` from the recorded row (draft signals, position,
+step, one token. At ``max_gamma`` the cycle is verified whatever the action. Observation: built by
+``observation.py``'s :data:`~policies.envs.observation.GAMMA` from the recorded row (draft signals, position,
 context, batch, recent acceptance, the profile's c and g), the builder ``policy=ppo`` calls in the engine.
 
 Reward, at verification only (0 after a draft step): ``tokens − ρ·time`` where ρ is the running tokens/s
@@ -13,9 +13,9 @@ this ranks policies by throughput, which the mean of per-cycle ratios does not (
 ``reward="ratio"`` gives LTD's tokens per cycle time instead (time in units of the AR step), for comparison.
 
 At batch b > 1 the agent is one row and the other rows act alike (one shared policy): the row is charged
-its share, 1/b, of each batched draft step it takes and of the padded verification at its depth.
+its share, 1/b, of each batched draft step it takes and of the padded verification at its γ.
 
-Backends. ``replay``: a recorded cycle (``task=trace``) scored at the chosen depth (exactly that cycle's
+Backends. ``replay``: a recorded cycle (``task=trace``) scored at the chosen γ (exactly that cycle's
 realised outcome, or ``outcome="expected"``: Σ_{i≤k} Π_{j≤i} a_j), time from a profile sampled per episode
 (``profile`` may be a list; ``profile_jitter`` scales it at random). Across cycles the replay is an
 approximation: the next cycle's context comes from the recording, not from the agent's stop.
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from policies.envs.data import attach_source, check_backend
-from policies.envs.observation import DEPTH, OBS_HIGH
+from policies.envs.observation import GAMMA, OBS_HIGH
 from policies.envs.rate import RunningRate
 from spectune.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
 from spectune.errors import SpectuneError
@@ -43,14 +43,14 @@ OUTCOMES = ("realised", "expected")
 STOP, DRAFT = 0, 1
 
 
-class DraftDepthEnv(gym.Env):
+class DraftGammaEnv(gym.Env):
     """Stop or draft one more, one row at a time (see the module docstring).
 
     Args:
         backend: ``"replay"`` or ``"live"``.
         traces: ``traces.parquet`` of ``task=trace`` (replay).
         profile: a profile path, a shipped profile name, a :class:`~spectune.profile.Profile`, or a list of them.
-        max_depth: deepest draft (default: the traces' max_depth; live: 12).
+        max_gamma: deepest draft (default: the traces' max_gamma; live: 12).
         reward: ``"throughput"`` (tokens − ρ·time) or ``"ratio"`` (LTD's tokens / time).
         outcome: ``"realised"`` (that cycle's outcome) or ``"expected"`` (over the acceptance uniforms; replay).
         profile_jitter: log-scale half-width of the random scaling of draft and verification costs per episode.
@@ -62,7 +62,7 @@ class DraftDepthEnv(gym.Env):
 
     metadata: ClassVar[dict] = {"render_modes": []}
 
-    def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, max_depth: int | None = None,
+    def __init__(self, backend: str = "replay", traces: Any = None, profile: Any = None, max_gamma: int | None = None,
                  reward: str = "throughput", outcome: str = "realised", profile_jitter: float = 0.0,
                  allow_profile_mismatch: bool = False, engine: Any = None, requests: list | None = None,
                  concurrency: int = 1, live_time: str = "measured", features: tuple[str, ...] | None = None) -> None:
@@ -74,13 +74,13 @@ class DraftDepthEnv(gym.Env):
         self.reward_kind, self.expected = reward, outcome == "expected"
         limit, ceiling = attach_source(self, backend, traces, profile, profile_jitter, allow_profile_mismatch,
                                        engine, requests, concurrency, live_time)
-        self.max_depth = limit if max_depth is None else int(max_depth)
-        if not 1 <= self.max_depth <= ceiling:
-            raise SpectuneError(f"max_depth={max_depth!r} is out of range: must be in 1..{ceiling} "
-                                "(the traces' max_depth and the profile's max_positions - 1)")
+        self.max_gamma = limit if max_gamma is None else int(max_gamma)
+        if not 1 <= self.max_gamma <= ceiling:
+            raise SpectuneError(f"max_gamma={max_gamma!r} is out of range: must be in 1..{ceiling} "
+                                "(the traces' max_gamma and the profile's max_positions - 1)")
         self.action_space = gym.spaces.Discrete(2)
         # a policy file's features (a subset of the fields, in its order; None: all of them)
-        self.builder = DEPTH if features is None else DEPTH.of(features)
+        self.builder = GAMMA if features is None else GAMMA.of(features)
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(self.builder.features),), dtype=np.float32)
         self._obs = np.zeros(len(self.builder.features), dtype=np.float32)
         self._given = (0.0, 0.0)  # the episode row's (context length, recent acceptance)
@@ -90,19 +90,19 @@ class DraftDepthEnv(gym.Env):
     def _start(self, batch: int, context: float, recent: float) -> None:
         """A new episode: the row's observation before any draft (the builder's step-0 signal values)."""
         self._index, self._costs = self.profiles.sample(self.np_random, batch)
-        self._batch, self._depth = batch, 0
+        self._batch, self._gamma = batch, 0
         self._given = (context, recent)
         self._obs[:] = self.builder.from_trace(0, batch, self._costs, context, recent)
 
     def _signals(self, values) -> None:
-        """After draft step ``self._depth`` (the drafts so far): that step's signals (DRAFT_SIGNALS order)."""
-        self._obs[:] = self.builder.from_trace(self._depth, self._batch, self._costs, *self._given, values)
+        """After draft step ``self._gamma`` (the drafts so far): that step's signals (DRAFT_SIGNALS order)."""
+        self._obs[:] = self.builder.from_trace(self._gamma, self._batch, self._costs, *self._given, values)
 
-    def _recorded(self, depth: int) -> tuple[float, float]:
-        """The recorded row verified at ``depth``: the tokens it emits (accepted prefix + the target's one) and its
+    def _recorded(self, gamma: int) -> tuple[float, float]:
+        """The recorded row verified at ``gamma``: the tokens it emits (accepted prefix + the target's one) and its
         1/b share of the batch cycle's cost (:meth:`spectune.profile.CycleCosts.cycle_s`)."""
-        tokens = self.traces.accepted_at(self._entry, depth, self.expected) + 1.0
-        return tokens, self._costs.cycle_s(depth) / self._batch
+        tokens = self.traces.accepted_at(self._entry, gamma, self.expected) + 1.0
+        return tokens, self._costs.cycle_s(gamma) / self._batch
 
     def _reward(self, tokens: float, time_s: float) -> float:
         key = (self._index, self._batch)
@@ -128,24 +128,24 @@ class DraftDepthEnv(gym.Env):
         return self._obs.copy(), {}
 
     def step(self, action):
-        if action == DRAFT and self._depth < self.max_depth:
-            self._depth += 1
+        if action == DRAFT and self._gamma < self.max_gamma:
+            self._gamma += 1
             if self.backend == "replay":
-                self._signals(self.traces.signals[self._entry, self._depth - 1])
+                self._signals(self.traces.signals[self._entry, self._gamma - 1])
             else:
                 self._live_draft()
-            if self._depth < self.max_depth:
+            if self._gamma < self.max_gamma:
                 return self._obs.copy(), 0.0, False, False, {}
         if self.backend == "replay":
-            tokens, time_s = self._recorded(self._depth)
+            tokens, time_s = self._recorded(self._gamma)
             info = {}
         else:
             tokens, measured_s = self._live_verify()
-            modelled_s = self._costs.cycle_s(self._depth) / self._batch
+            modelled_s = self._costs.cycle_s(self._gamma) / self._batch
             time_s = measured_s if self.live_time == "measured" else modelled_s
             info = {"measured_s": measured_s} if self.live_time == "measured" else {}  # profile: deterministic info
         reward = self._reward(tokens, time_s)
-        return self._obs.copy(), float(reward), True, False, {"depth": self._depth, "tokens": tokens,
+        return self._obs.copy(), float(reward), True, False, {"gamma": self._gamma, "tokens": tokens,
                                                               "time_s": time_s, "synthetic": self.synthetic, **info}
 
     # -- live backend ------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ class DraftDepthEnv(gym.Env):
     def _live_verify(self) -> tuple[float, float]:
         session, row = self._session, self._row
         rid = session.cycle.request_ids[row]
-        outcome = session.verify(self._depth)
+        outcome = session.verify(self._gamma)
         for r in outcome.rows:
             self._recent.add(outcome.request_ids[r], outcome.accepted[r], outcome.num_drafts[r])
         self._rid = rid
