@@ -135,7 +135,7 @@ class AcceptanceClassifier(DraftLengthPolicy):
     name = "acceptance-classifier"
     tuning = ("threshold", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7))  # tuned in replay before an evaluation
 
-    def __init__(self, gamma: int, weights_path: str, threshold: float) -> None:
+    def __init__(self, gamma: int, weights_path: str | None, threshold: float) -> None:
         check_gamma(gamma, "the acceptance-classifier ceiling")
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 < threshold < 1.0:
             raise SpectuneError(f"policy.threshold={threshold!r} is invalid: must be a number in (0, 1)")

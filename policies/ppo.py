@@ -77,7 +77,7 @@ class PPOGamma(DraftLengthPolicy):
     name = "ppo"
     reads_context = True  # the step-0 decision covers new requests too, before anything is drafted
 
-    def __init__(self, gamma: int, gamma_path: str, trust_pickle: bool, profile: str | None,
+    def __init__(self, gamma: int, gamma_path: str | None, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None,
                  *, policy_file: PolicyFile | None = None) -> None:
         check_gamma(gamma, "the ppo γ ceiling")

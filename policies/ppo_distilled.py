@@ -206,7 +206,7 @@ class PPODistilled(PPOGamma):
 
     name = "ppo-distilled"
 
-    def __init__(self, gamma: int, gamma_path: str, trust_pickle: bool, profile: str | None,
+    def __init__(self, gamma: int, gamma_path: str | None, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, thresholds: Sequence[float] | None = None,
                  start_threshold: float | None = None, *, policy_file: PolicyFile | None = None) -> None:
         super().__init__(gamma, gamma_path, trust_pickle, profile, allow_profile_mismatch, deterministic=True, seed=0,

@@ -6,19 +6,29 @@ new policy is its module and its config, and naming one policy never loads the o
 training stack for a rule that needs neither). The fixed γ lives with the engine (``name = "fixed"``).
 
 The grid's γ reaches every policy as ``gamma`` (the fixed length, a start value or a ceiling); every other
-parameter comes from the policy's config node, so ``policy=confidence policy.threshold=0.3`` works.
+parameter comes from the policy's config node, so ``policy=confidence policy.threshold=0.3`` works. A policy's
+schema is its constructor: :func:`parameters_schema` makes the structured config from ``__init__``'s type hints, and
+:func:`make_policy` reads the node through it (OmegaConf's type checks, the product's one-line errors), so a new
+policy needs no schema file and its config can never disagree with what it takes.
 """
 
 from __future__ import annotations
 
 import ast
+import collections.abc
+import dataclasses
 import importlib
 import inspect
+import types
+import typing
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from omegaconf import MISSING
+
+from spectune.config import typed
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.errors import SpectuneError
 
@@ -73,9 +83,7 @@ def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
         raise SpectuneError(f"policy={name!r} is unknown: choose one of {', '.join(sorted(POLICIES))}")
     cls = POLICIES[name]
     parameters = inspect.signature(cls.__init__).parameters
-    # keyword-only parameters are for code (an object already built), never a config's
-    accepted = [p for p, spec in parameters.items()
-                if p not in ("self", "gamma") and spec.kind is not inspect.Parameter.KEYWORD_ONLY]
+    accepted = config_parameters(cls)
     for key in params:
         if key not in accepted:
             raise SpectuneError(f"policy.{key} is not a parameter of policy={name}: "
@@ -84,4 +92,42 @@ def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:
     if missing:
         raise SpectuneError(f"policy={name} needs policy.{missing[0]} (set it in conf/policy/{name}.yaml "
                             "or on the command line)")
-    return cls(gamma=gamma, **params)
+    values = typed(parameters_schema(cls), params, prefix="policy")
+    return cls(gamma=gamma, **{key: getattr(values, key) for key in params})
+
+
+def config_parameters(cls: type) -> list[str]:
+    """The parameters of ``cls.__init__`` that a config sets: all but ``self``, the grid's ``gamma`` and the
+    keyword-only ones (for code that passes an object already built)."""
+    parameters = inspect.signature(cls.__init__).parameters
+    return [p for p, spec in parameters.items()
+            if p not in ("self", "gamma") and spec.kind is not inspect.Parameter.KEYWORD_ONLY]
+
+
+@cache
+def parameters_schema(cls: type) -> type:
+    """The structured config of a policy's parameters, made from its ``__init__``'s type hints and defaults (an
+    optional parameter a config may leave out). Hints OmegaConf cannot type (a class, a callable) become ``Any``."""
+    hints = typing.get_type_hints(cls.__init__)
+    defaults = {p: spec.default for p, spec in inspect.signature(cls.__init__).parameters.items()
+                if spec.default is not inspect.Parameter.empty}
+    fields = [(p, _config_type(hints.get(p, Any)), dataclasses.field(default=defaults.get(p, MISSING)))
+              for p in config_parameters(cls)]
+    return dataclasses.make_dataclass(f"{cls.__name__}Parameters", fields)
+
+
+SCALARS = (int, float, bool, str)
+
+
+def _config_type(hint: Any) -> Any:
+    """``hint`` as OmegaConf types a field: scalars, ``X | None``, lists (``Sequence[float]``: ``list[float]``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in SCALARS:
+        return hint
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        inner = _config_type(rest[0]) if len(rest) == 1 else Any
+        return inner | None if inner is not Any and type(None) in args else Any
+    if origin in (list, collections.abc.Sequence) and args and args[0] in SCALARS:
+        return list[args[0]]
+    return Any

@@ -189,7 +189,8 @@ def test_the_distilled_policy_reads_q_only_and_keeps_greedy_output(pair, tmp_pat
 
 @pytest.mark.parametrize(("thresholds", "match"), [
     ("0.3", r"policy\.thresholds='0\.3' is invalid"), ([], r"policy\.thresholds=\[\] is invalid"),
-    ([0.2, -1], r"policy\.thresholds=\[0\.2, -1\] is invalid"), ([True], r"policy\.thresholds=\[True\] is invalid"),
+    ([0.2, -1], r"policy\.thresholds=\[0\.2, -1\.0\] is invalid"),
+    ([True], r"policy\.thresholds\[0\]=True is invalid: must be a number"),
     (None, "holds no distilled thresholds"), ([0.2], r"policy\.start_threshold=-0\.5 is invalid"),
 ])
 def test_bad_thresholds_fail_in_one_line(tmp_path, thresholds, match):
