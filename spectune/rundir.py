@@ -193,6 +193,9 @@ TRACES_METADATA = RunFile("traces.metadata.json", "json", metadata=True)
 # task=profile and policies.train: the hardware cost profile (spectune.profile reads it).
 PROFILE = RunFile("profile.json", "json")
 PROFILE_CALIBRATED = RunFile("profile.calibrated.json", "json")
+# task=predict: prompt lookup replayed from greedy outputs, a row per (request, γ), and its per-task summary.
+PREDICTION = RunFile("prediction.parquet", "parquet", ("request_id", "task", "gamma", "cycles", "accepted"))
+PREDICTION_SUMMARY = RunFile("prediction.json", "json")
 # task=verify, task=acceptance, task=costmodel.
 VERIFY = RunFile("verify.json", "json")
 ACCEPTANCE = RunFile("acceptance.json", "json")

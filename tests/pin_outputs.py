@@ -68,6 +68,8 @@ RUNS: dict[str, tuple[str, tuple[str, ...], bool]] = {
                            "task.warmup=0"), False),
     "trace": ("config", ("task=trace", *SMALL, "task.warmup=0", "task.max_gamma=2"), False),
     "verify": ("config", ("task=verify", "task.trials=2000"), False),
+    "predict": ("config", ("task=predict", "proposer=lookup", *SMALL, "workload.sampling.temperature=0",
+                           "task.gammas=[1,2]", f"task.profile={PROFILE}", "task.allow_profile_mismatch=true"), False),
     "coverage": ("config", ("task=coverage", *SMALL, "task.warmup=0", "task.repeats=2", "task.comparisons=2",
                             "task.pairs=[ar]"), True),
     "train": ("train", (WORKLOAD, "workload.max_new_tokens=4", *TRAIN, f"train.profile={PROFILE}",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pandas as pd
 import pytest
 
 from spectune.cycle import CycleCost
@@ -62,3 +65,63 @@ def test_measured_search_seconds_are_kept_per_row_and_priced_per_cycle():
     priced = price(frame, LinearCosts())
     no_search = price(frame, LinearCosts(), search_s=0.0)
     assert ((priced["spec_s"] - no_search["spec_s"]) - frame["search_s"]).abs().max() < 1e-12
+
+
+# ---- task=predict on the embedded tiny pair -----------------------------------------------------------------
+
+PREDICT = ["task=predict", "proposer=lookup", "+workload=en", "workload.sampling.temperature=0",
+           "workload.tasks=[rewrite,code]", "workload.num_prompts=4", "workload.task_max_new_tokens=24"]
+
+
+@pytest.mark.slow(reason="measures a profile, then decodes 4 prompts greedily and runs the engine at two γ (~30 s)")
+def test_task_predict_replays_the_engines_greedy_lookup_and_prices_it_with_a_profile(harness_in_process, compose_config,
+                                                                                     tmp_path):
+    """A profile measured here (task=profile, batch 1, up to 4 drafts), then task=predict at γ 2 and 4: each request's
+    replayed cycles are the live engine's with prompt lookup at that γ, and the overall row is the tasks' sum."""
+    from spectune import rundir
+    from spectune.engine.policy import FixedGamma
+    from spectune.measure import requests_of
+    from workloads.setup import open_setup
+
+    profiled = tmp_path / "profile"
+    assert harness_in_process(profiled, "task=profile", "+workload=en", "workload.tasks=[rewrite,code]",
+                              "workload.num_prompts=2", "task.batch_sizes=[1]", "task.max_gamma=4",
+                              "task.repeats=1", "task.warmup=0") == 0
+    run_dir = tmp_path / "predict"
+    assert harness_in_process(run_dir, *PREDICT, "task.gammas=[2,4]",
+                              f"task.profile={rundir.PROFILE.path(profiled)}") == 0
+    frame, summary = rundir.PREDICTION.read(run_dir), rundir.PREDICTION_SUMMARY.read(run_dir)
+    table = pd.DataFrame(summary["by_task"])
+    assert sorted(set(table["task"])) == ["all", "code", "rewrite"] and (table["predicted_speedup"] > 0).all()
+    for gamma, rows in table.groupby("gamma"):
+        tasks, overall = rows[rows["task"] != "all"], rows[rows["task"] == "all"].iloc[0]
+        for column in ("output_tokens", "cycles", "no_proposal", "ar_s", "spec_s"):
+            assert overall[column] == pytest.approx(tasks[column].sum()), (gamma, column)
+        assert overall["predicted_speedup"] == pytest.approx(overall["ar_s"] / overall["spec_s"])
+
+    setup = open_setup(compose_config(*PREDICT), "predict")
+    requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
+    for gamma in (2, 4):
+        live = setup.engine.run(requests, FixedGamma(gamma), 1).cycles
+        for request in requests:
+            ran = [c for c in live if c.request_id == request.request_id]
+            row = frame[(frame["request_id"] == request.request_id) & (frame["gamma"] == gamma)].iloc[0]
+            assert (row.cycles, row.drafted, row.accepted) == (
+                len(ran), sum(c.num_drafts for c in ran), sum(c.accepted for c in ran)), (gamma, request.request_id)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["task=predict", "+workload=en", "workload.sampling.temperature=0"], "proposer=model cannot be predicted"),
+    (["task=predict", "proposer=lookup", "+workload=en"], "workload.sampling.temperature=1.0 is out of range"),
+    (["task=predict", "proposer=lookup", "+workload=en", "workload.sampling.temperature=0", "task.gammas=[0]"],
+     "task.gammas"),
+    (["task=predict", "proposer=lookup", "+workload=en", "workload.sampling.temperature=0", "task.profile=nope"],
+     "profile='nope' is not found"),
+])
+def test_task_predict_refuses_what_it_cannot_replay_in_one_line(harness_in_process, tmp_path, overrides, message):
+    """Each is the front door's one line (a SpectuneError), raised before the models load."""
+    from spectune.errors import SpectuneError
+
+    with pytest.raises(SpectuneError, match=re.escape(message)) as raised:
+        harness_in_process(tmp_path, *overrides)
+    assert "\n" not in str(raised.value)

@@ -21,6 +21,7 @@ TASKS: dict[str, str] = {
     "profile": "harness.tasks.profile",
     "tune": "harness.tasks.tune",
     "coverage": "harness.tasks.coverage",
+    "predict": "harness.tasks.predict",
 }
 
 

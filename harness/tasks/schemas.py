@@ -142,11 +142,19 @@ class VerifyTask:
     real: VerifyReal = field(default_factory=VerifyReal)
 
 
+@dataclass
+class PredictTask:
+    name: str = MISSING
+    gammas: Any = MISSING  # a γ or a list of them
+    profile: str | None = MISSING
+    allow_profile_mismatch: bool = MISSING
+
+
 # task name -> (schema, whether it is an open root: the file is in the _global_ package)
 SCHEMAS: dict[str, tuple[type, bool]] = {
     "bench": (BenchFile, True), "tune": (TuneFile, True), "coverage": (CoverageFile, True),
     "trace": (TraceTask, False), "profile": (ProfileTask, False), "acceptance": (AcceptanceTask, False),
-    "costmodel": (CostmodelTask, False), "verify": (VerifyTask, False),
+    "costmodel": (CostmodelTask, False), "verify": (VerifyTask, False), "predict": (PredictTask, False),
 }
 
 

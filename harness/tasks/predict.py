@@ -1,0 +1,100 @@
+"""`python -m harness task=predict proposer=lookup +workload=en`: what prompt lookup would give, before it is timed.
+
+The target decodes every prompt greedily, one request at a time (autoregressive: the outputs every greedy method
+emits). From those outputs :mod:`spectune.measure.prediction` replays prompt lookup at each γ of ``task.gammas``
+exactly (greedy verification accepts a draft iff it is the target's own next token) and counts the copyable
+fraction; with a cost profile of the same pair on this machine (``task.profile``: a ``task=profile`` run's
+profile.json, or a shipped profile's name) it predicts the decode speed-up per task. Written down before the timed
+runs (``task=bench proposer=lookup``), the prediction is what they confirm or refute. Writes
+``prediction.parquet`` (a row per request and γ), ``prediction.json`` (per task and γ, with an ``all`` row, and
+what the target wrote per task) and ``metadata.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from spectune import rundir
+from spectune.engine.records import requests_frame
+from spectune.errors import SpectuneError
+from spectune.measure import requests_of
+from spectune.measure.prediction import COPY_N, GreedyOutput, by_task, price, replay
+from spectune.options import as_list, integer
+from spectune.profile import check_profile, load_profile
+from workloads.answers import answers_by_task, warnings
+
+log = logging.getLogger(__name__)
+
+
+def check_greedy_lookup(cfg: DictConfig) -> None:
+    """The replay is exact for greedy decoding and a model-free proposer only: say so before any model loads."""
+    proposer = (cfg.get("proposer") or {}).get("name", "model")
+    if proposer != "lookup":
+        raise SpectuneError(f"proposer={proposer} cannot be predicted by task=predict: it replays a model-free "
+                            "proposer; add proposer=lookup")
+    temperature = cfg.workload.sampling.temperature if cfg.get("workload") else 0
+    if float(temperature) != 0:
+        raise SpectuneError(f"workload.sampling.temperature={temperature} is out of range for task=predict: its "
+                            "replay is exact for greedy decoding only; allowed: 0")
+
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    from workloads.setup import open_setup
+
+    task = cfg.task
+    gammas = sorted({integer(g, "task.gammas", lo=1) for g in as_list(task.gammas, "task.gammas")})
+    check_greedy_lookup(cfg)
+    profile = load_profile(task.profile) if task.profile else None
+    setup = open_setup(cfg, "predict")
+    synthetic = check_profile(profile, setup.metadata, bool(task.allow_profile_mismatch)) if profile else None
+    requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
+    engine = setup.engine
+    log.info("decoding %d prompts greedily (autoregressive, one at a time)", len(requests))
+    finished = engine.run(requests, None, 1).requests
+    records = {r.request_id: r for r in finished}
+    outputs = [GreedyOutput(r.request_id, r.prompt_id, r.task, r.input_ids, records[r.request_id].output_ids,
+                            r.max_new_tokens) for r in requests]
+    frame = replay(outputs, engine.draft, gammas, engine.eos)
+    if profile is not None:
+        frame = price(frame, profile.costs(1))
+    table = by_task(frame)
+    rundir.METADATA.write(run_dir, setup.metadata)
+    rundir.PREDICTION.write(run_dir, frame)
+    summary = {"proposer": vars(engine.draft) | {"stop_ids": list(engine.draft.stop_ids)},
+               "gammas": gammas, "copy_n": COPY_N, "profile": profile.label if profile else None,
+               "synthetic": synthetic,
+               "by_task": table.to_dict(orient="records")}
+    answers = target_answers(requests_frame(finished), setup.models, setup.workload.max_new_tokens)
+    summary["answers_by_task"] = answers.reset_index().to_dict(orient="records")
+    path = rundir.PREDICTION_SUMMARY.write(run_dir, summary)
+    for line in table_lines(table):
+        log.info("%s", line)
+    for line in warnings(answers):
+        log.warning("%s", line)
+    log.info("wrote %s", path)
+    return 0
+
+
+def target_answers(requests: Any, models: Any, max_new_tokens: int) -> Any:
+    """What the target wrote per (language, task) (:mod:`workloads.answers`): a copy that is no answer (a
+    translation left untranslated, a loop) is copyable too, and the page must say which it was."""
+    tok = models.tokenizer
+    eos = tok.eos_token_id
+    eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
+    return answers_by_task(requests, lambda ids: tok.decode(ids, skip_special_tokens=True), eos_ids, max_new_tokens)
+
+
+def table_lines(table: Any) -> list[str]:
+    """The per-task prediction as printed: one line per (γ, task)."""
+    priced = "predicted_speedup" in table
+    head = f"{'gamma':>5}  {'task':<10} {'requests':>8} {'tokens':>7} {'copyable':>8} {'acc.len':>7} {'no-prop':>7}"
+    lines = [head + (f" {'predicted':>9}" if priced else "")]
+    for row in table.itertuples():
+        line = (f"{row.gamma:>5}  {row.task:<10} {row.requests:>8} {row.output_tokens:>7} "
+                f"{row.copyable_fraction:>8.2f} {row.acceptance_length:>7.2f} {row.no_proposal_share:>7.2f}")
+        lines.append(line + (f" {row.predicted_speedup:>8.2f}x" if priced else ""))
+    return lines
