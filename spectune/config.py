@@ -22,6 +22,7 @@ see :data:`PROPOSERS`.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from dataclasses import dataclass
@@ -150,6 +151,14 @@ class LookupProposerConfig:
     min_n: int = MISSING
 
 
+class Corpus(enum.Enum):
+    """``proposer.corpus`` of suffix decoding: its frozen global trie from the workload's training-split prompts,
+    or none (per-request tries only). workloads.setup reads it."""
+
+    train = "train"
+    none = "none"
+
+
 @dataclass
 class SuffixProposerConfig:
     """``proposer=suffix``: suffix decoding (spectune/engine/suffix.py); its tries' depth and its chains' rule."""
@@ -160,6 +169,7 @@ class SuffixProposerConfig:
     max_spec_factor: float = MISSING
     min_token_prob: float = MISSING
     adaptive: bool = MISSING
+    corpus: Corpus = MISSING  # checked while composing: before any model loads
 
 
 # proposer=<name> -> its schema, stored as /schema/proposer/<name>. To add a proposer's schema: write a dataclass
@@ -333,6 +343,8 @@ def describe(hint: Any) -> str:
         return f"a list of {PLURALS.get(args[0], 'values')}" if args else "a list"
     if origin is dict or hint is dict:
         return "a mapping"
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return f"one of {', '.join(member.name for member in hint)}"
     if dataclasses.is_dataclass(hint):
         return f"a mapping of {', '.join(f.name for f in dataclasses.fields(hint))}"
     if hint is Any:

@@ -9,6 +9,7 @@ the old file or the new one, never to an empty one.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import os
@@ -67,7 +68,7 @@ def write_atomic(path: Path | str, write: Callable[[Path], None]) -> Path:
 
 
 def _jsonable(obj: Any) -> Any:
-    """Turn numpy/torch scalars and non-finite floats into plain JSON values (NaN/inf → null)."""
+    """Turn numpy/torch scalars, non-finite floats and enum members into plain JSON values (NaN/inf → null)."""
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -76,6 +77,8 @@ def _jsonable(obj: Any) -> Any:
         return _jsonable(obj.tolist())
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
+    if isinstance(obj, enum.Enum):  # a typed config's choice (spectune.config): written as its name
+        return obj.name
     return obj
 
 

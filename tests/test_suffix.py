@@ -243,3 +243,27 @@ def test_sampled_suffix_emits_the_target_law_and_the_mutants_do_not():
     for wrong in ("naive", "argmax-match"):
         counts, _ = emitted_counts(wrong)
         assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)
+
+
+def test_the_configured_pair_drafts_by_suffix_with_a_frozen_training_corpus(compose_config, harness_in_process,
+                                                                            tmp_path):
+    """proposer=suffix through the product's own loading (composition, workload, tokenizer) on the tiny pair: the
+    global trie holds the workload's training-split prompts (corpus=train) or nothing (corpus=none), greedy output
+    equals plain decoding on 4 English task prompts, and a bad corpus fails in one line before any model loads."""
+    from spectune.measure import requests_of
+    from workloads.setup import open_setup
+
+    base = ["+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=4",
+            "workload.task_max_new_tokens=16", "workload.sampling.temperature=0"]
+    trained = open_setup(compose_config(*base, "proposer=suffix"), "test")
+    bare = open_setup(compose_config(*base, "proposer=suffix", "proposer.corpus=none"), "test")
+    assert isinstance(trained.engine.draft, SuffixDrafting) and trained.engine.draft.global_tree is not None
+    assert bare.engine.draft.global_tree is None
+    requests = requests_of(trained.workload.prompts, trained.workload.max_new_tokens)
+    plain = trained.engine.run(requests, None, 1)
+    drafted = trained.engine.run(requests, FixedGamma(4), 1)
+    outputs = {r.request_id: r.output_ids for r in plain.requests}
+    assert {r.request_id: r.output_ids for r in drafted.requests} == outputs
+    assert sum(c.num_drafts for c in drafted.cycles) > 0
+    with pytest.raises(SpectuneError, match=r"proposer\.corpus=.eval. is invalid: must be one of train, none"):
+        harness_in_process(tmp_path, *base, "proposer=suffix", "proposer.corpus=eval")

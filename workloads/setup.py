@@ -47,8 +47,31 @@ def open_setup(cfg: Any, task: str) -> Setup:
     check_workload(cfg.workload)  # task selection errors before any model loads
     models = load_models(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, models.tokenizer)
-    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed), cfg.get("proposer"))
+    engine = engine_of(cfg, models, workload.sampling)
     metadata = {**base_metadata(), "task": task, "models": models.pair.metadata, "hardware": models.hardware,
                 "workload": workload.describe(), "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)}
     return Setup(models, workload, engine, metadata)
+
+
+def engine_of(cfg: Any, models: Models, sampling: Any) -> Any:
+    """The engine of the configured proposer on ``models`` (:func:`spectune.measure.open_engine`), what every
+    application opens: suffix decoding with ``proposer.corpus=train`` gets its frozen global trie here."""
+    from omegaconf import OmegaConf
+
+    proposer = OmegaConf.to_container(cfg.proposer, resolve=True) if cfg.get("proposer") else None
+    corpus = []
+    if proposer and proposer.get("name") == "suffix":
+        choice = proposer.pop("corpus", "train")
+        if getattr(choice, "name", choice) == "train":
+            corpus = training_prompts(cfg, models.tokenizer)
+    return open_engine(models, sampling, cfg.sampler, int(cfg.seed), proposer, corpus)
+
+
+def training_prompts(cfg: Any, tokenizer: Any) -> list[list[int]]:
+    """Suffix decoding's frozen global corpus (``proposer.corpus=train``): the rendered prompts of the workload's
+    training split (same language, tasks and profile; every prompt), of which no evaluated prompt is part."""
+    from omegaconf import OmegaConf
+
+    spec = {**OmegaConf.to_container(cfg.workload, resolve=True), "splits": ["train"], "num_prompts": None}
+    return [list(p.input_ids) for p in load_workload(spec, tokenizer).prompts]

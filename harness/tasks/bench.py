@@ -36,7 +36,6 @@ from spectune.measure import (
     Grid,
     aggregate,
     load_models,
-    open_engine,
     pooled,
     repeats_option,
     schedule,
@@ -209,7 +208,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     workload = load_workload(_workload_cfg(cfg, settings), models.tokenizer)
     max_context = models.max_context
     requests = build_requests(workload, settings, max_context)
-    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed), cfg.get("proposer"))
+    from workloads.setup import engine_of
+
+    engine = engine_of(cfg, models, workload.sampling)
 
     metadata = {**base_metadata(), "task": "bench", "models": models.pair.metadata,
                 "hardware": hw.describe(cfg.hardware, models.device), "workload": workload.describe(),

@@ -37,7 +37,6 @@ from spectune.errors import SpectuneError
 from spectune.io import write_json
 from spectune.measure import (
     load_models,
-    open_engine,
     pooled,
     repeats_option,
     requests_of,
@@ -125,7 +124,9 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     models = load_models(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, models.tokenizer)
     requests = requests_of(workload.prompts, workload.max_new_tokens)
-    engine = open_engine(models, workload.sampling, cfg.sampler, int(cfg.seed), cfg.get("proposer"))
+    from workloads.setup import engine_of
+
+    engine = engine_of(cfg, models, workload.sampling)
     nodes = {label: node for label, _, node in s.methods()}
     order = [(label, gamma) for label, gamma, _ in s.methods()]
     rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,

@@ -33,7 +33,6 @@ from spectune.measure import (
     Grid,
     aggregate,
     load_models,
-    open_engine,
     pooled,
     repeats_option,
 )
@@ -127,7 +126,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     pair = models.pair
     workloads = [load_workload(w, pair.tokenizer) for w in _workload_cfgs(cfg, settings.languages)]
     max_context = models.max_context
-    engine = open_engine(models, workloads[0].sampling, cfg.sampler, int(cfg.seed), cfg.get("proposer"))
+    from workloads.setup import engine_of
+
+    engine = engine_of(cfg, models, workloads[0].sampling)
     metadata = {**base_metadata(), "task": "tune", "models": pair.metadata,
                 "hardware": hw.describe(cfg.hardware, models.device), "workloads": [w.describe() for w in workloads],
                 "sampling": vars(workloads[0].sampling), "sampler": cfg.sampler, "settings": vars(settings),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -89,35 +89,42 @@ def load_models(models_cfg: Any, hardware_cfg: Any) -> Models:
     return _LOADED[key]
 
 
-def draft_of(models: Models, proposer: Any = None) -> Any:
-    """What drafts: the pair's draft model (``proposer`` None or ``{name: model}``), or prompt lookup
-    (``{name: lookup, max_n, min_n}``), which never proposes the tokenizer's special (chat-template) ids."""
+def draft_of(models: Models, proposer: Any = None, corpus: Iterable[Sequence[int]] = ()) -> Any:
+    """What drafts: the pair's draft model (``proposer`` None or ``{name: model}``), prompt lookup
+    (``{name: lookup, max_n, min_n}``) or suffix decoding (``{name: suffix, ...}``, its global trie built from
+    ``corpus``); neither model-free draft ever proposes the tokenizer's special (chat-template) ids."""
     from spectune.engine.lookup import PromptLookup
+    from spectune.engine.suffix import SuffixDrafting
 
     node = dict(proposer or {"name": "model"})
     name = node.pop("name", "model")
+    settings = {"model": set(), "lookup": {"max_n", "min_n"},
+                "suffix": {"max_tree_depth", "max_gamma", "max_spec_factor", "min_token_prob", "adaptive", "corpus"}}
+    if name not in settings:
+        raise SpectuneError(f"proposer={name!r} is unknown: choose one of {', '.join(settings)}")
+    if unknown := sorted(set(node) - settings[name]):
+        raise SpectuneError(f"proposer.{unknown[0]} is not a setting of proposer={name}: "
+                            f"its settings are {', '.join(sorted(settings[name])) or 'none'}")
     if name == "model":
-        if node:
-            raise SpectuneError(f"proposer.{next(iter(node))} is not a setting of proposer=model: it has none")
         return models.pair.draft
+    special = tuple(getattr(models.tokenizer, "all_special_ids", ()) or ())
     if name == "lookup":
-        allowed = {"max_n", "min_n"}
-        if unknown := sorted(set(node) - allowed):
-            raise SpectuneError(f"proposer.{unknown[0]} is not a setting of proposer=lookup: "
-                                f"its settings are {', '.join(sorted(allowed))}")
-        special = tuple(getattr(models.tokenizer, "all_special_ids", ()) or ())
         return PromptLookup(max_n=int(node.get("max_n", 3)), min_n=int(node.get("min_n", 1)), stop_ids=special)
-    raise SpectuneError(f"proposer={name!r} is unknown: choose one of model, lookup")
+    node.pop("corpus", None)  # which corpus: the caller's to load (workloads.setup), given here as ``corpus``
+    return SuffixDrafting(**node, stop_ids=special, corpus=corpus)
 
 
-def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: int, proposer: Any = None) -> Engine:
+def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: int, proposer: Any = None,
+                corpus: Iterable[Sequence[int]] = ()) -> Engine:
     """An engine on ``models`` that samples with ``sampling`` (a workload's) and the named rejection sampler;
-    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model)."""
+    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model; ``corpus``: suffix
+    decoding's global trie)."""
     from spectune.engine import Engine
     from spectune.sampling.rejection import get_sampler
 
     eos = models.tokenizer.eos_token_id
-    return Engine(models.pair.target, draft_of(models, proposer), sampling=sampling, sampler=get_sampler(sampler),
+    draft = draft_of(models, proposer, corpus)
+    return Engine(models.pair.target, draft, sampling=sampling, sampler=get_sampler(sampler),
                   device=models.device, eos_token_ids=[eos] if eos is not None else [], seed=int(seed),
                   path=models.path, vocab_size=models.pair.vocab_size)
 
