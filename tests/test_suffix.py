@@ -267,3 +267,28 @@ def test_the_configured_pair_drafts_by_suffix_with_a_frozen_training_corpus(comp
     assert sum(c.num_drafts for c in drafted.cycles) > 0
     with pytest.raises(SpectuneError, match=r"proposer\.corpus=.eval. is invalid: must be one of train, none"):
         harness_in_process(tmp_path, *base, "proposer=suffix", "proposer.corpus=eval")
+
+
+def test_greedy_replay_predicts_the_engines_suffix_cycles():
+    """From autoregressive outputs alone, the replay with a per-request trie (request_chains) gives every cycle's
+    (drafted, accepted) that the engine then runs with suffix decoding, greedy, concurrency 1, γ 1 and 4, 7 requests
+    of 16 tokens, with and without a global trie."""
+    from spectune.engine.lookup import replay_greedy
+    from spectune.engine.suffix import request_chains
+
+    target = tiny_llama(seed=3)
+    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+    requests = [Request(i, f"p{i}", "en", [5 + i % 3, 6, 7, 5 + i % 3, 6, 7, 8, 5 + i % 3], 16) for i in range(7)]
+    outputs = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+    drafted = 0
+    for corpus in ([], [[6, 7, 8, 9, 10, 6, 7, 8]]):
+        spec = SuffixDrafting(max_gamma=6, corpus=corpus)
+        engine = Engine(target, spec, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
+        for gamma in (1, 4):
+            result = engine.run(requests, FixedGamma(gamma), 1)
+            for request in requests:
+                ran = [(c.num_drafts, c.accepted) for c in result.cycles if c.request_id == request.request_id]
+                assert ran == replay_greedy(request.input_ids, outputs[request.request_id], gamma, spec, 16,
+                                            chain_of=request_chains(spec)), (gamma, corpus)
+                drafted += sum(d for d, _ in ran)
+    assert drafted > 20  # the chains were not all empty

@@ -1,13 +1,13 @@
-"""`python -m harness task=predict proposer=lookup +workload=en`: what prompt lookup would give, before it is timed.
+"""`python -m harness task=predict proposer=lookup +workload=en`: what a model-free draft would give, before timing.
 
 The target decodes every prompt greedily, one request at a time (autoregressive: the outputs every greedy method
-emits). From those outputs :mod:`spectune.measure.prediction` replays prompt lookup at each γ of ``task.gammas``
-exactly (greedy verification accepts a draft iff it is the target's own next token) and counts the copyable
-fraction; with a cost profile of the same pair on this machine (``task.profile``: a ``task=profile`` run's
-profile.json, or a shipped profile's name) it predicts the decode speed-up per task. Written down before the timed
-runs (``task=bench proposer=lookup``), the prediction is what they confirm or refute. Writes
-``prediction.parquet`` (a row per request and γ), ``prediction.json`` (per task and γ, with an ``all`` row, and
-what the target wrote per task) and ``metadata.json``.
+emits). From those outputs :mod:`spectune.measure.prediction` replays prompt lookup (or suffix decoding,
+``proposer=suffix``) at each γ of ``task.gammas`` exactly (greedy verification accepts a draft iff it is the
+target's own next token) and counts the copyable fraction; with a cost profile of the same pair on this machine
+(``task.profile``: a ``task=profile`` run's profile.json, or a shipped profile's name) it predicts the decode
+speed-up per task. Written down before the timed runs (``task=bench proposer=lookup``), the prediction is what they
+confirm or refute. Writes ``prediction.parquet`` (a row per request and γ), ``prediction.json`` (per task and γ,
+with an ``all`` row, and what the target wrote per task) and ``metadata.json``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
 from spectune import rundir
 from spectune.engine.records import requests_frame
@@ -33,9 +34,9 @@ log = logging.getLogger(__name__)
 def check_greedy_lookup(cfg: DictConfig) -> None:
     """The replay is exact for greedy decoding and a model-free proposer only: say so before any model loads."""
     proposer = (cfg.get("proposer") or {}).get("name", "model")
-    if proposer != "lookup":
+    if proposer not in ("lookup", "suffix"):
         raise SpectuneError(f"proposer={proposer} cannot be predicted by task=predict: it replays a model-free "
-                            "proposer; add proposer=lookup")
+                            "proposer; add proposer=lookup or proposer=suffix")
     temperature = cfg.workload.sampling.temperature if cfg.get("workload") else 0
     if float(temperature) != 0:
         raise SpectuneError(f"workload.sampling.temperature={temperature} is out of range for task=predict: its "
@@ -54,7 +55,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
     engine = setup.engine
     log.info("decoding %d prompts greedily (autoregressive, one at a time)", len(requests))
-    finished = engine.run(requests, None, 1).requests
+    with tqdm(total=len(requests), desc="greedy", unit="req", leave=False) as bar:
+        finished = engine.run(requests, None, 1, on_finish=lambda _: bar.update()).requests
     records = {r.request_id: r for r in finished}
     outputs = [GreedyOutput(r.request_id, r.prompt_id, r.task, r.input_ids, records[r.request_id].output_ids,
                             r.max_new_tokens) for r in requests]
@@ -64,7 +66,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     table = by_task(frame)
     rundir.METADATA.write(run_dir, setup.metadata)
     rundir.PREDICTION.write(run_dir, frame)
-    summary = {"proposer": vars(engine.draft) | {"stop_ids": list(engine.draft.stop_ids)},
+    summary = {"proposer": {**OmegaConf.to_container(cfg.proposer, resolve=True),
+                            "stop_ids": list(engine.draft.stop_ids)},
                "gammas": gammas, "copy_n": COPY_N, "profile": profile.label if profile else None,
                "synthetic": synthetic,
                "by_task": table.to_dict(orient="records")}

@@ -17,8 +17,9 @@ limit: the target never has to verify what it could not emit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -228,21 +229,27 @@ def copyable_fraction(prompt: Sequence[int], output: Sequence[int], n: int = 3) 
     return sum(covered) / len(output) if output else 0.0
 
 
-def replay_greedy(prompt: Sequence[int], output: Sequence[int], gamma: int, spec: PromptLookup,
-                  max_new_tokens: int, eos: Iterable[int] = ()) -> list[tuple[int, int]]:
-    """(drafted, accepted) per cycle of greedy decoding with prompt lookup at a fixed ``gamma``, from the target's
-    own greedy ``output`` (what autoregressive decoding emits; its first token comes at admission).
+def replay_greedy(prompt: Sequence[int], output: Sequence[int], gamma: int, spec: Any,
+                  max_new_tokens: int, eos: Iterable[int] = (),
+                  chain_of: Callable[[list[int], int], list[int]] | None = None) -> list[tuple[int, int]]:
+    """(drafted, accepted) per cycle of greedy decoding with a model-free draft at a fixed ``gamma``, from the
+    target's own greedy ``output`` (what autoregressive decoding emits; its first token comes at admission).
 
     Greedy verification accepts a draft iff it is the token the target would emit, so the cycles are known without
-    running the target: this is what the engine does (a test compares them cycle by cycle), and with a cost per
-    verified length it predicts the speed-up before any timing.
+    running the target: this is what the engine does (tests compare them cycle by cycle), and with a cost per
+    verified length it predicts the speed-up before any timing. ``chain_of(context, length)`` is the draft's chain
+    after ``context`` (default: prompt lookup's with ``spec``); a draft with state of its own, suffix decoding's
+    per-request trie, passes its own (:func:`spectune.engine.suffix.request_chains`).
     """
+    if chain_of is None:
+        def chain_of(context: list[int], length: int) -> list[int]:
+            return lookup(context, spec.max_n, spec.min_n, length)
     stops = frozenset(eos) | frozenset(spec.stop_ids)
     cycles: list[tuple[int, int]] = []
     position = 1
     while position < len(output):
         context = [*prompt, *output[:position]]
-        chain = clip(lookup(context, spec.max_n, spec.min_n, gamma), stops, max_new_tokens - position - 1)
+        chain = clip(chain_of(context, gamma), stops, max_new_tokens - position - 1)
         accepted = 0
         while accepted < len(chain) and position + accepted < len(output) \
                 and chain[accepted] == output[position + accepted]:

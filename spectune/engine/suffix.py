@@ -39,7 +39,7 @@ first is taken (Arctic keeps its own order among ties, which can differ after la
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 
 import torch
@@ -291,3 +291,16 @@ class SuffixProposer(LookupProposer):
             for name in wanted:
                 out[name] = torch.tensor(values[name], dtype=torch.float32, device=self.device)
         return x, q, out
+
+
+def request_chains(spec: SuffixDrafting) -> Callable[[list[int], int], list[int]]:
+    """One request's chains as :class:`SuffixProposer` finds them, for a replay of a growing context
+    (:func:`spectune.engine.lookup.replay_greedy`): its own trie catches up with the context, then ``spec`` proposes
+    (against its frozen global trie too); at most ``length`` tokens."""
+    tree = SuffixTrie(spec.max_tree_depth)
+
+    def chain_of(context: list[int], length: int) -> list[int]:
+        tree.extend(context[tree.size:])
+        return list(spec.propose(tree, context).tokens[:length])
+
+    return chain_of

@@ -23,6 +23,7 @@ import pandas as pd
 
 from spectune.cycle import CycleCost
 from spectune.engine.lookup import PromptLookup, copyable_fraction, replay_greedy
+from spectune.engine.suffix import SuffixDrafting, request_chains
 
 COPY_N = 3  # the copyable fraction counts output tokens inside an earlier match of at least this many tokens
 
@@ -39,9 +40,10 @@ class GreedyOutput:
     max_new_tokens: int
 
 
-def replay(outputs: Iterable[GreedyOutput], spec: PromptLookup, gammas: Sequence[int],
+def replay(outputs: Iterable[GreedyOutput], spec: PromptLookup | SuffixDrafting, gammas: Sequence[int],
            eos: Iterable[int] = ()) -> pd.DataFrame:
-    """One row per (request, γ): the replayed cycles of prompt lookup with ``spec`` at a fixed γ.
+    """One row per (request, γ): the replayed cycles of prompt lookup or suffix decoding with ``spec`` at a fixed γ
+    (suffix decoding: each request replayed with a trie of its own, as the engine gives each request).
 
     Columns: request_id, prompt_id, task, gamma, output_tokens, decode_tokens (the output after its first token),
     copyable_tokens (inside an earlier match of ``COPY_N`` tokens), cycles, no_proposal (cycles that proposed
@@ -55,7 +57,8 @@ def replay(outputs: Iterable[GreedyOutput], spec: PromptLookup, gammas: Sequence
         copyable = round(copyable_fraction(out.prompt, out.output, COPY_N) * len(out.output))
         for gamma in gammas:
             start = time.perf_counter()
-            cycles = replay_greedy(out.prompt, out.output, gamma, spec, out.max_new_tokens, stops)
+            chain_of = request_chains(spec) if isinstance(spec, SuffixDrafting) else None
+            cycles = replay_greedy(out.prompt, out.output, gamma, spec, out.max_new_tokens, stops, chain_of)
             search_s = time.perf_counter() - start
             counts = [0] * (gamma + 1)
             for drafted, _ in cycles:
