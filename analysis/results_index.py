@@ -233,6 +233,22 @@ def _coverage(run: Path) -> tuple[str, str]:
     return full, fig
 
 
+def _predict(run: Path) -> tuple[str, str]:
+    """task=predict: the γ with the highest predicted speed-up overall (a prediction: no clock read it), with the
+    copyable fraction; the full line adds each γ's prediction."""
+    result = rundir.PREDICTION_SUMMARY.read(run)
+    overall = {r["gamma"]: r for r in result.get("by_task", []) if r["task"] == "all"}
+    if not overall:
+        raise SpectuneError(f"{run / rundir.PREDICTION_SUMMARY.name} has no 'all' row: not a finished predict run")
+    copyable = f"copyable {next(iter(overall.values()))['copyable_fraction']:.2f}"
+    if "predicted_speedup" not in next(iter(overall.values())):
+        return f"{copyable}; no profile: no speed-up predicted", copyable
+    best = max(overall, key=lambda g: overall[g]["predicted_speedup"])
+    short = f"predicted (not timed): γ = {best} {overall[best]['predicted_speedup']:.2f}× AR (decode); {copyable}"
+    full = short + "; by γ " + ", ".join(f"{g}: {r['predicted_speedup']:.2f}×" for g, r in sorted(overall.items()))
+    return full, short
+
+
 def _acceptance(result: dict[str, Any]) -> tuple[str, str]:
     ci = result.get("alpha_ci95_over_prompts") or {}
     fig = f"α {result['alpha']:.3f}{_interval(ci.get('lo', ci.get('low')), ci.get('hi', ci.get('high')), '.3f')}"
@@ -256,6 +272,8 @@ def describe(run: Path, root: Path) -> Run:
             full, short = _tune(run)
         elif task == "bench":
             full, short = _bench(run)
+        elif task == "predict":
+            full, short = _predict(run)
         elif task == "coverage":
             meta = {**meta, **(rundir.COVERAGE.read(run).get("workers") or {})}  # the workers measured
             full, short = _coverage(run)
