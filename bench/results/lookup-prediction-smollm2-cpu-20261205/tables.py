@@ -3,8 +3,9 @@ python bench/results/lookup-prediction-smollm2-cpu-20261205/tables.py"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from spectune import rundir
 
 HERE = Path(__file__).resolve().parent
 TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code", "all"]
@@ -12,7 +13,7 @@ TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code", "all"]
 
 def main() -> None:
     for lang in ("en", "it"):
-        data = json.loads((HERE / f"predict-{lang}" / "prediction.json").read_text(encoding="utf-8"))
+        data = rundir.PREDICTION_SUMMARY.read(HERE / f"predict-{lang}")
         rows = {(r["gamma"], r["task"]): r for r in data["by_task"]}
         gammas = data["gammas"]
         best = max(gammas, key=lambda g: rows[(g, "all")]["predicted_speedup"])
