@@ -18,7 +18,7 @@ from spectune.engine.policy import FixedGamma
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import constant_law_llama, tiny_llama
+from tests.tiny_models import assert_point_mass_draft_is_exact, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -108,34 +108,11 @@ def test_chains_stop_before_stop_ids_and_at_the_length_limit():
     assert proposer._chains[0] == []
 
 
-LAW = [0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.01]
-
-
-def emitted_counts(sampler: str, requests: int = 400, new_tokens: int = 12) -> tuple[np.ndarray, int]:
-    """Prompt lookup (γ = 4) on a target whose law is LAW after every context, T = 1: the counts of every token
-    emitted after the first (each is a draw from LAW under an exact rule, wherever the lookup proposed), and how
-    many drafts were proposed. Prompts repeat a phrase of frequent tokens, so the lookup proposes likely tokens."""
-    target = constant_law_llama(LAW)
-    engine = Engine(target, PromptLookup(max_n=3), sampling=SamplingParams(temperature=1.0),
-                    sampler=get_sampler(sampler), device="cpu", seed=0)
-    prompt = [0, 1, 0, 2, 0, 1, 0, 2, 0, 1]
-    result = engine.run([Request(i, f"s{i}", "en", prompt, new_tokens) for i in range(requests)], FixedGamma(4), 40)
-    counts = np.bincount([t for r in result.requests for t in r.output_ids[1:]], minlength=len(LAW))
-    return counts, sum(c.num_drafts for c in result.cycles)
-
-
 @pytest.mark.slow(reason="three engines × 400 requests at T = 1: about 30 s on two quiet cores")
 def test_sampled_lookup_emits_the_target_law_and_the_mutants_do_not():
-    """400 requests × 11 tokens = 4,400 emitted tokens per sampler (seed 0), chi-square goodness of fit against the
-    target's known law: the exact rule passes at alpha = 0.001; "resample from p" and "accept when the target's
-    argmax matches" (both wrong at T > 0) are rejected (p-value < 1e-6)."""
-    expected = np.array(LAW)
-    counts, drafted = emitted_counts("exact")
-    assert drafted > 1000, drafted  # the lookup did propose: the test is about its verification
-    assert chisquare(counts, expected * counts.sum()).pvalue > 0.001, counts
-    for wrong in ("naive", "argmax-match"):
-        counts, _ = emitted_counts(wrong)
-        assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)
+    """Prompt lookup (max_n 3) under the point-mass audit (tests/tiny_models.py: 4,400 tokens per sampler, seed 0,
+    chi-square; exact passes at alpha = 0.001, "resample from p" and "argmax matches" rejected at p < 1e-6)."""
+    assert_point_mass_draft_is_exact(PromptLookup(max_n=3))
 
 
 def point_mass_laws(sampler_name: str, x: int, n: int = 20_000) -> np.ndarray:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from spectune.engine import Engine, Request
 from spectune.engine.policy import FixedGamma
@@ -18,7 +16,7 @@ from spectune.engine.suffix import SUFFIX_SIGNALS, SuffixDrafting, SuffixPropose
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import constant_law_llama, tiny_llama
+from tests.tiny_models import assert_point_mass_draft_is_exact, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -213,36 +211,12 @@ def test_both_tries_propose_in_a_run_and_the_sources_are_counted(target):
     assert sources["global"] > 0 and sources["request"] > 0 and sources["none"] > 0, sources
 
 
-LAW = [0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.01]
-
-
-def emitted_counts(sampler: str, requests: int = 400, new_tokens: int = 12) -> tuple[np.ndarray, int]:
-    """Suffix decoding (γ = 4, not adaptive, min_token_prob 0.1) on a target whose law is LAW after every context,
-    T = 1: the counts of every token emitted after the first (each a draw from LAW under an exact rule, wherever a
-    chain was proposed), and how many drafts were proposed. The prompt repeats frequent tokens, and a global trie
-    over sequences of LAW's likeliest tokens proposes too."""
-    target = constant_law_llama(LAW)
-    spec = SuffixDrafting(adaptive=False, corpus=[[0, 1, 0, 2, 0, 1, 0, 0, 1]] * 3)
-    engine = Engine(target, spec, sampling=SamplingParams(temperature=1.0), sampler=get_sampler(sampler),
-                    device="cpu", seed=0)
-    prompt = [0, 1, 0, 2, 0, 1, 0, 2, 0, 1]
-    result = engine.run([Request(i, f"s{i}", "en", prompt, new_tokens) for i in range(requests)], FixedGamma(4), 40)
-    counts = np.bincount([t for r in result.requests for t in r.output_ids[1:]], minlength=len(LAW))
-    return counts, sum(c.num_drafts for c in result.cycles)
-
-
 @pytest.mark.slow(reason="three engines × 400 requests at T = 1: about 5 s on two quiet cores, a minute under load")
 def test_sampled_suffix_emits_the_target_law_and_the_mutants_do_not():
-    """400 requests × 11 tokens = 4,400 emitted tokens per sampler (seed 0), chi-square goodness of fit against the
-    target's known law: the exact rule passes at alpha = 0.001; "resample from p" and "accept when the target's
-    argmax matches" (both wrong at T > 0) are rejected (p-value < 1e-6)."""
-    expected = np.array(LAW)
-    counts, drafted = emitted_counts("exact")
-    assert drafted > 1000, drafted  # the tries did propose: the test is about their verification
-    assert chisquare(counts, expected * counts.sum()).pvalue > 0.001, counts
-    for wrong in ("naive", "argmax-match"):
-        counts, _ = emitted_counts(wrong)
-        assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)
+    """Suffix decoding (not adaptive, min_token_prob 0.1) with a global trie over sequences of the law's likeliest
+    tokens, under the point-mass audit (tests/tiny_models.py: 4,400 tokens per sampler, seed 0, chi-square; exact
+    passes at alpha = 0.001, "resample from p" and "argmax matches" rejected at p < 1e-6)."""
+    assert_point_mass_draft_is_exact(SuffixDrafting(adaptive=False, corpus=[[0, 1, 0, 2, 0, 1, 0, 0, 1]] * 3))
 
 
 def test_the_configured_pair_drafts_by_suffix_with_a_frozen_training_corpus(compose_config, harness_in_process,

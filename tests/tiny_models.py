@@ -80,3 +80,42 @@ def constant_law_llama(law: list[float], hidden: int = 32, seed: int = 0) -> Lla
         log_law = torch.tensor(law, dtype=model.dtype).log()
         model.lm_head.weight[:] = log_law[:, None] * h[None, :] / h.dot(h)
     return model
+
+
+# The law of constant_law_llama in the exactness audits of the model-free drafts (tests/test_lookup.py,
+# tests/test_suffix.py): frequent tokens first, so that a chain copied from a prompt of them is often right.
+CONSTANT_LAW = [0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.01]
+AUDIT_PROMPT = [0, 1, 0, 2, 0, 1, 0, 2, 0, 1]  # repeats frequent tokens: the drafts find matches in it
+
+
+def assert_point_mass_draft_is_exact(draft, requests: int = 400, new_tokens: int = 12) -> None:
+    """The exactness audit of a model-free ``draft`` (a point-mass proposal) at T = 1, γ = 4: ``requests`` ×
+    (``new_tokens`` − 1) emitted tokens per sampler (seed 0; 400 × 11 = 4,400), each a draw from CONSTANT_LAW under an
+    exact rule wherever a chain was proposed; chi-square goodness of fit against that known law. The exact rule passes
+    at alpha = 0.001 with more than 1,000 drafts proposed (the test is about their verification); "resample from p"
+    and "accept when the target's argmax matches" (both wrong at T > 0) are rejected (p-value < 1e-6)."""
+    import numpy as np
+    from scipy.stats import chisquare
+
+    from spectune.engine import Engine
+    from spectune.engine.policy import FixedGamma
+    from spectune.sampling import SamplingParams
+    from spectune.sampling.rejection import get_sampler
+
+    target = constant_law_llama(CONSTANT_LAW)
+    expected = np.array(CONSTANT_LAW)
+
+    def emitted_counts(sampler: str) -> tuple[np.ndarray, int]:
+        engine = Engine(target, draft, sampling=SamplingParams(temperature=1.0), sampler=get_sampler(sampler),
+                        device="cpu", seed=0)
+        batch = [Request(i, f"s{i}", "en", AUDIT_PROMPT, new_tokens) for i in range(requests)]
+        result = engine.run(batch, FixedGamma(4), 40)
+        counts = np.bincount([t for r in result.requests for t in r.output_ids[1:]], minlength=len(CONSTANT_LAW))
+        return counts, sum(c.num_drafts for c in result.cycles)
+
+    counts, drafted = emitted_counts("exact")
+    assert drafted > 1000, drafted
+    assert chisquare(counts, expected * counts.sum()).pvalue > 0.001, counts
+    for wrong in ("naive", "argmax-match"):
+        counts, _ = emitted_counts(wrong)
+        assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)

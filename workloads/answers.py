@@ -163,6 +163,14 @@ def answers_by_task(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max
     return by_task(describe_answers(requests, decode, eos_ids, max_new_tokens, index, draft_ids))
 
 
+def reading(tokenizer: Any) -> tuple[Any, list[int]]:
+    """How the answers of a target with ``tokenizer`` are read: its decoder (special tokens dropped) and the EOS
+    ids it stops at (none, one or several)."""
+    eos = tokenizer.eos_token_id
+    eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
+    return (lambda ids: tokenizer.decode(ids, skip_special_tokens=True)), eos_ids
+
+
 def _tokenizer(models: dict[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
@@ -190,11 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         if mine.empty:
             raise SpectuneError(f"--method {args.method!r} has no requests in {args.run_dir}: the run has "
                                 f"{', '.join(sorted(requests['method'].unique()))}")
-        tok = _tokenizer(meta["config"]["models"])
-        eos = tok.eos_token_id
-        eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
-        answers = describe_answers(mine, lambda ids: tok.decode(ids, skip_special_tokens=True), eos_ids,
-                                   int(meta["workload"]["max_new_tokens"]),
+        decode, eos_ids = reading(_tokenizer(meta["config"]["models"]))
+        answers = describe_answers(mine, decode, eos_ids, int(meta["workload"]["max_new_tokens"]),
                                    task_index(set(mine["language"])))
         log.info("answers of %s in %s (models=%s):\n%s", args.method, args.run_dir, meta["config"]["models"]["name"],
                  by_task(answers).to_string())

@@ -361,7 +361,7 @@ def target_answers(grid: Grid, models: Any, max_new_tokens: int) -> pd.DataFrame
     """What the target answered per (language, task) (:mod:`workloads.answers`), from the baseline's first repeat
     (the first method's where the run has no baseline); None for a run of dialogue lines only, which ask for no
     task the target could fail to perform."""
-    from workloads.answers import answers_by_task, draft_vocabulary
+    from workloads.answers import answers_by_task, draft_vocabulary, reading
 
     req, _ = grid.frames()
     if not len(req) or set(tasks_of(req)) <= {CHAT_LINES}:
@@ -369,11 +369,8 @@ def target_answers(grid: Grid, models: Any, max_new_tokens: int) -> pd.DataFrame
     method = "ar" if "ar" in set(req["method"]) else str(req["method"].iloc[0])
     mine = req[req["method"] == method]
     mine = mine[mine["repeat"] == mine["repeat"].min()]
-    tok = models.tokenizer
-    eos = tok.eos_token_id
-    eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
-    return answers_by_task(mine, lambda ids: tok.decode(ids, skip_special_tokens=True), eos_ids, max_new_tokens,
-                           draft_vocabulary(models.pair.draft))
+    decode, eos_ids = reading(models.tokenizer)
+    return answers_by_task(mine, decode, eos_ids, max_new_tokens, draft_vocabulary(models.pair.draft))
 
 
 def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]],

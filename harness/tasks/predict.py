@@ -26,7 +26,7 @@ from spectune.measure import requests_of
 from spectune.measure.prediction import COPY_N, GreedyOutput, by_task, price, replay
 from spectune.options import as_list, integer
 from spectune.profile import check_profile, load_profile
-from workloads.answers import answers_by_task, warnings
+from workloads.answers import answers_by_task, reading, warnings
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                "gammas": gammas, "copy_n": COPY_N, "profile": profile.label if profile else None,
                "synthetic": synthetic,
                "by_task": table.to_dict(orient="records")}
-    answers = target_answers(requests_frame(finished), setup.models, setup.workload.max_new_tokens)
+    # what the target wrote: a copy that is no answer (a translation left untranslated, a loop) is copyable too
+    answers = answers_by_task(requests_frame(finished), *reading(setup.models.tokenizer),
+                              setup.workload.max_new_tokens)
     summary["answers_by_task"] = answers.reset_index().to_dict(orient="records")
     path = rundir.PREDICTION_SUMMARY.write(run_dir, summary)
     for line in table_lines(table):
@@ -80,15 +82,6 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         log.warning("%s", line)
     log.info("wrote %s", path)
     return 0
-
-
-def target_answers(requests: Any, models: Any, max_new_tokens: int) -> Any:
-    """What the target wrote per (language, task) (:mod:`workloads.answers`): a copy that is no answer (a
-    translation left untranslated, a loop) is copyable too, and the page must say which it was."""
-    tok = models.tokenizer
-    eos = tok.eos_token_id
-    eos_ids = list(eos) if isinstance(eos, list) else [eos] if eos is not None else []
-    return answers_by_task(requests, lambda ids: tok.decode(ids, skip_special_tokens=True), eos_ids, max_new_tokens)
 
 
 def table_lines(table: Any) -> list[str]:
