@@ -115,7 +115,12 @@ def _machine(hardware: dict[str, Any], host: dict[str, Any]) -> str:
     return f"{cpu}, {dtype}, {threads} thread{'' if threads == 1 else 's'}, {path}"
 
 
-def _proposer(models: dict[str, Any]) -> str:
+def _proposer(models: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+    node = (config or {}).get("proposer") or {}
+    if node.get("name") == "lookup":
+        return f"prompt lookup (max_n {node.get('max_n')}, min_n {node.get('min_n')})"
+    if node.get("name") == "suffix":
+        return f"suffix decoding (depth {node.get('max_tree_depth')}, corpus {node.get('corpus')})"
     draft = models.get("draft") or {}
     where = str(draft.get("name_or_path", "?"))
     kind = "feature draft" if "feature" in where or draft.get("reads_target_features") else "draft"
@@ -296,7 +301,7 @@ def describe(run: Path, root: Path) -> Run:
         date=str(meta.get("created_utc", "?"))[:10],
         machine=_machine(meta.get("hardware") or {}, meta.get("host") or {}),
         pair=str(models.get("name", "?")),
-        proposer=_proposer(models),
+        proposer=_proposer(models, meta.get("config")),
         task=task,
         workload=_workload(meta),
         command=command,

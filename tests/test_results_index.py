@@ -15,7 +15,8 @@ from spectune.errors import SpectuneError
 from tests.conftest import REPO
 
 RESULTS = REPO / "bench" / "results"
-LIMIT_BYTES = 12 * 1024 * 1024  # run directories as the product wrote them; explorations go to archive/ or history
+LIMIT_BYTES = 20 * 1024 * 1024  # run directories as the product wrote them (timed runs of 256-token answers with
+# every token's time and id: ~1-2 MiB each); explorations go to archive/ or history
 
 
 def test_committed_tables_equal_what_the_command_writes():
@@ -85,4 +86,4 @@ def test_cited_results_exist():
 
 def test_results_stay_under_ten_megabytes():
     size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())
-    assert size <= LIMIT_BYTES, f"bench/results holds {size / 2**20:.1f} MiB (limit 12)"
+    assert size <= LIMIT_BYTES, f"bench/results holds {size / 2**20:.1f} MiB (limit 20)"
