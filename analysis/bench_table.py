@@ -177,6 +177,7 @@ TASK_COLUMNS = {
     "decode_s": "decode s",
     "wall_s": "wall s",
     "acceptance_length": "acc_len",
+    "no_proposal_share": "no-prop %",
     "decode_throughput": "decode tok/s",
     "output_throughput": "tok/s",
     "speedup": "speedup",
@@ -196,7 +197,9 @@ def task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     frame["speedup_ci"] = [_ci(lo, hi) for lo, hi in zip(frame["speedup_ci95_lo"], frame["speedup_ci95_hi"],
                                                           strict=True)]
     frame["speedup_verdict"] = frame["speedup_verdict"].fillna("-")
-    for key in ("token_share", "time_share"):
+    if "no_proposal_share" not in frame:  # runs recorded before the share was
+        frame["no_proposal_share"] = None
+    for key in ("token_share", "time_share", "no_proposal_share"):
         frame[key] = frame[key].astype(float) * 100
     for key in ("acceptance_length", "decode_throughput", "output_throughput", "speedup"):
         frame[key] = frame[key].astype(float)
@@ -210,4 +213,4 @@ def format_task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> str:
         return ""
     return ("per task (Spec-Bench style): tokens and seconds summed over repeats, the 'all' row their sums; wall s: "
             "each request's share of its run's duration; decode s: E2EL - TTFT; speedup: paired vs ar over the "
-            "task's prompts\n" + format_table(table))
+            "task's prompts; no-prop %: cycles that asked for drafts and got no proposal\n" + format_table(table))

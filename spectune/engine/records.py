@@ -116,6 +116,50 @@ def cycles_frame(records: list[CycleRecord]) -> pd.DataFrame:
     return pd.DataFrame([asdict(c) for c in records])
 
 
+def _gamma_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
+    """The request-cycles in which the policy asked for drafts (γ > 0), whether or not the proposer found any."""
+    if not len(cycles) or "num_drafts" not in cycles:
+        return cycles.iloc[0:0]
+    return cycles[cycles["gamma"] > 0] if "gamma" in cycles else cycles[cycles["num_drafts"] > 0]
+
+
+def per_request_acceptance(cycles: pd.DataFrame, keys: tuple[str, ...] = ("request_id",)) -> pd.DataFrame:
+    """Per request (``keys``), what speculation did: request-cycles with drafts (``spec_cycles``) and without a
+    proposal although γ > 0 (``no_proposal_cycles``: a lookup that found no match), drafted and accepted tokens, the
+    acceptance rate and length. A run's mean hides what matters for model-free drafts: a copy span accepts every
+    token and free text none, request by request."""
+    asked = _gamma_cycles(cycles)
+    columns = ["spec_cycles", "no_proposal_cycles", "drafted_tokens", "accepted_tokens", "acceptance_rate",
+               "acceptance_length", "no_proposal_share"]
+    if not len(asked):
+        return pd.DataFrame(columns=[*keys, *columns])
+    drafted = asked["num_drafts"] > 0
+    frame = asked.assign(spec=drafted.astype(int), none=(~drafted).astype(int),
+                         acc=asked["accepted"].where(drafted, 0))
+    out = frame.groupby(list(keys), sort=False).agg(spec_cycles=("spec", "sum"), no_proposal_cycles=("none", "sum"),
+                                                    drafted_tokens=("num_drafts", "sum"),
+                                                    accepted_tokens=("acc", "sum")).reset_index()
+    spec, drafted_tokens = out["spec_cycles"], out["drafted_tokens"]
+    out["acceptance_rate"] = (out["accepted_tokens"] / drafted_tokens).where(drafted_tokens > 0)
+    out["acceptance_length"] = (1 + out["accepted_tokens"] / spec).where(spec > 0)
+    out["no_proposal_share"] = out["no_proposal_cycles"] / (spec + out["no_proposal_cycles"])
+    return out
+
+
+def with_acceptance(requests: pd.DataFrame, cycles: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` (one run's rows, unique ``request_id``) with :func:`per_request_acceptance`'s columns; a request
+    without speculative cycles (autoregressive) has 0 cycles and no acceptance."""
+    if not len(requests):
+        return requests
+    acceptance = per_request_acceptance(cycles)
+    out = requests.merge(acceptance, on="request_id", how="left")
+    for key in ("spec_cycles", "no_proposal_cycles", "drafted_tokens", "accepted_tokens"):
+        out[key] = out[key].fillna(0).astype(int)
+    for key in ("acceptance_rate", "acceptance_length", "no_proposal_share"):
+        out[key] = out[key].astype(float)
+    return out
+
+
 def summarise(requests: pd.DataFrame, cycles: pd.DataFrame) -> dict[str, Any]:
     """Run-level metrics. Throughput spans first dispatch → last completion; failed requests excluded."""
     ok = requests[requests["status"] == "ok"] if len(requests) else requests
@@ -141,10 +185,20 @@ def summarise(requests: pd.DataFrame, cycles: pd.DataFrame) -> dict[str, Any]:
 
 
 def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
-    """vLLM's speculative metrics plus the accepted-length histogram (gpt-fast's ``accept_counts``)."""
+    """vLLM's speculative metrics plus the accepted-length histogram (gpt-fast's ``accept_counts``); the share of
+    request-cycles that asked for drafts and got none (a model-free proposer without a match), milliseconds per
+    cycle by part (draft, verify, the rest) and what a cycle in which no row had a proposal costs; the acceptance
+    length per request (percentiles over requests, a repeat's request being its own)."""
     spec = cycles[cycles["num_drafts"] > 0] if len(cycles) else cycles
     if not len(spec):
         return {"spec_decode_num_drafts": 0}
+    asked = _gamma_cycles(cycles)
+    missed = asked[asked["num_drafts"] == 0]
+    keys = ("repeat", "request_id") if "repeat" in cycles else ("request_id",)
+    per_request = per_request_acceptance(cycles, keys)["acceptance_length"].dropna().to_numpy(float)
+    # what a miss costs: the cycles in which no row had a proposal (a batched cycle's time is shared by its rows)
+    idle = asked.groupby("cycle")["num_drafts"].transform("max") == 0
+    missed_cycles = asked[idle].drop_duplicates("cycle")
     drafted, accepted = int(spec["num_drafts"].sum()), int(spec["accepted"].sum())
     max_len = int(spec["num_drafts"].max())
     per_position = [float((spec["accepted"] > i).sum() / len(spec)) for i in range(max_len)]
@@ -160,6 +214,13 @@ def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
         "accepted_length_histogram": hist.tolist(),
         "mean_draft_ms_per_cycle": float(spec.drop_duplicates("cycle")["draft_s"].mean() * 1e3),
         "mean_verify_ms_per_cycle": float(spec.drop_duplicates("cycle")["verify_s"].mean() * 1e3),
+        "mean_rest_ms_per_cycle": float(spec.drop_duplicates("cycle")["rest_s"].mean() * 1e3),
+        "spec_decode_no_proposal_share": len(missed) / len(asked) if len(asked) else None,
+        "mean_no_proposal_ms_per_cycle": (float((missed_cycles["draft_s"] + missed_cycles["verify_s"]
+                                                 + missed_cycles["rest_s"]).mean() * 1e3)
+                                          if len(missed_cycles) else None),
+        **{f"p{p}_request_acceptance_length": float(np.percentile(per_request, p, method="linear"))
+           for p in (10, 50, 90) if per_request.size},
     }
 
 

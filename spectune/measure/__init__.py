@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from spectune.engine.records import Request, cycles_frame, requests_frame, summarise, summarise_repeats
+from spectune.engine.records import (
+    Request,
+    cycles_frame,
+    requests_frame,
+    summarise,
+    summarise_repeats,
+    with_acceptance,
+)
 from spectune.errors import SpectuneError
 from spectune.stats.compare import AA_LABEL, Comparison, compare, latency_intervals, rotation
 from spectune.stats.goodput import good_requests, p99_check
@@ -180,7 +187,8 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
         result = engine.run(requests, policy, concurrency, on_finish=lambda _: bar.update(),
                             reset_policy=reset_policy)
-    req, cyc = requests_frame(result.requests), cycles_frame(result.cycles)
+    cyc = cycles_frame(result.cycles)
+    req = with_acceptance(requests_frame(result.requests), cyc)
     summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
                "policy": policy.describe() if policy else None}
     req.insert(0, "method", label)

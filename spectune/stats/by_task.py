@@ -8,7 +8,8 @@ number per task. :func:`by_task` does it from a run's request and cycle rows, in
 Per (method, task): the requests behind it, output tokens, seconds (decode: Σ (E2EL − TTFT); wall: Σ time
 shares, each request's E2EL scaled so that the shares of one (method, repeat) add up to that run's measured
 duration, :func:`spectune.stats.compare.throughput_terms`), the acceptance length (1 + accepted drafts per
-speculative cycle, as ``spec_decode_acceptance_length``), output and decode tok/s, the speed-up over the
+speculative cycle, as ``spec_decode_acceptance_length``), the share of cycles that asked for drafts and got no
+proposal (a model-free proposer without a match), output and decode tok/s, the speed-up over the
 baseline with its paired interval (prompt or block units, every repeat together, :mod:`spectune.stats.units`)
 and the task's share of the method's tokens and seconds. The overall row (``task = "all"``) is the sum of the
 task rows, its rates recomputed from those sums, so a table's rows always add up; its intervals are over every
@@ -33,7 +34,8 @@ from spectune.stats.units import speedup_interval, units_of
 log = logging.getLogger(__name__)
 
 ALL = "all"  # the overall row's task
-SUMS = ("requests", "output_tokens", "decode_tokens", "decode_s", "wall_s", "spec_cycles", "accepted_tokens")
+SUMS = ("requests", "output_tokens", "decode_tokens", "decode_s", "wall_s", "spec_cycles", "accepted_tokens",
+        "no_proposal_cycles")
 
 
 def with_task(frame: pd.DataFrame, default: str = DEFAULT_TASK) -> pd.DataFrame:
@@ -99,11 +101,13 @@ def by_task(requests: pd.DataFrame, cycles: pd.DataFrame | None, durations: Mapp
 
 
 def _spec_cycles(cycles: pd.DataFrame | None, requests: pd.DataFrame) -> pd.DataFrame:
-    """The speculative (method, repeat, request_id) cycle rows (num_drafts > 0) with their request's task."""
-    columns = ["method", "repeat", "request_id", "accepted", "task"]
+    """The (method, repeat, request_id) cycle rows that asked for drafts (γ > 0; num_drafts 0 where the proposer
+    found none) with their request's task."""
+    columns = ["method", "repeat", "request_id", "num_drafts", "accepted", "task"]
     if cycles is None or not len(cycles) or "num_drafts" not in cycles:
         return pd.DataFrame(columns=columns)
-    spec = cycles[cycles["num_drafts"] > 0][["method", "repeat", "request_id", "accepted"]]
+    asked = cycles[cycles["gamma"] > 0] if "gamma" in cycles else cycles[cycles["num_drafts"] > 0]
+    spec = asked[["method", "repeat", "request_id", "num_drafts", "accepted"]]
     keys = requests[["method", "repeat", "request_id", "task"]].drop_duplicates(["method", "repeat", "request_id"])
     return spec.merge(keys, on=["method", "repeat", "request_id"], how="inner")
 
@@ -112,18 +116,22 @@ def _rates(sums: Mapping[str, float]) -> dict[str, float | None]:
     """The rates of a row, from its sums only."""
     return {"output_throughput": sums["output_tokens"] / sums["wall_s"] if sums["wall_s"] > 0 else None,
             "decode_throughput": sums["decode_tokens"] / sums["decode_s"] if sums["decode_s"] > 0 else None,
-            "acceptance_length": 1 + sums["accepted_tokens"] / sums["spec_cycles"] if sums["spec_cycles"] else None}
+            "acceptance_length": 1 + sums["accepted_tokens"] / sums["spec_cycles"] if sums["spec_cycles"] else None,
+            "no_proposal_share": (sums["no_proposal_cycles"] / (sums["spec_cycles"] + sums["no_proposal_cycles"])
+                                  if sums["spec_cycles"] + sums["no_proposal_cycles"] else None)}
 
 
 def _row(method: str, task: str, req: pd.DataFrame, wall: pd.DataFrame, decode: pd.DataFrame, spec: pd.DataFrame,
          baseline: str, unit_size: int, margin: float) -> dict[str, Any]:
     ok = req[(req["method"] == method) & (req["status"] == "ok")]
     mine_wall, mine_decode = wall[wall["method"] == method], decode[decode["method"] == method]
-    mine_spec = spec[spec["method"] == method]
+    mine_asked = spec[spec["method"] == method]
+    mine_spec = mine_asked[mine_asked["num_drafts"] > 0]
     sums = {"requests": len(ok), "output_tokens": int(ok["output_tokens"].sum()),
             "decode_tokens": int(mine_decode["num"].sum()), "decode_s": float(mine_decode["den"].sum()),
             "wall_s": float(mine_wall["den"].sum()), "spec_cycles": len(mine_spec),
-            "accepted_tokens": int(mine_spec["accepted"].sum())}
+            "accepted_tokens": int(mine_spec["accepted"].sum()),
+            "no_proposal_cycles": int((mine_asked["num_drafts"] == 0).sum())}
     row: dict[str, Any] = {"method": method, "task": task, "prompts": int(ok["request_id"].nunique()), **sums,
                            **_rates(sums)}
     for key, terms in (("speedup", wall), ("decode_speedup", decode)):
