@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from spectune.engine import Engine, Request
-from spectune.engine.policy import FixedGamma
-from spectune.engine.suffix import SUFFIX_SIGNALS, SuffixDrafting, SuffixProposer, SuffixTrie, speculate
+from spectune.engine.policy import MATCH_SIGNALS, FixedGamma
+from spectune.engine.suffix import SuffixDrafting, SuffixProposer, SuffixTrie, speculate
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
@@ -105,8 +105,8 @@ def test_the_proposer_reports_scores_and_match_lengths_and_rows_without_a_chain_
     assert [d.source for d in proposer.drafts] == ["request", "none"] and proposer.sources["none"] == 1
     rows = []
     for _ in range(5):
-        _, q, out = proposer.step(None, frozenset(SUFFIX_SIGNALS) | {"token_prob"})
-        rows.append({name: out[name].tolist() for name in (*SUFFIX_SIGNALS, "token_prob")})
+        _, q, out = proposer.step(None, frozenset(MATCH_SIGNALS) | {"token_prob"})
+        rows.append({name: out[name].tolist() for name in (*MATCH_SIGNALS, "token_prob")})
         assert q[0].max() == 1.0 and q[0].sum() == 1.0  # a point mass
     assert [r["suffix_score"] for r in rows] == [[0.5, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
     assert [r["suffix_prob"][0] for r in rows] == [0.5] * 5 and [r["match_length"] for r in rows] == [[5.0, 0.0]] * 5

@@ -13,17 +13,22 @@ exact rejection sampler does the rest.
 
 A chain stops before the first stop token (end of sequence, chat-template tokens) and at the request's length
 limit: the target never has to verify what it could not emit.
+
+A point mass makes the q-derived signals degenerate (token_prob 1, entropy 0), so the proposer reports, when asked,
+what its match was instead (:data:`~spectune.engine.policy.MATCH_SIGNALS`): the n that matched and how many earlier
+occurrences of those n tokens the context holds (:func:`lookup_chain`, :class:`Chain`); a γ policy reads them to
+decide how much of a chain to verify.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from spectune.engine.policy import draft_signals
+from spectune.engine.policy import MATCH_SIGNALS, SIGNALS, draft_signals
 from spectune.engine.proposer import Proposal
 from spectune.errors import SpectuneError
 
@@ -47,22 +52,65 @@ class PromptLookup:
                                 f"max_n={self.max_n}")
 
 
-def lookup(context: Sequence[int], max_n: int, min_n: int, length: int) -> list[int]:
-    """Up to ``length`` tokens that followed the earliest earlier occurrence of the context's last n tokens.
+@dataclass(frozen=True)
+class Chain:
+    """A model-free draft's chain after a context, with what its match was (the sources of
+    :data:`~spectune.engine.policy.MATCH_SIGNALS`): the length of the context's end it matched, how many earlier
+    occurrences of that end are followed by a token, and each token's frequency score (``None``: prompt lookup, which
+    copies one occurrence, scores 1 each). A chain without tokens reports no match (0, 0)."""
 
-    n runs from ``max_n`` (at most ``len(context) - 1``) down to ``min_n``; the first n with a match whose
-    continuation is non-empty wins (transformers' rule: left to right, longest n first). [] when nothing matches.
-    """
+    tokens: tuple[int, ...] = ()
+    match_length: int = 0
+    matches: int | None = 0  # None: not counted yet (:func:`occurrences` counts them)
+    scores: tuple[float, ...] | None = None
+    probs: tuple[float, ...] | None = None  # the running products of the scores (None: 1 each)
+
+    def clipped(self, tokens: Sequence[int]) -> Chain:
+        """This match with its chain cut to ``tokens`` (a prefix: :func:`clip`); no tokens left: no match."""
+        if not tokens:
+            return Chain()
+        cut = len(tokens)
+        scores = None if self.scores is None else self.scores[:cut]
+        probs = None if self.probs is None else self.probs[:cut]
+        return Chain(tuple(tokens), self.match_length, self.matches, scores, probs)
+
+
+def occurrences(context: Sequence[int], n: int, start: int = 0) -> int:
+    """Occurrences of the context's last ``n`` tokens that begin at ``start`` or later and are followed by a token
+    (the suffix itself is not one): prompt lookup's ``matches``."""
+    size = len(context)
+    suffix = list(context[size - n:])
+    first = suffix[0]
+    return sum(1 for at in range(start, size - n) if context[at] == first and list(context[at:at + n]) == suffix)
+
+
+def lookup_chain(context: Sequence[int], max_n: int, min_n: int, length: int, count: bool = True) -> Chain:
+    """:func:`lookup`'s chain with its match: the n that matched (``match_length``) and the number of earlier
+    occurrences of the context's last n tokens (``matches``; each is followed by a token, the suffix itself is not
+    counted). The chain is the earliest occurrence's continuation, as :func:`lookup` returns it. No match (or
+    ``length`` <= 0): the empty :class:`Chain`. ``count=False`` stops at the earliest occurrence, as :func:`lookup`
+    does, and leaves ``matches`` None (:func:`occurrences` counts them when they are wanted)."""
     size = len(context)
     if length <= 0:
-        return []
+        return Chain()
     for n in range(min(max_n, size - 1), min_n - 1, -1):
         suffix = list(context[size - n:])
         first = suffix[0]
         for start in range(size - n):  # the suffix itself (start = size - n) has no continuation
             if context[start] == first and list(context[start:start + n]) == suffix:
-                return list(context[start + n: min(start + n + length, size)])
-    return []
+                tokens = tuple(context[start + n: min(start + n + length, size)])
+                return Chain(tokens, n, 1 + occurrences(context, n, start + 1) if count else None)
+    return Chain()
+
+
+def lookup(context: Sequence[int], max_n: int, min_n: int, length: int) -> list[int]:
+    """Up to ``length`` tokens that followed the earliest earlier occurrence of the context's last n tokens.
+
+    n runs from ``max_n`` (at most ``len(context) - 1``) down to ``min_n``; the first n with a match whose
+    continuation is non-empty wins (transformers' rule: left to right, longest n first). [] when nothing matches.
+    :func:`lookup_chain` gives the same chain with its match.
+    """
+    return list(lookup_chain(context, max_n, min_n, length, count=False).tokens)
 
 
 def clip(chain: list[int], stop_ids: Iterable[int], limit: int) -> list[int]:
@@ -85,6 +133,7 @@ class LookupProposer:
     """
 
     kv = None  # no draft cache: nothing to compact or roll back
+    reports = frozenset(SIGNALS)  # the signals its step computes when asked: the q-derived and the match signals
 
     def __init__(self, spec: PromptLookup, batch: int, vocab_size: int, device: torch.device,
                  eos: Iterable[int] = ()) -> None:
@@ -114,14 +163,21 @@ class LookupProposer:
         """Find each row's chain after ``last`` (its newest emitted token) for at most the remaining budget."""
         width = 1 << 16  # a cycle's draft length is the policy's to choose; the chain is cut when it stops
         self._chains: list[list[int]] = []
+        self._found: list[Chain] = []  # each row's clipped chain with its match: what the match signals report
+        self._contexts: list[list[int]] = []  # each row's context, where its matches are counted if asked for
         self._last = last.tolist()  # joins the history at rollback, with the accepted drafts
         for row, token in enumerate(self._last):
             if not self.history[row]:
                 self._chains.append([])
+                self._found.append(Chain())
+                self._contexts.append([])
                 continue
             context = [*self.history[row], token]
-            chain = self.chain(row, context, width)
-            self._chains.append(clip(chain, self.stop_ids, self.budget[row] - 1))
+            self._contexts.append(context)
+            found = self.chain(row, context, width)
+            chain = clip(list(found.tokens), self.stop_ids, self.budget[row] - 1)
+            self._chains.append(chain)
+            self._found.append(found.clipped(chain))
         self._tokens: list[torch.Tensor] = []
         self._laws: list[torch.Tensor] = []
         self._counts = [0] * self.batch
@@ -130,15 +186,16 @@ class LookupProposer:
         self.steps = 0
         self._cum_prob: torch.Tensor | None = None
 
-    def chain(self, row: int, context: list[int], width: int) -> list[int]:
+    def chain(self, row: int, context: list[int], width: int) -> Chain:
         """Row ``row``'s chain after ``context`` (its prompt, emitted tokens and ``last``), at most ``width`` tokens,
-        before the stop ids and the length limit cut it: the one place the draft is found, so another model-free
-        draft is this proposer with this method replaced (``suffix.py``)."""
-        return lookup(context, self.spec.max_n, self.spec.min_n, width)
+        with its match, before the stop ids and the length limit cut it: the one place the draft is found, so another
+        model-free draft is this proposer with this method replaced (``suffix.py``)."""
+        return lookup_chain(context, self.spec.max_n, self.spec.min_n, width, count=False)  # counted if asked for
 
     def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """The next token of every row's chain (a placeholder where it ran out: never verified), q = δ_x."""
+        """The next token of every row's chain (a placeholder where it ran out: never verified), q = δ_x; the
+        ``signals`` asked for by name, q-derived (degenerate for a point mass) and :data:`MATCH_SIGNALS`."""
         gamma = self.steps
         tokens = []
         for row, chain in enumerate(self._chains):
@@ -156,7 +213,27 @@ class LookupProposer:
         self.steps += 1
         out = draft_signals(q, x, signals, self._cum_prob)
         self._cum_prob = out.get("cum_prob", self._cum_prob)
+        wanted = signals & MATCH_SIGNALS.keys()
+        if wanted:
+            out.update(self.match_signals(gamma, wanted))
         return x, q, out
+
+    def match_signals(self, index: int, names: Iterable[str]) -> dict[str, torch.Tensor]:
+        """The :data:`MATCH_SIGNALS` ``names`` of every row after draft step ``index`` (0-based) of the open cycle,
+        [B] float32 each: the match's length and count at every step (0 on a row without a chain), the drafted
+        token's score and the running product (0 where the row drafted nothing at this step)."""
+        values: dict[str, list[float]] = {name: [] for name in names}
+        if "matches" in values:  # counted once per cycle, and only when a policy reads them
+            self._found = [replace(found, matches=occurrences(context, found.match_length)) if found.matches is None
+                           else found for found, context in zip(self._found, self._contexts, strict=True)]
+        for found, drafting in zip(self._found, self._host_running, strict=True):
+            drafted = drafting and index < len(found.tokens)
+            row = {"match_length": float(found.match_length), "matches": float(found.matches or 0),  # counted above
+                   "suffix_score": (1.0 if found.scores is None else found.scores[index]) if drafted else 0.0,
+                   "suffix_prob": (1.0 if found.probs is None else found.probs[index]) if drafted else 0.0}
+            for name, column in values.items():
+                column.append(row[name])
+        return {name: torch.tensor(column, dtype=torch.float32, device=self.device) for name, column in values.items()}
 
     def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
         """Rows where ``keep`` is False draft no further this cycle; returns the rows still drafting."""

@@ -30,6 +30,20 @@ DRAFT_SIGNALS: dict[str, str] = {
     "margin": "top-1 minus top-2 probability of q",
     "cum_prob": "product of token_prob over this cycle's drafts so far",
 }
+# Signals of what a model-free draft matched (prompt lookup, suffix decoding: spectune/engine/lookup.py, suffix.py).
+# Their q is a point mass, so DRAFT_SIGNALS say nothing there (entropy 0, token_prob 1); these say how good the match
+# is. Found with the chain at the cycle's first draft step; [B] each, 0 on a row without a chain this cycle; a model
+# draft computes none of them (DraftStep leaves them None, and its traces have no such columns). Computed, like the
+# q-derived ones, only when asked for by name.
+MATCH_SIGNALS: dict[str, str] = {
+    "match_length": "tokens of the context's end that the chain's match covers; the same at every step of the cycle",
+    "matches": "earlier occurrences of that matched suffix followed by a token; the same at every step of the cycle",
+    "suffix_score": "count(child) / count(node) of the token just drafted, in the trie that proposed it (prompt "
+                    "lookup copies one occurrence: 1); 0 where the row drafted nothing at this step",
+    "suffix_prob": "product of suffix_score over this cycle's drafts so far; 0 where the row drafted nothing at "
+                   "this step",
+}
+SIGNALS: dict[str, str] = {**DRAFT_SIGNALS, **MATCH_SIGNALS}  # every signal a DraftStep can carry, in this order
 
 
 def acceptance_trials(accepted: int, drafted: int) -> int:
@@ -82,7 +96,8 @@ class AcceptanceHistory:
 class DraftStep:
     """What a policy may read after draft step ``step`` (0-based; the draft position is ``step + 1``).
 
-    The q-derived signals (:data:`DRAFT_SIGNALS`) are ``None`` unless the policy declared them.
+    The q-derived signals (:data:`DRAFT_SIGNALS`) are ``None`` unless the policy declared them; the match signals
+    (:data:`MATCH_SIGNALS`) too, and always under a draft model, which has no match.
     """
 
     step: int
@@ -93,6 +108,10 @@ class DraftStep:
     entropy: torch.Tensor | None = None  # [B]
     margin: torch.Tensor | None = None  # [B]
     cum_prob: torch.Tensor | None = None  # [B]
+    match_length: torch.Tensor | None = None  # [B]
+    matches: torch.Tensor | None = None  # [B]
+    suffix_score: torch.Tensor | None = None  # [B]
+    suffix_prob: torch.Tensor | None = None  # [B]
 
 
 def draft_signals(q: torch.Tensor, x: torch.Tensor, names: frozenset[str],
@@ -142,7 +161,7 @@ class DraftLengthPolicy(ABC):
     """Chooses how many tokens to draft. Stateless policies ignore :meth:`observe`."""
 
     name: str = "policy"
-    signals: frozenset[str] = frozenset()  # names from DRAFT_SIGNALS that continue_drafting reads
+    signals: frozenset[str] = frozenset()  # names from SIGNALS that continue_drafting reads
     reads_context: bool = False  # True: before_cycle is given each busy slot's context length (a host read)
 
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from spectune.engine.kv import SlotKV, prefill_slots
-from spectune.engine.policy import draft_signals
+from spectune.engine.policy import DRAFT_SIGNALS, draft_signals
 from spectune.sampling import SamplingParams, draw, warp
 
 
@@ -31,6 +31,8 @@ class Proposal:
 
 class DraftProposer:
     """The draft model: proposes up to γ tokens per cycle, one :meth:`step` at a time."""
+
+    reports = frozenset(DRAFT_SIGNALS)  # the signals its step computes when asked (a model draft has no match)
 
     def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device

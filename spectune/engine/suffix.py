@@ -28,8 +28,9 @@ Exactness is the prompt lookup's (``lookup.py``): the chain is proposed as a poi
 sampling warp, so the engine's exact rejection sampler keeps the target's law at any temperature; chains stop
 before EOS and template ids and at the request's length limit. The proposer is :class:`~spectune.engine.lookup.
 LookupProposer` with its :meth:`~spectune.engine.lookup.LookupProposer.chain` replaced. Besides the q-derived
-signals it returns, when asked, each drafted token's frequency score, the running product and the match length
-(:data:`SUFFIX_SIGNALS`), and keeps each row's :class:`Draft` of the cycle in ``drafts``.
+signals it returns, when asked, the match signals (:data:`~spectune.engine.policy.MATCH_SIGNALS`: the match length,
+the matched node's occurrences followed by a token, each drafted token's frequency score and their running
+product), and keeps each row's :class:`Draft` of the cycle in ``drafts``.
 
 The tries are plain dicts of children with counts: O(tokens · max_tree_depth) nodes, fine for a training split of
 some 10⁵ tokens; Arctic's path-compressed suffix tree is O(tokens). Among children of equal count the one created
@@ -40,20 +41,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 
 import torch
 
-from spectune.engine.lookup import LookupProposer
+from spectune.engine.lookup import Chain, LookupProposer
 from spectune.errors import SpectuneError
-
-# What the suffix proposer can report per draft step besides the q-derived signals (policy.DRAFT_SIGNALS); [B] each,
-# 0 on rows that drafted nothing at the step. Returned by SuffixProposer.step only when asked for by name.
-SUFFIX_SIGNALS: dict[str, str] = {
-    "suffix_score": "count(child) / count(node) of the token just drafted, in the trie that proposed it",
-    "suffix_prob": "product of suffix_score over this chain so far (the chain stops below min_token_prob)",
-    "match_length": "tokens of the context the chain's trie matched",
-}
 
 
 class Node:
@@ -136,6 +129,7 @@ class Draft:
     probs: tuple[float, ...] = ()
     match_length: int = 0
     source: str = "none"  # "request", "global", or "none" (no chain)
+    matches: int = 0  # occurrences of the matched suffix followed by a token: the sum of its node's children's counts
 
     @property
     def score(self) -> float:
@@ -173,7 +167,7 @@ def speculate(trie: SuffixTrie, context: Sequence[int], max_gamma: int, min_toke
     longest match among equal ones; capped at ``max_gamma`` tokens and, when ``adaptive``, at
     ⌊max_spec_factor · m⌋. A Draft with no tokens when no match grows any."""
     context = list(context[-trie.depth:])
-    best = Draft()
+    best, matched = Draft(), None
     for m in range(1, len(context)):
         node = trie.find(context[len(context) - m:])
         if node is None:
@@ -182,8 +176,10 @@ def speculate(trie: SuffixTrie, context: Sequence[int], max_gamma: int, min_toke
         tokens, scores, probs = grow(node, max(cap, 0), min_token_prob)
         draft = Draft(tuple(tokens), tuple(scores), tuple(probs), m, source if tokens else "none")
         if draft.score >= best.score - TIE:
-            best = draft
-    return best
+            best, matched = draft, node
+    if matched is None:
+        return best
+    return replace(best, matches=sum(child.count for child in matched.children.values()))
 
 
 @dataclass(frozen=True)
@@ -265,32 +261,14 @@ class SuffixProposer(LookupProposer):
             if self.history[row]:
                 self.sources[self.drafts[row].source if chain else "none"] += 1
 
-    def chain(self, row: int, context: list[int], width: int) -> list[int]:
+    def chain(self, row: int, context: list[int], width: int) -> Chain:
         """The row's trie catches up with its sequence (the context extends what it held), then proposes."""
         tree = self.trees[row]
         tree.extend(context[tree.size:])
         draft = self.spec.propose(tree, context)
         self.drafts[row] = draft
-        return list(draft.tokens[:width])
-
-    def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
-             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """The lookup proposer's step, plus the :data:`SUFFIX_SIGNALS` asked for by name."""
-        index = self.steps
-        x, q, out = super().step(uniforms, signals)
-        wanted = signals & SUFFIX_SIGNALS.keys()
-        if wanted:
-            drafted = [run and index < len(draft.tokens) for run, draft in zip(self._host_running, self.drafts,
-                                                                               strict=True)]
-            values = {
-                "suffix_score": [d.scores[index] if on else 0.0 for d, on in zip(self.drafts, drafted, strict=True)],
-                "suffix_prob": [d.probs[index] if on else 0.0 for d, on in zip(self.drafts, drafted, strict=True)],
-                "match_length": [float(d.match_length) if on else 0.0
-                                 for d, on in zip(self.drafts, drafted, strict=True)],
-            }
-            for name in wanted:
-                out[name] = torch.tensor(values[name], dtype=torch.float32, device=self.device)
-        return x, q, out
+        return Chain(draft.tokens[:width], draft.match_length, draft.matches, draft.scores[:width],
+                     draft.probs[:width])
 
 
 def request_chains(spec: SuffixDrafting) -> Callable[[list[int], int], list[int]]:
