@@ -28,13 +28,12 @@ import logging
 import numpy as np
 import torch
 
-from policies.envs.observation import GAMMA, OBS_FIELDS, OBS_HIGH, read_schema, scales
+from policies.envs.observation import BEFORE_DRAFTING, GAMMA, OBS_FIELDS, OBS_HIGH, read_schema, scales
 from policies.numpy_actor import NumpyActor, SplitActor
 from policies.ppo_size import PPOSize
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
 from spectune.engine.policy import (
-    DRAFT_SIGNALS,
     AcceptanceHistory,
     CycleFeedback,
     DraftLengthPolicy,
@@ -109,7 +108,7 @@ class PPOGamma(DraftLengthPolicy):
             raise SpectuneError(f"policy.gamma_path={gamma_path!r} reads the cost features {sorted(needs_costs)}: "
                                 "give policy.profile=PROFILE (the file names no profile of its own)")
         self.profile_arg = profile
-        self.network_signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
+        self.network_signals = self.obs.signals  # the draft and match signals it reads (policy.SIGNALS)
         self.signals = self.network_signals  # what the engine computes for continue_drafting
         # deterministic steps decide through the split first layer (sampled ones need every logit)
         self.split = SplitActor(self.actor.layers, self.features, scales(self.features), self.network_signals,
@@ -268,7 +267,7 @@ class PPOGamma(DraftLengthPolicy):
             share = self._step_share[key] = split.step_share(
                 self._constants(step.step + 1, self._in_flight or _busy(step), _busy(step), slots))
         if split.signals:
-            signals = torch.stack([getattr(step, name) for name in split.signals], 1)
+            signals = torch.stack(_columns(step, split.signals, slots), 1)
             signals = (signals if signals.is_cpu else signals.cpu()).numpy()
         else:
             signals = np.zeros((slots, 0), dtype=np.float32)
@@ -323,12 +322,24 @@ def resolve_profile(file: PolicyFile, key: str, path: str, profile: str | None,
     return bool(diff), run
 
 
+def _columns(step: DraftStep, names: tuple[str, ...], slots: int) -> list[torch.Tensor]:
+    """The step's signals ``names``; a match signal a draft model leaves None reads as its value before drafting
+    (0), as the observation builder reads it (:meth:`~policies.envs.observation.Observation.step_column`)."""
+    values = [getattr(step, name) for name in names]
+    if all(value is not None for value in values):
+        return values
+    known = next((value for value in values if value is not None), None)
+    dtype = known.dtype if known is not None else torch.float32
+    return [value if value is not None else torch.full((slots,), BEFORE_DRAFTING[name], dtype=dtype)
+            for name, value in zip(names, values, strict=True)]
+
+
 def _busy(step: DraftStep) -> int:
     """Rows in flight (the environment's batch_size): the slots with a sequence (context > 0)."""
     return max(1, int((step.context_length > 0).sum()))
 
 
-FEATURES = OBS_FIELDS  # what a γ policy file may observe (policies.envs.observation.GAMMA's fields)
+FEATURES = OBS_FIELDS  # what a γ policy file observes by default (GAMMA_FIELDS: what it may name)
 
 
 def observation_low_high(features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:

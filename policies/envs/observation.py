@@ -8,10 +8,11 @@ columns). What each field means is written once, in :data:`STEP_FEATURES`, :data
 :data:`BEFORE_DRAFTING`, so adding a feature is one edit in this module (:data:`VERSION` changes only with a
 field's meaning).
 
-**γ** (``spectune/DraftGamma-v0``, :class:`policies.ppo.PPOGamma`): the raw values of :data:`OBS_FIELDS`
-(any subset, in a policy file's order) become the vector with :func:`scale_gamma` — divided by :data:`SCALE` in
-float64, then float32 — whether they come from a recorded cycle, the live session or a :class:`DraftStep` inside
-the engine. :func:`gamma_observation` is the same by name. The fields, in order:
+**γ** (``spectune/DraftGamma-v0``, :class:`policies.ppo.PPOGamma`): the raw values of :data:`GAMMA_FIELDS`
+(any subset, in a policy file's order; by default :data:`OBS_FIELDS`, 0–9) become the vector with
+:func:`scale_gamma` — divided by :data:`SCALE` in float64, then float32 — whether they come from a recorded cycle,
+the live session or a :class:`DraftStep` inside the engine. :func:`gamma_observation` is the same by name. The
+fields, in order:
 
 ====  =====================  ==========================================================================
 idx   name                   value (scaling)
@@ -26,9 +27,18 @@ idx   name                   value (scaling)
 7     recent_acceptance      accepted / (accepted + rejections) over the row's previous cycles (0.5 before any)
 8     c                      profile's draft step over AR step, c(b)
 9     g                      profile's verification of one more position, g(position + 1, b)
+10    match_length           tokens of the context's end the chain matched / 10
+11    matches                earlier occurrences of that end followed by a token / 100
+12    suffix_score           the drafted token's frequency score count(child)/count(node) (prompt lookup: 1)
+13    suffix_prob            product of suffix_score over this cycle's drafts
 ====  =====================  ==========================================================================
 
-Indices 0–3 are :data:`spectune.engine.policy.DRAFT_SIGNALS` (same names, same order).
+Indices 0–3 are :data:`spectune.engine.policy.DRAFT_SIGNALS` (same names, same order), 10–13
+:data:`spectune.engine.policy.MATCH_SIGNALS`: a model-free draft's (prompt lookup, suffix decoding), whose q is a point
+mass, so that 0–3 say nothing there. 10–13 are opt-in: the default (:data:`OBS_FIELDS`), and what files that name no
+features observe, is 0–9; a draft model has no match (its :class:`DraftStep` leaves them None, read as their values
+before drafting), and the environment refuses them on traces that did not record them. Before drafting they are 0:
+the chain, and with it the match, is found at the cycle's first draft step.
 
 **Cycle** (``spectune/CycleGamma-v0``, :class:`policies.ppo_cycle.PPOCycle`): the γ is chosen once, before
 drafting, so the observation holds only what is known then: :data:`CYCLE_FIELDS`, the γ observation's
@@ -45,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from spectune.engine.policy import DRAFT_SIGNALS
+from spectune.engine.policy import DRAFT_SIGNALS, MATCH_SIGNALS, SIGNALS
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
@@ -54,7 +64,11 @@ if TYPE_CHECKING:
 
 OBS_FIELDS: tuple[str, ...] = (*DRAFT_SIGNALS, "position", "context_length", "batch_size", "recent_acceptance",
                                "c", "g")
-SCALE: dict[str, float] = {"entropy": 10.0, "position": 10.0, "context_length": 1000.0, "batch_size": 32.0}
+# Every field a γ policy file may name: the default ones, then the match signals of a model-free draft (opt-in: a
+# draft model has none, so they are not in the default, and files that name no features keep observing what they did).
+GAMMA_FIELDS: tuple[str, ...] = (*OBS_FIELDS, *MATCH_SIGNALS)
+SCALE: dict[str, float] = {"entropy": 10.0, "position": 10.0, "context_length": 1000.0, "batch_size": 32.0,
+                           "match_length": 10.0, "matches": 100.0}
 OBS_HIGH = 1e4  # every field is >= 0; a finite bound keeps gymnasium's checker quiet
 assert OBS_FIELDS[:4] == tuple(DRAFT_SIGNALS)
 
@@ -108,10 +122,12 @@ STEP_FEATURES: dict[str, Callable[[int, int, CycleCosts], float]] = {
 # fields per row and constant over its cycle: the source hands their raw values (contexts, its acceptance history)
 ROW_FEATURES: tuple[str, ...] = ("context_length", "recent_acceptance")
 # the draft signals' values before anything is drafted (the environment's step 0, the policy's begin_cycle)
-BEFORE_DRAFTING: dict[str, float] = {"token_prob": 0.0, "entropy": 0.0, "margin": 0.0, "cum_prob": 1.0}
+BEFORE_DRAFTING: dict[str, float] = {"token_prob": 0.0, "entropy": 0.0, "margin": 0.0, "cum_prob": 1.0,
+                                     # the match is found with the chain, at the first draft step
+                                     "match_length": 0.0, "matches": 0.0, "suffix_score": 0.0, "suffix_prob": 0.0}
 VERSION = 1  # of the fields' definitions: bump it when a field's meaning changes, not when one is added
-assert set(OBS_FIELDS) == set(STEP_FEATURES) | set(ROW_FEATURES) | set(DRAFT_SIGNALS)
-assert set(BEFORE_DRAFTING) == set(DRAFT_SIGNALS)
+assert set(GAMMA_FIELDS) == set(STEP_FEATURES) | set(ROW_FEATURES) | set(SIGNALS)
+assert set(BEFORE_DRAFTING) == set(SIGNALS)
 
 Column = Callable[[str], Sequence[float]]  # a per-row field's raw values over the rows, by name
 
@@ -127,7 +143,7 @@ class Observation:
         assert set(self.features) <= set(fields), (kind, self.features)
         self.divisors = scales(self.features).tolist()
         self.step_fields = frozenset(f for f in self.features if f in STEP_FEATURES)
-        self.signals = frozenset(f for f in self.features if f in DRAFT_SIGNALS)
+        self.signals = frozenset(f for f in self.features if f in SIGNALS)  # what the engine computes for it
         self.row_fields = frozenset(self.features) - self.step_fields - self.signals
 
     def of(self, features: Sequence[str]) -> Observation:
@@ -154,10 +170,11 @@ class Observation:
     def from_trace(self, drafted: int, batch: int, costs: CycleCosts, context: float, recent: float,
                    signals: Sequence[float] | None = None) -> np.ndarray:
         """[F] float32 of one recorded row (an environment, the replay): after ``drafted`` drafts whose last
-        position's ``signals`` (DRAFT_SIGNALS order; None before drafting) were recorded."""
+        position's ``signals`` (SIGNALS order: the q-derived ones, then the match signals where the trace holds them;
+        None before drafting) were recorded."""
+        recorded = BEFORE_DRAFTING if signals is None else dict(zip(SIGNALS, signals, strict=False))
         values = {"context_length": (float(context),), "recent_acceptance": (float(recent),),
-                  **{name: (float(value),) for name, value in (zip(DRAFT_SIGNALS, signals, strict=True)
-                                                               if signals is not None else BEFORE_DRAFTING.items())}}
+                  **{name: (float(value),) for name, value in recorded.items()}}
         return self.build(self.constants(drafted, batch, costs), 1, values.__getitem__)[0]
 
     def step_column(self, step: DraftStep | None, context: Sequence[float], recent: Sequence[float]) -> Column:
@@ -203,7 +220,7 @@ def read_schema(extra: Mapping[str, Any], builder: Observation, where: str) -> O
     return builder.of(features)
 
 
-GAMMA = Observation("gamma", OBS_FIELDS, drafts=True, exact=False)
+GAMMA = Observation("gamma", GAMMA_FIELDS, drafts=True, exact=False, features=OBS_FIELDS)  # default: OBS_FIELDS
 # What files that name no features observe: every field there was when files began to name them. Fields added
 # since then are named by every file that uses them.
 UNNAMED: dict[str, tuple[str, ...]] = {"gamma": ("token_prob", "entropy", "margin", "cum_prob", "position",
