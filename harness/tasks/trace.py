@@ -2,9 +2,11 @@
 
 Writes ``traces.parquet`` (one row per cycle, row and draft position: every draft signal, the target's
 acceptance probability a_i = min(1, p_i/q_i), the realised accept/reject under the keyed uniforms, the
-cycle's timings; columns in :data:`spectune.engine.traces.TRACE_COLUMNS`) and ``traces.metadata.json``
-beside it. The replay environments (``policies.envs``) read them. From one recorded cycle every γ
-k ≤ max_gamma is scored exactly; across cycles a replay is an approximation (see ``spectune.engine.traces``).
+cycle's timings; columns in :data:`spectune.engine.traces.TRACE_COLUMNS`, and with ``proposer=lookup`` or
+``proposer=suffix`` also ``CHAIN_COLUMNS``: where each chain reached and the match signals a γ policy can observe)
+and ``traces.metadata.json`` beside it. The replay environments (``policies.envs``) read them. From one recorded
+cycle every γ k ≤ max_gamma is scored exactly; across cycles a replay is an approximation (see
+``spectune.engine.traces``).
 """
 
 from __future__ import annotations

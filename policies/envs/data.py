@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from spectune import names, rundir
-from spectune.engine.policy import DRAFT_SIGNALS
+from spectune.engine.policy import DRAFT_SIGNALS, MATCH_SIGNALS, SIGNALS
 from spectune.errors import SpectuneError
 from spectune.profile import CycleCosts, Profile, check_profile, load_profile
 
@@ -41,7 +41,13 @@ class TraceSet:
         def grid(col: str, dtype=np.float64) -> np.ndarray:
             return frame[col].to_numpy(dtype=dtype).reshape(n, gamma)
 
-        self.signals = np.stack([grid(s) for s in DRAFT_SIGNALS], axis=-1)  # [N, D, 4]
+        # a model-free draft's traces hold its match signals too (spectune.engine.traces.CHAIN_COLUMNS)
+        self.match_signals = all(name in frame for name in MATCH_SIGNALS)
+        recorded = SIGNALS if self.match_signals else DRAFT_SIGNALS
+        self.signals = np.stack([grid(s) for s in recorded], axis=-1)  # [N, D, 4], or [N, D, 8]: SIGNALS' order
+        # drafts each entry's chain held: a model-free draft's chain may end before max_gamma (the live engine verifies
+        # no further), a draft model's never does
+        self.chain = grid("drafted", bool).sum(1) if "drafted" in frame else np.full(n, gamma)
         self.accepted = grid("accepted", bool)
         self.accept_prob = grid("accept_prob")
         first = frame.groupby(["cycle", "row"], sort=False).first()

@@ -2,9 +2,11 @@
 
 One episode is one draft-and-verify cycle of one row. Actions (Discrete(2)): 0 = stop and verify now,
 1 = draft one more. At step 0 (nothing drafted) stop means "don't speculate this cycle": a plain target
-step, one token. At ``max_gamma`` the cycle is verified whatever the action. Observation: built by
-``observation.py``'s :data:`~policies.envs.observation.GAMMA` from the recorded row (draft signals, position,
-context, batch, recent acceptance, the profile's c and g), the builder ``policy=ppo`` calls in the engine.
+step, one token. At ``max_gamma`` the cycle is verified whatever the action, and so it is where a model-free
+draft's recorded chain ends (prompt lookup, suffix decoding: the live engine drafts no further there).
+Observation: built by ``observation.py``'s :data:`~policies.envs.observation.GAMMA` from the recorded row (draft
+signals, position, context, batch, recent acceptance, the profile's c and g; a model-free draft's match signals
+when the features name them), the builder ``policy=ppo`` calls in the engine.
 
 Reward, at verification only (0 after a draft step): ``tokens − ρ·time`` where ρ is the running tokens/s
 of this environment over about its last 2000 cycles (per profile and batch size, started at the autoregressive
@@ -35,7 +37,7 @@ import torch
 from policies.envs.data import attach_source, check_backend
 from policies.envs.observation import GAMMA, OBS_HIGH
 from policies.envs.rate import RunningRate
-from spectune.engine.policy import DRAFT_SIGNALS, AcceptanceHistory
+from spectune.engine.policy import MATCH_SIGNALS, SIGNALS, AcceptanceHistory
 from spectune.errors import SpectuneError
 
 REWARDS = ("throughput", "ratio")
@@ -81,6 +83,11 @@ class DraftGammaEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2)
         # a policy file's features (a subset of the fields, in its order; None: all of them)
         self.builder = GAMMA if features is None else GAMMA.of(features)
+        wanted = sorted(set(self.builder.features) & set(MATCH_SIGNALS))
+        if wanted and self.traces is not None and not self.traces.match_signals:
+            raise SpectuneError(f"features {wanted} are invalid for traces={self.traces.source}: they are a model-free "
+                                "draft's match signals, and these traces hold none (trace with proposer=lookup or "
+                                "proposer=suffix)")
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, shape=(len(self.builder.features),), dtype=np.float32)
         self._obs = np.zeros(len(self.builder.features), dtype=np.float32)
         self._given = (0.0, 0.0)  # the episode row's (context length, recent acceptance)
@@ -91,11 +98,12 @@ class DraftGammaEnv(gym.Env):
         """A new episode: the row's observation before any draft (the builder's step-0 signal values)."""
         self._index, self._costs = self.profiles.sample(self.np_random, batch)
         self._batch, self._gamma = batch, 0
+        self._ceiling = self.max_gamma  # the deepest draft of this episode (replay: where the recorded chain ends)
         self._given = (context, recent)
         self._obs[:] = self.builder.from_trace(0, batch, self._costs, context, recent)
 
     def _signals(self, values) -> None:
-        """After draft step ``self._gamma`` (the drafts so far): that step's signals (DRAFT_SIGNALS order)."""
+        """After draft step ``self._gamma`` (the drafts so far): that step's signals (SIGNALS order)."""
         self._obs[:] = self.builder.from_trace(self._gamma, self._batch, self._costs, *self._given, values)
 
     def _recorded(self, gamma: int) -> tuple[float, float]:
@@ -123,18 +131,19 @@ class DraftGammaEnv(gym.Env):
             t = self.traces
             self._start(int(t.batch_size[self._entry]), float(t.context_length[self._entry]),
                         float(t.recent_acceptance[self._entry]))
+            self._ceiling = min(self.max_gamma, int(t.chain[self._entry]))
         else:
             self._live_reset(seed is not None)
         return self._obs.copy(), {}
 
     def step(self, action):
-        if action == DRAFT and self._gamma < self.max_gamma:
+        if action == DRAFT and self._gamma < self._ceiling:
             self._gamma += 1
             if self.backend == "replay":
                 self._signals(self.traces.signals[self._entry, self._gamma - 1])
             else:
                 self._live_draft()
-            if self._gamma < self.max_gamma:
+            if self._gamma < self._ceiling:
                 return self._obs.copy(), 0.0, False, False, {}
         if self.backend == "replay":
             tokens, time_s = self._recorded(self._gamma)
@@ -166,8 +175,8 @@ class DraftGammaEnv(gym.Env):
                     self._recent.rate(cycle.request_ids[self._row]))
 
     def _live_draft(self) -> None:
-        step = self._session.draft_step(frozenset(DRAFT_SIGNALS))
-        self._signals([float(step[name][self._row]) for name in DRAFT_SIGNALS])
+        step = self._session.draft_step(frozenset(SIGNALS))  # a draft model computes no match signals: 0 here
+        self._signals([float(step[name][self._row]) if name in step else 0.0 for name in SIGNALS])
 
     @torch.inference_mode()
     def _live_verify(self) -> tuple[float, float]:

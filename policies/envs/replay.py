@@ -7,7 +7,8 @@ for each one (all its rows: one batch), runs the policy protocol as ``Session.st
 every row γ 0); after
 every draft step but the last, a :class:`~spectune.engine.policy.DraftStep` with the recorded signals of that
 position (only those the policy declares in ``policy.signals``, the others ``None``), the recorded context
-lengths in the recorded slots, and the still-drafting rows as ``active``; rows the policy stops draft no further.
+lengths in the recorded slots, and the still-drafting rows as ``active``; rows the policy stops draft no further,
+nor do rows whose recorded chain ended (a model-free draft's traces record where: ``drafted``), as in the engine.
 When the policy overrides ``end_drafting`` it is shown the last draft step, as the engine shows it, and may keep a
 prefix of each row's chain. A row's γ is the number of drafts verified: those it took, or the prefix kept (a
 cut is then scored as if the row had drafted only that prefix, which undercounts its draft time). ``observe`` then
@@ -47,13 +48,13 @@ import pandas as pd
 import torch
 
 from policies.envs.data import TraceSet
-from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
+from spectune.engine.policy import SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from spectune.errors import SpectuneError
 from spectune.profile import Profile
 
 log = logging.getLogger(__name__)
 
-SIGNAL_INDEX = {name: i for i, name in enumerate(DRAFT_SIGNALS)}  # the last axis of TraceSet.signals
+SIGNAL_INDEX = {name: i for i, name in enumerate(SIGNALS)}  # the last axis of TraceSet.signals (its first 4 or all)
 TABLE_COLUMNS = ("policy", "tok_s", "vs_best_fixed_pct", "mean_gamma", "acceptance_length", "gap_to_oracle_pct")
 # what replay_scores adds with its oracles (they depend on the traces and costs only, not on the γ scored)
 ORACLE_KEYS = ("oracle_tok_s", "oracle_vs_best_fixed_pct", "informed_oracle_tok_s", "informed_oracle_vs_best_fixed_pct")
@@ -68,16 +69,20 @@ def replay_costs(traces: TraceSet, profile: Profile, max_gamma: int, rate: str =
     ``rate="system"``: each row its share of its batch's cycle (cycle / b), as the environments charge it; Σ tokens
     / Σ seconds is then the system's tokens/s. ``rate="request"``: each row the whole cycle, the time its request
     waited for it; Σ tokens / Σ seconds is then tokens per second of decode time pooled over requests, the live
-    decode tok/s (tokens after the first / (E2EL − TTFT)). The two agree at batch 1."""
+    decode tok/s (tokens after the first / (E2EL − TTFT)). The two agree at batch 1.
+
+    A model-free draft's cycle drafts no deeper than its longest chain (``TraceSet.chain``), so a γ beyond it is
+    charged that depth: the engine verifies no further (a draft model's chains always reach the traces' max_gamma)."""
     if rate not in RATES:
         raise SpectuneError(f"rate={rate!r} is unknown: choose one of {', '.join(RATES)}")
     out = np.zeros((traces.count, max_gamma + 1))
+    depth = np.minimum(np.arange(max_gamma + 1)[None, :], cycle_gammas(traces, traces.chain)[:, None])  # [N, G+1]
     for batch in np.unique(traces.batch_size):
         rows = traces.batch_size == batch
         b = int(batch)
         costs = profile.costs(b)
         share = b if rate == "system" else 1
-        out[rows] = [costs.cycle_s(k) / share for k in range(max_gamma + 1)]
+        out[rows] = np.array([costs.cycle_s(k) / share for k in range(max_gamma + 1)])[depth[rows]]
     return out
 
 
@@ -173,6 +178,8 @@ def _step(policy_signals: frozenset[str], traces: TraceSet, entries: slice, rows
     """The DraftStep the engine would show after draft step ``step`` of the recorded cycle ``entries``."""
     values = {}
     for name in policy_signals:
+        if SIGNAL_INDEX[name] >= traces.signals.shape[-1]:  # a draft model's traces: no match signals (None, as live)
+            continue
         column = torch.zeros(slots, dtype=torch.float64)  # idle slots: 0 (policies read only busy rows)
         column[rows] = torch.tensor(traces.signals[entries, step, SIGNAL_INDEX[name]])
         values[name] = column
@@ -204,9 +211,12 @@ class RecordedCycle:
         self.context = torch.zeros(slots, dtype=torch.long)  # idle slots have context 0, as the engine's caches
         self.context[self.rows] = torch.tensor(traces.context_length[entries], dtype=torch.long)
         self.drafts = torch.zeros(slots, dtype=torch.long)
+        self.chain = torch.zeros(slots, dtype=torch.long)  # a model-free draft's chain may end before max_gamma
+        self.chain[self.rows] = torch.tensor(traces.chain[entries], dtype=torch.long)
         self.steps = 0
 
     def draft(self, signals: frozenset[str]) -> DraftStep:
+        self.running &= self.chain > self.steps  # as the live proposer: a row whose chain ended drafts no more
         self.drafts += self.running.long()
         self.steps += 1
         return _step(signals, self.traces, self.entries, self.rows, self.slots, self.steps - 1, self.running,

@@ -22,7 +22,8 @@ def live_finetune(model: Any, engine: Any, requests: list, settings: Any, profil
 
     env = DraftGammaEnv("live", profile=profile, max_gamma=settings.max_gamma, reward=settings.reward,
                         allow_profile_mismatch=settings.allow_profile_mismatch, engine=engine, requests=requests,
-                        concurrency=settings.concurrency, live_time=settings.live_time)
+                        concurrency=settings.concurrency, live_time=settings.live_time,
+                        features=settings.features)
     env.reset(seed=seed)
     model.set_env(env)
     log.info("live fine-tuning: %d steps on %d training prompts at concurrency %d", settings.live_steps, len(requests),

@@ -91,6 +91,7 @@ class TrainSettings:
     live_time: str = "measured"
     cycle_timesteps: int = 0
     calibrate_per_gamma: bool = False
+    features: tuple[str, ...] | None = None  # the γ policy's observation (None: the default, OBS_FIELDS)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TrainSettings:
@@ -113,7 +114,19 @@ class TrainSettings:
                    asdict(t.ppo), integer(t.rounds, "train.rounds", lo=1),
                    integer(t.size_timesteps, "train.size_timesteps", lo=0),
                    integer(t.live_steps, "train.live_steps", lo=0), t.calibrate_to, t.live_time,
-                   integer(t.cycle_timesteps, "train.cycle_timesteps", lo=0), t.calibrate_per_gamma)
+                   integer(t.cycle_timesteps, "train.cycle_timesteps", lo=0), t.calibrate_per_gamma,
+                   check_features(t.features))
+
+
+def check_features(features: list[str] | None) -> tuple[str, ...] | None:
+    """``train.features``: distinct names of the γ observation's fields (None: its default), or one line naming them."""
+    if features is None:
+        return None
+    unknown = [name for name in features if name not in GAMMA.fields]
+    if not features or unknown or len(set(features)) != len(features):
+        raise SpectuneError(f"train.features={list(features)!r} is invalid: give distinct names of "
+                            f"{', '.join(GAMMA.fields)} (or null: {', '.join(GAMMA.features)})")
+    return tuple(features)
 
 
 def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[Any, list, list]:
@@ -219,7 +232,8 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
     training = GammaTraining(TraceSet(fit_frame, trace_meta, "training cycles"),
                              TraceSet(val_frame, trace_meta, "validation cycles"), profile, settings.max_gamma,
                              settings.reward, settings.outcome, settings.profile_jitter,
-                             settings.allow_profile_mismatch, settings.ppo, seed, run_dir, curves)
+                             settings.allow_profile_mismatch, settings.ppo, seed, run_dir, curves,
+                             features=settings.features)
     training.evaluate(0, 1)
     final = training.train(settings.timesteps, settings.eval_every, 1)
     size_final = None
@@ -236,7 +250,8 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
         final = training.evaluate(training.model.num_timesteps, "live")
     synthetic = training.env.synthetic
     path = rundir.GAMMA_POLICY.path(run_dir)
-    extra = {"observation": GAMMA.schema(), "actions": ["stop", "continue"], "profile": profile.to_json(),
+    observation = GAMMA.of(settings.features) if settings.features else GAMMA
+    extra = {"observation": observation.schema(), "actions": ["stop", "continue"], "profile": profile.to_json(),
              "max_gamma": settings.max_gamma, "synthetic": synthetic, "trained_on": trace_meta.get("workload"),
              "validation": final}
     save_policy(training.model, settings.ppo, path, extra)

@@ -111,22 +111,26 @@ class GammaTraining:
         seed: seeds the environment and PPO.
         run_dir: TensorBoard logs go to ``run_dir/tensorboard``.
         curves: where every evaluation appends its row (``policy`` = :attr:`name`, the round, the step, the scores).
+        features: the γ policy's observation (``train.features``; None: the default); the cycle policy has its own.
     """
 
     name = "gamma"  # the curves' policy column and TensorBoard's run name
 
     @staticmethod
-    def make_env(*args: Any) -> Any:
+    def make_env(*args: Any, **options: Any) -> Any:
         from policies.envs.gamma import DraftGammaEnv
 
-        return DraftGammaEnv("replay", *args)
+        return DraftGammaEnv("replay", *args, **options)
 
     def __init__(self, fit: Any, val: Any, profile: Any, max_gamma: int, reward: str, outcome: str,
                  profile_jitter: float, allow_profile_mismatch: bool, ppo: dict[str, Any], seed: int, run_dir: Path,
-                 curves: list[dict[str, Any]]) -> None:
+                 curves: list[dict[str, Any]], features: tuple[str, ...] | None = None) -> None:
         self.val, self.profile, self.max_gamma, self.curves = val, profile, max_gamma, curves
-        self.env = self.make_env(fit, profile, max_gamma, reward, outcome, profile_jitter, allow_profile_mismatch)
-        self.val_env = self.make_env(val, profile, max_gamma, reward, "realised", 0.0, allow_profile_mismatch)
+        options = {"features": features} if features is not None else {}  # the γ environment's observation
+        self.env = self.make_env(fit, profile, max_gamma, reward, outcome, profile_jitter, allow_profile_mismatch,
+                                 **options)
+        self.val_env = self.make_env(val, profile, max_gamma, reward, "realised", 0.0, allow_profile_mismatch,
+                                     **options)
         self.env.reset(seed=seed)
         self.model = ppo_model(ppo, self.env, seed, run_dir)
         self.latest: dict[str, Any] = {}

@@ -42,6 +42,7 @@ class TrainConfig:
     reward: str = MISSING
     outcome: str = MISSING
     profile_jitter: float = MISSING
+    features: list[str] | None = MISSING
     timesteps: int = MISSING
     eval_every: int = MISSING
     rounds: int = MISSING

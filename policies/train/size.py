@@ -167,7 +167,8 @@ def size_rounds(settings: Any, seed: int, run_dir: Path, profile: Any, frame: pd
     fit = TraceSet(frame[~in_val], trace_meta, "size training cycles")
     val = TraceSet(frame[in_val], trace_meta, "size validation cycles (raise train.validation)")
     gamma_env, gamma_val_env = (DraftGammaEnv("replay", t, profile, settings.max_gamma, settings.reward, "realised",
-                                              0.0, settings.allow_profile_mismatch) for t in (fit, val))
+                                              0.0, settings.allow_profile_mismatch, features=settings.features)
+                                 for t in (fit, val))
 
     if settings.size_timesteps < 1:
         raise SpectuneError(f"train.size_timesteps={settings.size_timesteps} is invalid: train.concurrency="
