@@ -20,7 +20,7 @@ TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code", "all"]
 
 def lookup_repriced(lang: str) -> dict[tuple[int, str], dict]:
     """Prompt lookup's registered replay, priced with this page's profile (each row's own search seconds)."""
-    costs = load_profile(str(HERE / "profile-en" / "profile.json")).costs(1)
+    costs = load_profile(rundir.PROFILE.path(HERE / "profile-en")).costs(1)
     frame = price(rundir.PREDICTION.read(LOOKUP / f"predict-{lang}"), costs)
     return {(int(r["gamma"]), r["task"]): r for r in by_task(frame).to_dict("records")}
 
