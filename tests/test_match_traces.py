@@ -150,8 +150,8 @@ def test_a_ppo_file_reading_the_match_signals_observes_live_what_its_environment
     the step-0 observation)."""
     from stable_baselines3 import PPO
 
-    from policies.ppo import PPOGamma
     from policies.sb3_files import annotate_policy_file
+    from tests.watched import Watched
 
     engine, requests, frame, outputs = recorded
     traces = TraceSet(frame, {"concurrency": SLOTS}, "memory")
@@ -167,24 +167,6 @@ def test_a_ppo_file_reading_the_match_signals_observes_live_what_its_environment
     annotate_policy_file(path, {"observation": {"kind": "gamma", "version": 1, "features": list(features)},
                                 "actions": ["stop", "continue"], "profile": load_profile(PROFILE).to_json(),
                                 "max_gamma": GAMMA})
-
-    class Watched(PPOGamma):
-        def reset(self) -> None:
-            super().reset()
-            self.cycle, self.seen = -1, []
-
-        def begin_cycle(self, batch_size: int) -> int:
-            self.cycle += 1
-            return super().begin_cycle(batch_size)
-
-        def start_observation(self, context, batch_size):
-            obs = super().start_observation(context, batch_size)
-            self.seen.append((self.cycle, -1, obs.copy()))
-            return obs
-
-        def decide(self, step):
-            self.seen.append((self.cycle, step.step, self.observation(step).copy()))
-            return super().decide(step)
 
     policy = Watched(GAMMA, str(path), False, None, False, True, 0)
     assert {"match_length", "matches"} <= policy.signals

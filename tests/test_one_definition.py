@@ -18,11 +18,11 @@ from policies.envs.data import TraceSet
 from policies.envs.gamma import DRAFT, DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS
 from policies.envs.replay import replay_gammas
-from policies.ppo import PPOGamma
 from policies.sb3_files import annotate_policy_file
 from spectune.engine.policy import DRAFT_SIGNALS, FixedGamma
 from spectune.profile import load_profile
 from tests.tiny_models import record_three_requests
+from tests.watched import Watched
 
 GAMMA, SLOTS = 4, 2
 PROFILE = "tiny-cpu-2core-vm"
@@ -49,34 +49,6 @@ def _always_continue(path, traces: TraceSet) -> str:
     return str(path)
 
 
-class Watched(PPOGamma):
-    """PPOGamma that keeps every observation it builds: (cycle, draft step, [slots, F] float32); step -1 is the
-    step-0 decision's, before drafting."""
-
-    def reset(self) -> None:
-        super().reset()
-        self.cycle, self.seen = -1, []
-
-    def begin_cycle(self, batch_size: int) -> int:
-        self.cycle += 1
-        return super().begin_cycle(batch_size)
-
-    def observation(self, step):
-        obs = super().observation(step)
-        self.seen.append((self.cycle, step.step, obs.copy()))
-        return obs
-
-    def start_observation(self, context, batch_size):
-        obs = super().start_observation(context, batch_size)
-        self.seen.append((self.cycle, -1, obs.copy()))
-        return obs
-
-    def decide(self, step):
-        """The deterministic steps decide through the split first layer, which builds no observation (its
-        decisions are the actor's on this observation: test_policy_files.py::test_the_split_decision_is_the_actors_
-        argmax); the observation is built here only to be compared with the environment's."""
-        self.observation(step)
-        return super().decide(step)
 
 
 def test_the_live_and_the_replay_builder_give_the_same_vector_from_the_same_recorded_step(recorded, tmp_path):
