@@ -159,16 +159,27 @@ def schemas_registered() -> None:
     register_schemas()
 
 
+def compose_overrides(*overrides: str):
+    """conf/config.yaml composed with ``overrides``, as Hydra does for the CLI."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def run_composed(run_dir: Path, *overrides: str) -> Path:
+    """A real run of the composed config's task in a new ``run_dir`` (what module-scoped run fixtures share)."""
+    from harness.tasks import run_task
+
+    run_dir.mkdir()
+    assert run_task(compose_overrides(*overrides), run_dir) == 0
+    return run_dir
+
+
 @pytest.fixture
 def compose_config():
     """Compose conf/config.yaml with overrides, as Hydra does for the CLI."""
-    from hydra import compose, initialize_config_dir
-
-    def compose_with(*overrides: str):
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
-
-    return compose_with
+    return compose_overrides
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from spectune import rundir
 from spectune.engine.records import acceptance_summary, per_request_acceptance, with_acceptance
 from spectune.stats.by_task import ALL
+from tests.conftest import run_composed
 
 LOOKUP = ["+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=4", "workload.max_new_tokens=16",
           "workload.task_max_new_tokens=16", "workload.sampling.temperature=0", "proposer=lookup",
@@ -52,17 +53,7 @@ def test_per_request_acceptance_counts_cycles_without_a_proposal_apart():
 @pytest.fixture(scope="module")
 def lookup_run(tmp_path_factory):
     """A real bench run of prompt lookup on the tiny pair: AR and γ = 3, two repeats, greedy."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.tasks import run_task
-    from tests.conftest import REPO
-
-    run_dir = tmp_path_factory.mktemp("lookup") / "run"
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=LOOKUP)
-    run_dir.mkdir()
-    assert run_task(cfg, run_dir) == 0
-    return run_dir
+    return run_composed(tmp_path_factory.mktemp("lookup") / "run", *LOOKUP)
 
 
 def test_a_lookup_runs_records_agree_with_its_cycles(lookup_run):

@@ -13,6 +13,7 @@ from analysis.load import load_requests
 from analysis.report import build
 from spectune import rundir
 from spectune.stats.by_task import ALL, SUMS, alpha_by_task, by_task, durations_of, several_tasks
+from tests.conftest import run_composed
 
 MIXED = ["+workload=en", "workload.tasks=[chat-lines,qa]", "workload.num_prompts=4", "workload.max_new_tokens=8",
          "workload.task_max_new_tokens=8", "task.warmup=1", "task.repeats=2", "gamma=[2]"]
@@ -21,17 +22,7 @@ MIXED = ["+workload=en", "workload.tasks=[chat-lines,qa]", "workload.num_prompts
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory):
     """A real bench run of two tasks (chat lines and qa, interleaved) on the tiny pair: AR and γ = 2, two repeats."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.tasks import run_task
-    from tests.conftest import REPO
-
-    run_dir = tmp_path_factory.mktemp("mixed") / "run"
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=MIXED)
-    run_dir.mkdir()
-    assert run_task(cfg, run_dir) == 0
-    return run_dir
+    return run_composed(tmp_path_factory.mktemp("mixed") / "run", *MIXED)
 
 
 def test_requests_record_their_task_in_workload_order(mixed_run):
