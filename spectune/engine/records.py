@@ -116,7 +116,7 @@ def cycles_frame(records: list[CycleRecord]) -> pd.DataFrame:
     return pd.DataFrame([asdict(c) for c in records])
 
 
-def _gamma_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
+def asked_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
     """The request-cycles in which the policy asked for drafts (γ > 0), whether or not the proposer found any."""
     if not len(cycles) or "num_drafts" not in cycles:
         return cycles.iloc[0:0]
@@ -128,7 +128,7 @@ def per_request_acceptance(cycles: pd.DataFrame, keys: tuple[str, ...] = ("reque
     proposal although γ > 0 (``no_proposal_cycles``: a lookup that found no match), drafted and accepted tokens, the
     acceptance rate and length. A run's mean hides what matters for model-free drafts: a copy span accepts every
     token and free text none, request by request."""
-    asked = _gamma_cycles(cycles)
+    asked = asked_cycles(cycles)
     columns = ["spec_cycles", "no_proposal_cycles", "drafted_tokens", "accepted_tokens", "acceptance_rate",
                "acceptance_length", "no_proposal_share"]
     if not len(asked):
@@ -192,7 +192,7 @@ def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
     spec = cycles[cycles["num_drafts"] > 0] if len(cycles) else cycles
     if not len(spec):
         return {"spec_decode_num_drafts": 0}
-    asked = _gamma_cycles(cycles)
+    asked = asked_cycles(cycles)
     missed = asked[asked["num_drafts"] == 0]
     keys = ("repeat", "request_id") if "repeat" in cycles else ("request_id",)
     per_request = per_request_acceptance(cycles, keys)["acceptance_length"].dropna().to_numpy(float)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spectune.engine.records import DEFAULT_TASK
+from spectune.engine.records import DEFAULT_TASK, asked_cycles
 from spectune.stats.compare import BASELINE, EQUIVALENCE_MARGIN, decode_terms, throughput_terms
 from spectune.stats.intervals import Interval, mde, ratio_interval, verdict
 from spectune.stats.units import speedup_interval, units_of
@@ -106,8 +106,7 @@ def _spec_cycles(cycles: pd.DataFrame | None, requests: pd.DataFrame) -> pd.Data
     columns = ["method", "repeat", "request_id", "num_drafts", "accepted", "task"]
     if cycles is None or not len(cycles) or "num_drafts" not in cycles:
         return pd.DataFrame(columns=columns)
-    asked = cycles[cycles["gamma"] > 0] if "gamma" in cycles else cycles[cycles["num_drafts"] > 0]
-    spec = asked[["method", "repeat", "request_id", "num_drafts", "accepted"]]
+    spec = asked_cycles(cycles)[["method", "repeat", "request_id", "num_drafts", "accepted"]]
     keys = requests[["method", "repeat", "request_id", "task"]].drop_duplicates(["method", "repeat", "request_id"])
     return spec.merge(keys, on=["method", "repeat", "request_id"], how="inner")
 
