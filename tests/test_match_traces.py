@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from policies.envs.cycle_gamma import CycleGammaEnv
 from policies.envs.data import TraceSet
 from policies.envs.gamma import DRAFT, DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS, SCALE
@@ -242,3 +243,21 @@ def test_a_fixed_gamma_on_lookup_traces_is_its_fixed_column_charged_no_deeper_th
     costs, depth = replay_costs(traces, profile, GAMMA), cycle_gammas(traces, traces.chain)
     shallow = depth < k
     assert (costs[shallow, k] == costs[shallow, depth[shallow]]).all() and (shallow.any() or k < GAMMA)
+
+
+def test_the_cycle_environment_charges_a_gamma_beyond_a_rows_chain_that_depth(recorded):
+    """spectune/CycleGamma-v0 on lookup traces: the γ chosen before drafting is verified no deeper than the row's
+    recorded chain (the live engine stops there), so γ = GAMMA costs a short chain's own depth; the tokens are the
+    accepted prefix plus one. Every entry of the recorded traces, exact."""
+    _, _, frame, _ = recorded
+    traces = TraceSet(frame, {"concurrency": SLOTS}, "memory")
+    profile = load_profile(PROFILE)
+    env = CycleGammaEnv("replay", traces, profile, GAMMA, allow_profile_mismatch=True)
+    env.reset(seed=0)
+    assert (traces.chain < GAMMA).any() and (traces.chain == GAMMA).any()
+    for entry in range(traces.count):
+        env.reset(options={"entry": entry})
+        *_, info = env.step(GAMMA)
+        batch, depth = int(traces.batch_size[entry]), min(GAMMA, int(traces.chain[entry]))
+        assert info["time_s"] == profile.costs(batch).cycle_s(depth) / batch
+        assert info["tokens"] == min(GAMMA, traces.leading[entry]) + 1

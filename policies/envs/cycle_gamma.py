@@ -12,7 +12,9 @@ draft (0 = a plain target step, one token). Observation: :data:`~policies.envs.o
 Reward and costs are :class:`~policies.envs.gamma.DraftGammaEnv`'s, inherited rather than copied: the same
 profile sampling (list, jitter), the same running rate ρ and ``tokens − ρ·time`` (or ``"ratio"``), the same 1/b
 share of a batch-b cycle, the same outcomes (``"realised"``: min(leading accepted, d) + 1 tokens; ``"expected"``).
-A fixed action d therefore scores, entry by entry, what :func:`policies.envs.replay.replay_scores` gives fixed γ = d.
+A fixed action d therefore scores, entry by entry, what :func:`policies.envs.replay.replay_scores` gives fixed γ = d;
+on a model-free draft's traces a row whose recorded chain ends before d is charged that depth, as the engine
+verifies no further.
 ``reset(options={"entry": i})`` replays recorded entry i.
 """
 
@@ -54,7 +56,9 @@ class CycleGammaEnv(DraftGammaEnv):
         if not 0 <= gamma <= self.max_gamma:
             raise SpectuneError(f"action={action!r} is out of range: a γ in 0..{self.max_gamma}")
         self._gamma = gamma
-        tokens, time_s = self._recorded(gamma)
+        # a model-free draft's recorded chain may end before γ: the engine verifies no further, so that depth is
+        # charged (the replay's rule, policies.envs.replay.replay_costs); a draft model's chain always reaches it
+        tokens, time_s = self._recorded(min(gamma, self._ceiling))
         reward = self._reward(tokens, time_s)
         return self._obs.copy(), float(reward), True, False, {"gamma": gamma, "tokens": tokens, "time_s": time_s,
                                                               "synthetic": self.synthetic}
