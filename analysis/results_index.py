@@ -408,13 +408,13 @@ def _title(page: Path) -> str:
     return ""
 
 
-def splice(text: str, block: str, where: Path) -> str:
-    """``text`` with the part between the markers replaced by ``block``."""
-    if BEGIN not in text or END not in text:
-        raise SpectuneError(f"{where} has no results-index markers ({BEGIN!r} ... {END!r})")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+def splice(text: str, block: str, where: Path, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with the part between the markers (the index's, or ``begin`` ... ``end``) replaced by ``block``."""
+    if begin not in text or end not in text:
+        raise SpectuneError(f"{where} has no generated-table markers ({begin!r} ... {end!r})")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{block}\n{end}{tail}"
 
 
 def outputs(repo: Path = REPO) -> dict[Path, str]:

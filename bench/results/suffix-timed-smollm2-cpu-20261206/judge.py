@@ -1,0 +1,46 @@
+"""Print this page's tables and the registered readings' verdicts from the committed run directories:
+python bench/results/suffix-timed-smollm2-cpu-20261206/judge.py
+
+Measured: ``greedy-LANG/`` (task=bench, AR and suffix decoding at γ* = 24, SuffixDecoding's rule); predicted:
+``../suffix-prediction-smollm2-cpu-20261205/predict-LANG/prediction.json`` (registered at f105cbf, with the readings,
+analysis.timed_vs_predicted.Readings' defaults). Reading 4, suffix against prompt lookup, sets each draft's measured
+speed-up over its own run's AR side by side (``../lookup-timed-smollm2-cpu-20261205/greedy-LANG``, γ = 8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysis.timed_vs_predicted import TASKS, greedy_table, measured
+
+HERE = Path(__file__).resolve().parent
+PREDICTED = HERE.parent / "suffix-prediction-smollm2-cpu-20261205"
+LOOKUP = HERE.parent / "lookup-timed-smollm2-cpu-20261205"
+GAMMA, LOOKUP_GAMMA = 24, 8
+
+
+def against_lookup(lang: str) -> list[str]:
+    suffix, _, _ = measured(HERE / f"greedy-{lang}", f"fixed:gamma={GAMMA}")
+    lookup, _, _ = measured(LOOKUP / f"greedy-{lang}", f"fixed:gamma={LOOKUP_GAMMA}")
+    lines = [f"\n### {lang}: suffix decoding against prompt lookup (reading 4, reported, not judged)\n",
+             "| task | acceptance length suffix / lookup | decode speed-up over AR, suffix [95% CI] | lookup [95% CI] "
+             "| suffix / lookup |", "| --- " * 5 + "|"]
+    for task in TASKS:
+        s, k = suffix[task], lookup[task]
+        lines.append(f"| {task} | {s['acceptance_length']:.2f} / {k['acceptance_length']:.2f} | "
+                     f"{s['decode_speedup']:.2f}× [{s['decode_speedup_ci95_lo']:.2f}, "
+                     f"{s['decode_speedup_ci95_hi']:.2f}] | {k['decode_speedup']:.2f}× "
+                     f"[{k['decode_speedup_ci95_lo']:.2f}, "
+                     f"{k['decode_speedup_ci95_hi']:.2f}] | {s['decode_speedup'] / k['decode_speedup']:.3f} |")
+    return lines
+
+
+def main() -> None:
+    for lang in ("en", "it"):
+        if (HERE / f"greedy-{lang}").exists():
+            print("\n".join(greedy_table(lang, HERE / f"greedy-{lang}", PREDICTED / f"predict-{lang}", GAMMA,
+                                         "suffix", "1 repeat")))
+            print("\n".join(against_lookup(lang)))
+
+
+if __name__ == "__main__":
+    main()
