@@ -23,8 +23,8 @@ LEARNED = "ppo"
 def runs(lang: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The comparison rows, held-out requests and cycles, and the tuning table of one language's run."""
     run = HERE / f"evaluate-{lang}"
-    return (pd.read_parquet(run / "comparison.parquet"), rundir.REQUESTS.read(run), rundir.CYCLES.read(run),
-            pd.read_csv(run / "tuning.csv"))
+    return (rundir.COMPARISON.read(run), rundir.REQUESTS.read(run), rundir.CYCLES.read(run),
+            rundir.TUNING.read(run))
 
 
 def against(requests: pd.DataFrame, cycles: pd.DataFrame, baseline: str) -> pd.DataFrame:
