@@ -20,6 +20,8 @@ from pathlib import Path
 
 from analysis.results_index import splice
 from spectune import rundir
+from spectune.stats.by_task import ALL
+from workloads.task_sets import TASKS as TASK_SETS
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +31,7 @@ PAGE = REPO / "docs" / "models.md"
 BEGIN = "<!-- proposer-table:begin (python -m analysis.proposer_table writes these tables) -->"
 END = "<!-- proposer-table:end -->"
 LANGUAGES = ("en", "it")
-TASKS = ("chat", "summarise", "qa", "translate", "rewrite", "code", "all")
+TASKS = (*TASK_SETS, ALL)  # every task set, then the overall row
 COPYABLE = "lookup-prediction-smollm2-cpu-20261205/predict-{lang}"
 
 

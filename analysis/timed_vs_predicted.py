@@ -17,8 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from spectune import rundir
+from spectune.stats.by_task import ALL
+from workloads.task_sets import TASKS as TASK_SETS
 
-TASKS = ("chat", "summarise", "qa", "translate", "rewrite", "code", "all")
+TASKS = (*TASK_SETS, ALL)  # every task set, then the overall row
 
 
 @dataclass(frozen=True)

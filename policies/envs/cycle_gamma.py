@@ -56,9 +56,7 @@ class CycleGammaEnv(DraftGammaEnv):
         if not 0 <= gamma <= self.max_gamma:
             raise SpectuneError(f"action={action!r} is out of range: a γ in 0..{self.max_gamma}")
         self._gamma = gamma
-        # a model-free draft's recorded chain may end before γ: the engine verifies no further, so that depth is
-        # charged (the replay's rule, policies.envs.replay.replay_costs); a draft model's chain always reaches it
-        tokens, time_s = self._recorded(min(gamma, self._ceiling))
+        tokens, time_s = self._recorded(gamma)  # no deeper than the row's recorded chain
         reward = self._reward(tokens, time_s)
         return self._obs.copy(), float(reward), True, False, {"gamma": gamma, "tokens": tokens, "time_s": time_s,
                                                               "synthetic": self.synthetic}

@@ -108,7 +108,10 @@ class DraftGammaEnv(gym.Env):
 
     def _recorded(self, gamma: int) -> tuple[float, float]:
         """The recorded row verified at ``gamma``: the tokens it emits (accepted prefix + the target's one) and its
-        1/b share of the batch cycle's cost (:meth:`spectune.profile.CycleCosts.cycle_s`)."""
+        1/b share of the batch cycle's cost (:meth:`spectune.profile.CycleCosts.cycle_s`). A model-free draft's chain
+        may end before ``gamma``: the engine verifies no further, so that depth is charged (the replay's rule,
+        :func:`policies.envs.replay.replay_costs`); a draft model's chain always reaches the ceiling."""
+        gamma = min(gamma, self._ceiling)
         tokens = self.traces.accepted_at(self._entry, gamma, self.expected) + 1.0
         return tokens, self._costs.cycle_s(gamma) / self._batch
 

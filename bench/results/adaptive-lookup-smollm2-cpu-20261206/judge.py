@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.timed_vs_predicted import same_outputs
 from spectune import rundir
 from spectune.stats.by_task import by_task
 
@@ -34,17 +35,6 @@ def against(requests: pd.DataFrame, cycles: pd.DataFrame, baseline: str) -> pd.D
     durations = {(str(m), int(r)): float(rows["e2el_ms"].sum()) / 1e3
                  for (m, r), rows in requests.groupby(["method", "repeat"])}
     return by_task(requests, cycles, durations, baseline=baseline)
-
-
-def same_as_ar(requests: pd.DataFrame) -> dict[str, tuple[int, int]]:
-    """Per method: requests whose output equals AR's on the same prompt and repeat, of all (greedy exactness)."""
-    key = ["repeat", "prompt_id"]
-    ar = requests[requests["method"] == "ar"].set_index(key)["output_ids"]
-    out = {}
-    for method, rows in requests[requests["method"] != "ar"].groupby("method", sort=False):
-        mine = rows.set_index(key)["output_ids"]
-        out[str(method)] = (sum(k in ar.index and list(mine[k]) == list(ar[k]) for k in mine.index), len(mine))
-    return out
 
 
 def interval(row: pd.Series) -> str:
@@ -89,7 +79,7 @@ def language(lang: str) -> list[str]:
         lo = r["decode_speedup_ci95_lo"]
         two = "no interval" if pd.isna(lo) else "pass" if lo >= FLOOR else "fail"
         lines.append(f"| {task} | {int(r['prompts'])} | {interval(r)} | {two} |")
-    exact = same_as_ar(requests)
+    exact = {m: same_outputs(requests, m) for m in methods if m != "ar"}
     three = "pass" if all(same == total for same, total in exact.values()) else "fail"
     lines += ["", "Reading 3 (greedy output equals AR's): "
               + ", ".join(f"`{m}` {same}/{total}" for m, (same, total) in exact.items()) + f" — **{three}**."]
