@@ -100,10 +100,10 @@ def greedy_table(lang: str, run: Path, predicted: Path, gamma: int, draft: str, 
     return lines
 
 
-def sampled_table(lang: str, run: Path, gamma: int) -> list[str]:
-    """The reported (not judged) per-task table of a T = 1 run of one repeat."""
+def sampled_table(lang: str, run: Path, gamma: int, heading: str | None = None) -> list[str]:
+    """The reported (not judged) per-task table of a run of one repeat (by default a T = 1 run's heading)."""
     rows, share, _ = measured(run, f"fixed:gamma={gamma}")
-    lines = [f"\n### {lang}, T = 1 (one repeat; reported, not judged)\n",
+    lines = [f"\n### {heading or f'{lang}, T = 1 (one repeat; reported, not judged)'}\n",
              "| task | tokens per cycle | acceptance length | no-proposal share | decode speed-up [95% CI] "
              "| wall speed-up [95% CI] |",
              "| --- " * 6 + "|"]

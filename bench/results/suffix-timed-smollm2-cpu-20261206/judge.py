@@ -1,7 +1,8 @@
 """Print this page's tables and the registered readings' verdicts from the committed run directories:
 python bench/results/suffix-timed-smollm2-cpu-20261206/judge.py
 
-Measured: ``greedy-LANG/`` (task=bench, AR and suffix decoding at γ* = 24, SuffixDecoding's rule); predicted:
+Measured: ``greedy-LANG/`` and ``t1-LANG/`` (task=bench, AR and suffix decoding at γ* = 24, SuffixDecoding's rule;
+T = 1 reported, not judged); predicted:
 ``../suffix-prediction-smollm2-cpu-20261205/predict-LANG/prediction.json`` (registered at f105cbf, with the readings,
 analysis.timed_vs_predicted.Readings' defaults). Reading 4, suffix against prompt lookup, sets each draft's measured
 speed-up over its own run's AR side by side (``../lookup-timed-smollm2-cpu-20261205/greedy-LANG``, γ = 8)."""
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.timed_vs_predicted import TASKS, greedy_table, measured
+from analysis.timed_vs_predicted import TASKS, greedy_table, measured, sampled_table
 
 HERE = Path(__file__).resolve().parent
 PREDICTED = HERE.parent / "suffix-prediction-smollm2-cpu-20261205"
@@ -40,6 +41,9 @@ def main() -> None:
             print("\n".join(greedy_table(lang, HERE / f"greedy-{lang}", PREDICTED / f"predict-{lang}", GAMMA,
                                          "suffix", "1 repeat")))
             print("\n".join(against_lookup(lang)))
+    for lang in ("en", "it"):
+        if (HERE / f"t1-{lang}").exists():
+            print("\n".join(sampled_table(lang, HERE / f"t1-{lang}", GAMMA)))
 
 
 if __name__ == "__main__":
