@@ -33,7 +33,7 @@ import torch
 
 from spectune import names
 from spectune.errors import SpectuneError
-from spectune.io import write_atomic
+from spectune.io import json_text, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -338,6 +338,6 @@ def annotate_policy_file(path: str | Path, extra: dict[str, Any]) -> Path:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as target:
             for info, payload in members:
                 target.writestr(info, payload)
-            target.writestr("spectune.json", json.dumps(extra, indent=2, sort_keys=True))
+            target.writestr("spectune.json", json_text(extra, sort_keys=True))
 
     return write_atomic(path, write)

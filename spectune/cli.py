@@ -160,14 +160,46 @@ def check_group_choices(argv: list[str]) -> None:
                 raise SpectuneError(f"{key}={choice.strip()!r} is unknown: choose one of {', '.join(options)}")
 
 
+# Groups every application's config has a default for: ``+group=option`` (Hydra's "append", an error for a group
+# already in the defaults list) means ``group=option``. policies.train/evaluate took ``+proposer=lookup`` before
+# their configs had a proposer default, and committed results' commands say so.
+DEFAULTED_GROUPS = ("proposer",)
+
+
+def settle_appended_groups(argv: list[str]) -> list[str]:
+    """``argv`` with ``+proposer=lookup`` written ``proposer=lookup`` (:data:`DEFAULTED_GROUPS`); others as given."""
+    return [arg[1:] if arg.startswith("+") and not arg.startswith("++")
+            and arg[1:].partition("=")[0] in DEFAULTED_GROUPS else arg for arg in argv]
+
+
+def check_hydra_group_choices(argv: list[str]) -> None:
+    """An unknown option of one of Hydra's own groups (``hydra/launcher=slrum``) fails in one line naming the
+    options Hydra finds (its plugins' included), before Hydra composes (whose own message is several lines)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    picks = [arg.lstrip("+").partition("=") for arg in argv if arg.lstrip("+").startswith("hydra/")]
+    picks = [(key, value) for key, sep, value in picks if sep and value]
+    if not picks:
+        return
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        for key, value in picks:
+            options = sorted(loader.get_group_options(key))
+            if options and value not in options:
+                raise SpectuneError(f"{key}={value!r} is unknown: choose one of {', '.join(options)}")
+
+
 def hydra_entry(main: Callable[[], Any], config_name: str, resumable: bool = False) -> None:
     """``if __name__ == "__main__"`` of a Hydra application: check the command line (one line, exit 2, no job
     started), then run ``main``. ``resumable``: SIGTERM/SIGINT stop the process cleanly between and inside jobs
     (the harness tasks, whose reruns resume); not under submitit, whose signals are its own."""
     from spectune.resume import install_handlers, under_submitit
 
+    sys.argv[1:] = settle_appended_groups(sys.argv[1:])  # before Hydra reads them
     try:
         check_group_choices(sys.argv[1:])
+        check_hydra_group_choices(sys.argv[1:])
         check_override_syntax(sys.argv[1:], config_name)
     except SpectuneError as err:
         fail(err)

@@ -82,8 +82,13 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def json_text(data: Any, sort_keys: bool = False) -> str:
+    """``data`` as the JSON every run file uses: enum choices by name, NaN/inf as null, never Python-only tokens."""
+    return json.dumps(_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False, sort_keys=sort_keys) + "\n"
+
+
 def write_json(path: Path | str, data: Any) -> Path:
-    text = json.dumps(_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    text = json_text(data)
     return write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 

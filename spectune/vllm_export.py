@@ -1,4 +1,5 @@
-"""A tuned γ map in vLLM's own format: ``--speculative-config`` with ``num_speculative_tokens_per_batch_size``.
+"""A tuned γ map in vLLM's own format: ``--speculative-config`` with ``num_speculative_tokens_per_batch_size``, for
+the draft model (``draft_model``), prompt lookup (``ngram``) or suffix decoding (``suffix``).
 
 Library, not application: ``task=tune`` writes it into its recommendation and ``analysis.comparison`` into its
 report, so it lives below both (an application module that another application imports is a package cycle).
@@ -7,6 +8,7 @@ report, so it lives below both (an application module that another application i
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 VLLM_VERSION = "0.25.0"
@@ -29,8 +31,37 @@ def vllm_schedule(best_k: dict[int, int]) -> list[list[int]]:
     return rows
 
 
-def vllm_form(best_k: dict[int, int], draft: str) -> dict[str, Any]:
-    """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off)."""
+def method_config(draft: str, proposer: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """vLLM's keys for what drafted (``proposer``: the run's ``proposer`` node; None: the pair's draft model), and
+    where vLLM's method differs from the one measured."""
+    node = dict(proposer or {"name": "model"})
+    name = node.get("name", "model")
+    if name == "lookup":
+        return ({"method": "ngram", "prompt_lookup_max": int(node["max_n"]), "prompt_lookup_min": int(node["min_n"])},
+                ["vLLM's ngram proposer matches the prompt and the output so far, longest n first, as prompt lookup "
+                 "here"])
+    if name == "suffix":
+        depth = int(node["max_tree_depth"])
+        adaptive = bool(node["adaptive"])
+        # adaptive false: no cap by match length; a factor of the tree's depth makes vLLM's floor(factor * m) reach
+        # the ceiling for every match length m >= 1
+        factor = float(node["max_spec_factor"]) if adaptive else float(depth)
+        notes = ["vLLM's global suffix tree grows with every response it serves "
+                 "(suffix_decoding_max_cached_requests); the one measured here was frozen: "
+                 f"proposer.corpus={getattr(node.get('corpus'), 'name', node.get('corpus'))} (train: the workload's "
+                 "training-split prompts; none: per-request trees only)"]
+        if not adaptive:
+            notes.append("measured with proposer.adaptive=false: suffix_decoding_max_spec_factor is the tree's "
+                         "depth so that no match length caps a chain below num_speculative_tokens")
+        return ({"method": "suffix", "suffix_decoding_max_tree_depth": depth,
+                 "suffix_decoding_max_spec_factor": factor,
+                 "suffix_decoding_min_token_prob": float(node["min_token_prob"])}, notes)
+    return {"method": "draft_model", "model": draft}, []
+
+
+def vllm_form(best_k: dict[int, int], draft: str, proposer: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off), for the draft model
+    ``draft`` or the model-free ``proposer`` that was measured (:func:`method_config`)."""
     table = vllm_schedule(best_k)
     max_k = max(best_k.values())
     form: dict[str, Any] = {"vllm_version": VLLM_VERSION, "docs": VLLM_DOCS}
@@ -38,13 +69,14 @@ def vllm_form(best_k: dict[int, int], draft: str) -> dict[str, Any]:
         form.update(speculative_config=None, cli="(no --speculative-config: speculation off at every measured "
                                                  "concurrency)")
         return form
-    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": max_k,
-              "num_speculative_tokens_per_batch_size": table}
+    method, differences = method_config(draft, proposer)
+    config = {**method, "num_speculative_tokens": max_k, "num_speculative_tokens_per_batch_size": table}
     form.update(speculative_config=config, cli=f"--speculative-config '{json.dumps(config)}'")
     form["notes"] = [
         "num_speculative_tokens is the largest K of the table (vLLM requires every K <= it); K = 0: no drafting",
         f"batch sizes above {max(best_k)} were not measured; vLLM uses the last range's K for them",
         "vLLM's docs list Dynamic SD as tested with EAGLE, EAGLE-3 and DFlash drafters; with method "
-        "'draft_model' check that your vLLM build honours the table",
+        f"{method['method']!r} check that your vLLM build honours the table",
+        *differences,
     ]
     return form

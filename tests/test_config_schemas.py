@@ -162,6 +162,25 @@ def test_the_root_models_and_proposer_keys_fail_in_these_lines(monkeypatch, caps
     assert capsys.readouterr().err.strip() == message
 
 
+@pytest.mark.parametrize("config", ["config", "train", "evaluate"])
+@pytest.mark.parametrize("spelling", ["proposer=lookup", "+proposer=lookup"])
+def test_every_application_takes_the_proposer_as_the_harness_does(monkeypatch, config, spelling):
+    """harness, policies.train and policies.evaluate default to the pair's draft model and take proposer=lookup;
+    ``+proposer=lookup``, as commands written before train.yaml had that default spell it, means the same."""
+    from hydra import compose, initialize_config_dir
+
+    from policies.evaluate import schema as evaluate_schema
+
+    evaluate_schema.register()  # train's schemas with it
+    seen = []
+    monkeypatch.setattr(sys, "argv", ["app", "+workload=en", spelling])
+    hydra_entry(lambda: seen.append(sys.argv[1:]), config)
+    assert seen == [["+workload=en", "proposer=lookup"]]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        assert compose(config_name=config, overrides=seen[0]).proposer.name == "lookup"
+        assert compose(config_name=config, overrides=["+workload=en"]).proposer.name == "model"
+
+
 def _options(group: str) -> str:
     return ", ".join(sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml") if not p.stem.startswith("_")))
 
@@ -183,6 +202,24 @@ def test_an_unknown_option_of_a_group_fails_in_one_line_listing_its_options(monk
     assert stop.value.code == 2 and not started
     assert capsys.readouterr().err.strip() == f"error: {group}='nope' is unknown: choose one of {_options(group)}"
     assert "tiny" in _options("models") and {"model", "lookup"} <= set(_options("proposer").split(", "))
+
+
+@pytest.mark.parametrize("module", ["harness", "policies.evaluate"])
+def test_an_unknown_launcher_fails_in_one_line_listing_hydras_options(monkeypatch, capsys, module):
+    """Hydra's own groups are checked too: the options it finds, the project's SLURM launcher and the submitit
+    plugin's among them; a known one passes the check."""
+    started = []
+    config = "config" if module == "harness" else "evaluate"
+    monkeypatch.setattr(sys, "argv", [module, "-m", "hydra/launcher=slrum", "+workload=en"])
+    with pytest.raises(SystemExit) as stop:
+        hydra_entry(lambda: started.append(True), config)
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and not started and len(err.splitlines()) == 1, err
+    assert err.startswith("error: hydra/launcher='slrum' is unknown: choose one of basic, "), err
+    assert {"slurm", "submitit_local", "submitit_slurm"} <= set(err.split("choose one of ")[1].split(", ")), err
+    monkeypatch.setattr(sys, "argv", [module, "-m", "hydra/launcher=basic", "+workload=en"])
+    hydra_entry(lambda: started.append(True), config)
+    assert started == [True]
 
 
 def test_a_later_value_of_a_sweep_with_the_wrong_type_fails_before_any_job(monkeypatch, capsys):

@@ -202,30 +202,39 @@ def test_train_features_name_fields_of_the_gamma_observation_or_fail_in_one_line
 MATCH_FEATURES = ("position", "context_length", "recent_acceptance", "c", "g", "match_length", "matches")
 
 
-@pytest.mark.slow(reason="trains a PPO γ policy through python -m policies.train on prompt-lookup traces")
-def test_policies_train_trains_ppo_on_lookup_traces_with_the_match_features(cli, tmp_path):
-    """policies.train with +proposer=lookup and train.features naming the match signals: the training traces carry
-    the chain columns, gamma.zip names those features, and policy=ppo loads it and replays on the traces."""
+SUFFIX_FEATURES = (*MATCH_FEATURES, "suffix_score", "suffix_prob")
+
+
+@pytest.mark.slow(reason="trains a PPO γ policy through python -m policies.train on model-free traces")
+@pytest.mark.parametrize(("proposer", "features", "measured"), [
+    ("+proposer=lookup", MATCH_FEATURES, False),  # the spelling committed commands use
+    ("proposer=suffix", SUFFIX_FEATURES, True),  # its measured profile notes the suffix corpus, an enum choice
+], ids=["lookup", "suffix"])
+def test_policies_train_trains_ppo_on_model_free_traces_with_the_match_features(cli, tmp_path, proposer, features,
+                                                                              measured):
+    """policies.train with a model-free proposer and train.features naming the match signals: the training traces
+    carry the chain columns, gamma.zip names those features, and policy=ppo loads it and replays on the traces."""
     import json
     import zipfile
 
     from policies.registry import make_policy
 
-    result = cli("+workload=en", "+proposer=lookup", "train.train_prompts=4", "train.heldout_prompts=1",
+    profile = [] if measured else [f"train.profile={PROFILE}", "train.allow_profile_mismatch=true"]
+    result = cli("+workload=en", proposer, "train.train_prompts=4", "train.heldout_prompts=1",
                  "train.timesteps=128", "train.eval_every=64", "train.max_gamma=3", "train.profile_repeats=1",
                  "workload.max_new_tokens=10", "train.ppo.n_steps=64", "train.ppo.batch_size=32",
-                 f"train.features=[{','.join(MATCH_FEATURES)}]", f"train.profile={PROFILE}",
-                 "train.allow_profile_mismatch=true", run_dir=tmp_path, module="policies.train")
+                 f"train.features=[{','.join(features)}]", *profile, run_dir=tmp_path, module="policies.train")
     assert result.returncode == 0, result.stderr[-3000:]
     frame = pd.read_parquet(tmp_path / "traces.parquet")
     assert list(frame.columns) == [*TRACE_COLUMNS, *CHAIN_COLUMNS]
     with zipfile.ZipFile(tmp_path / "gamma.zip") as archive:
         extra = json.loads(archive.read("spectune.json"))
-    assert extra["observation"]["features"] == list(MATCH_FEATURES)
+    assert extra["observation"]["features"] == list(features)
+    used = str(tmp_path / "profile.json") if measured else PROFILE
     policy = make_policy({"name": "ppo", "gamma_path": str(tmp_path / "gamma.zip"), "trust_pickle": False,
-                          "profile": PROFILE, "allow_profile_mismatch": True, "deterministic": True, "seed": 0}, 3)
+                          "profile": used, "allow_profile_mismatch": True, "deterministic": True, "seed": 0}, 3)
     assert {"match_length", "matches"} <= policy.signals
-    gammas = replay_gammas(policy, TraceSet(frame, {}, "traces"), 3, load_profile(PROFILE))
+    gammas = replay_gammas(policy, TraceSet(frame, {}, "traces"), 3, load_profile(used))
     assert ((gammas >= 0) & (gammas <= 3)).all()
 
 

@@ -400,6 +400,19 @@ def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_sa
         assert later == {0} if concurrency == 1 else 0 in later <= {0, 1}, by_request
 
 
+def test_a_policy_file_notes_a_typed_configs_choices_by_name(trained, tmp_path):
+    """The profile a policy was trained for carries the measured setup's config, where suffix decoding's corpus is
+    an enum member (spectune.config.Corpus): the file stores it by name, as every run file does, and reads back."""
+    from spectune.config import Corpus
+
+    source, _ = trained
+    path = tmp_path / "gamma.zip"
+    shutil.copy(source, path)
+    annotate_policy_file(path, {"observation": list(FEATURES), "actions": ["stop", "continue"],
+                                "profile": {"metadata": {"proposer": {"name": "suffix", "corpus": Corpus.train}}}})
+    assert read_policy_file(path).extra["profile"]["metadata"]["proposer"] == {"name": "suffix", "corpus": "train"}
+
+
 def test_a_policy_file_names_its_observation_schema_and_one_without_a_version_is_version_1(trained, tmp_path):
     """A file written from now on stores {"kind", "version", "features"}; an older one (a bare list of names) is
     read as version 1 with those names: the two build the same observation and decide alike."""

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from harness.tasks.tune import TuneSettings, _workload_cfgs
 from spectune import cli
@@ -28,6 +29,51 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
     assert json.loads(form["cli"].split("'")[1]) == config
     off = vllm_form({1: 0, 4: 0}, "org/draft")
     assert off["speculative_config"] is None and "speculation off" in off["cli"]
+
+
+@pytest.mark.parametrize(("proposer", "method"), [
+    ({"name": "lookup", "max_n": 3, "min_n": 1},
+     {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1}),
+    ({"name": "suffix", "max_tree_depth": 24, "max_gamma": None, "max_spec_factor": 1.0, "min_token_prob": 0.1,
+      "adaptive": True, "corpus": "train"},
+     {"method": "suffix", "suffix_decoding_max_tree_depth": 24, "suffix_decoding_max_spec_factor": 1.0,
+      "suffix_decoding_min_token_prob": 0.1}),
+    ({"name": "suffix", "max_tree_depth": 16, "max_gamma": None, "max_spec_factor": 1.0, "min_token_prob": 0.3,
+      "adaptive": False, "corpus": "none"},  # no cap by match length: a factor of the depth reaches every ceiling
+     {"method": "suffix", "suffix_decoding_max_tree_depth": 16, "suffix_decoding_max_spec_factor": 16.0,
+      "suffix_decoding_min_token_prob": 0.3}),
+], ids=["lookup", "suffix", "suffix-not-adaptive"])
+def test_a_model_free_drafts_vllm_form_names_vllms_method_and_its_settings(proposer, method):
+    """A γ map tuned for prompt lookup or suffix decoding is exported as vLLM's ngram or suffix method with the
+    measured settings, not as the pair's draft model; the notes say where vLLM's method differs."""
+    form = vllm_form({1: 8, 4: 3}, "org/draft", proposer)
+    assert form["speculative_config"] == {**method, "num_speculative_tokens": 8,
+                                          "num_speculative_tokens_per_batch_size": [[1, 1, 8], [2, 4, 3]]}
+    assert json.loads(form["cli"].split("'")[1]) == form["speculative_config"]
+    assert any(repr(method["method"]) in note for note in form["notes"])
+    if method["method"] == "suffix":
+        assert any(f"proposer.corpus={proposer['corpus']}" in note for note in form["notes"])
+
+
+def test_the_recommendation_exports_the_proposer_the_run_measured(compose_config):
+    """task=tune's recommendation passes the run's proposer to the vLLM form: a γ map tuned with proposer=lookup is
+    vLLM's ngram method at the run's n-gram lengths, one tuned with the draft model is draft_model."""
+    from harness.tasks.tune import recommend
+
+    cfg = compose_config("task=tune", "+workload=en", "proposer=lookup", "proposer.max_n=4")
+    settings = TuneSettings.from_cfg(cfg)
+    methods = [{"method": "ar", "gamma": 0}, {"method": "fixed:gamma=3", "gamma": 3, "speedup": 1.5}]
+    ranking = {"output_throughput": {"best": "fixed:gamma=3", "indistinguishable": [], "mad_pick": None,
+                                     "statistics": {}, "noise_floor_pct": None}}
+    cells = [{"language": "en", "workload": "en", "concurrency": 1, "methods": methods, "ranking": ranking}]
+    models = {"draft": {"name_or_path": "org/draft"}}
+    for proposer, expected in (("lookup", {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
+                               ("model", {"method": "draft_model", "model": "org/draft"})):
+        config = OmegaConf.to_container(cfg if proposer == "lookup" else compose_config("task=tune", "+workload=en"),
+                                        resolve=True)
+        rec = recommend(cells, settings, models, {"config": config})
+        assert rec["vllm"]["en"]["speculative_config"] == {**expected, "num_speculative_tokens": 3,
+                                                            "num_speculative_tokens_per_batch_size": [[1, 1, 3]]}
 
 
 @pytest.mark.parametrize(("override", "names"), [

@@ -223,7 +223,7 @@ def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[
     for lang in dict.fromkeys(r["language"] for r in rows):
         best_k = {r["concurrency"]: r["best_gamma"] for r in rows if r["language"] == lang and r["status"] == "ok"}
         if best_k:
-            vllm[lang] = vllm_form(best_k, models["draft"]["name_or_path"])
+            vllm[lang] = vllm_form(best_k, models["draft"]["name_or_path"], metadata["config"].get("proposer"))
     return {
         "scope": "holds only for the measured model pair, hardware, workload and sampling settings below; "
                  "re-measure before using it elsewhere",
