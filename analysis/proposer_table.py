@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.results_index import splice
+from analysis.timed_vs_predicted import TASKS
 from spectune import rundir
-from spectune.stats.by_task import ALL
-from workloads.task_sets import TASKS as TASK_SETS
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +30,6 @@ PAGE = REPO / "docs" / "models.md"
 BEGIN = "<!-- proposer-table:begin (python -m analysis.proposer_table writes these tables) -->"
 END = "<!-- proposer-table:end -->"
 LANGUAGES = ("en", "it")
-TASKS = (*TASK_SETS, ALL)  # every task set, then the overall row
 COPYABLE = "lookup-prediction-smollm2-cpu-20261205/predict-{lang}"
 
 

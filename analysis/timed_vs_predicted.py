@@ -100,9 +100,12 @@ def greedy_table(lang: str, run: Path, predicted: Path, gamma: int, draft: str, 
     return lines
 
 
-def sampled_table(lang: str, run: Path, gamma: int, heading: str | None = None) -> list[str]:
-    """The reported (not judged) per-task table of a run of one repeat (by default a T = 1 run's heading)."""
-    rows, share, _ = measured(run, f"fixed:gamma={gamma}")
+def sampled_table(lang: str, run: Path, gamma: int, heading: str | None = None,
+                  same_as_ar: bool = False) -> list[str]:
+    """The reported (not judged) per-task table of a run of one repeat (by default a T = 1 run's heading);
+    ``same_as_ar``: then how many requests decoded exactly AR's output (a greedy run must)."""
+    method = f"fixed:gamma={gamma}"
+    rows, share, requests = measured(run, method)
     lines = [f"\n### {heading or f'{lang}, T = 1 (one repeat; reported, not judged)'}\n",
              "| task | tokens per cycle | acceptance length | no-proposal share | decode speed-up [95% CI] "
              "| wall speed-up [95% CI] |",
@@ -114,4 +117,7 @@ def sampled_table(lang: str, run: Path, gamma: int, heading: str | None = None) 
                      f"{m['decode_speedup']:.2f}× "
                      f"[{m['decode_speedup_ci95_lo']:.2f}, {m['decode_speedup_ci95_hi']:.2f}] | "
                      f"{m['speedup']:.2f}× [{m['speedup_ci95_lo']:.2f}, {m['speedup_ci95_hi']:.2f}] |")
+    if same_as_ar:
+        same, total = same_outputs(requests, method)
+        lines.append(f"\nOutput equal to AR's on {same} of {total} requests.")
     return lines

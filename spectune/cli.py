@@ -147,17 +147,32 @@ def check_swept_values(cfg: DictConfig, sweeps: Sequence[Any]) -> None:
 
 
 def check_group_choices(argv: list[str]) -> None:
-    """An unknown option of a config group (``policy=greedy-guess``) fails in one line naming the choices,
-    before Hydra composes (whose own message is several lines)."""
+    """An unknown option of a config group (``policy=greedy-guess``), or of one of Hydra's own groups
+    (``hydra/launcher=slrum``), fails in one line naming the choices, before Hydra composes (whose own message is
+    several lines)."""
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
-        if not sep or key not in GROUPS or not value:
+        if not sep or not value or (key not in GROUPS and not key.startswith("hydra/")):
+            continue
+        options = _group_options(key)
+        if not options and key not in GROUPS:  # a hydra/ group Hydra does not know: its own error says so
             continue
         values = value[len("choice("):-1] if value.startswith("choice(") else value
-        options = sorted(f.stem for f in (CONF / key).glob("*.yaml") if not f.stem.startswith("_"))
         for choice in values.split(","):
             if choice.strip() not in options:
                 raise SpectuneError(f"{key}={choice.strip()!r} is unknown: choose one of {', '.join(options)}")
+
+
+def _group_options(key: str) -> list[str]:
+    """A group's options: conf/'s files for the project's groups; what Hydra finds (its plugins' included) for its
+    own ``hydra/...`` groups, which only Hydra's config loader knows."""
+    if key in GROUPS:
+        return sorted(f.stem for f in (CONF / key).glob("*.yaml") if not f.stem.startswith("_"))
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(key))
 
 
 # Groups every application's config has a default for: ``+group=option`` (Hydra's "append", an error for a group
@@ -172,24 +187,6 @@ def settle_appended_groups(argv: list[str]) -> list[str]:
             and arg[1:].partition("=")[0] in DEFAULTED_GROUPS else arg for arg in argv]
 
 
-def check_hydra_group_choices(argv: list[str]) -> None:
-    """An unknown option of one of Hydra's own groups (``hydra/launcher=slrum``) fails in one line naming the
-    options Hydra finds (its plugins' included), before Hydra composes (whose own message is several lines)."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    picks = [arg.lstrip("+").partition("=") for arg in argv if arg.lstrip("+").startswith("hydra/")]
-    picks = [(key, value) for key, sep, value in picks if sep and value]
-    if not picks:
-        return
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        loader = GlobalHydra.instance().config_loader()
-        for key, value in picks:
-            options = sorted(loader.get_group_options(key))
-            if options and value not in options:
-                raise SpectuneError(f"{key}={value!r} is unknown: choose one of {', '.join(options)}")
-
-
 def hydra_entry(main: Callable[[], Any], config_name: str, resumable: bool = False) -> None:
     """``if __name__ == "__main__"`` of a Hydra application: check the command line (one line, exit 2, no job
     started), then run ``main``. ``resumable``: SIGTERM/SIGINT stop the process cleanly between and inside jobs
@@ -199,7 +196,6 @@ def hydra_entry(main: Callable[[], Any], config_name: str, resumable: bool = Fal
     sys.argv[1:] = settle_appended_groups(sys.argv[1:])  # before Hydra reads them
     try:
         check_group_choices(sys.argv[1:])
-        check_hydra_group_choices(sys.argv[1:])
         check_override_syntax(sys.argv[1:], config_name)
     except SpectuneError as err:
         fail(err)
