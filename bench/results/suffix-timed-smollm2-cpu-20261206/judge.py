@@ -5,7 +5,8 @@ Measured: ``greedy-LANG/`` and ``t1-LANG/`` (task=bench, AR and suffix decoding 
 T = 1 reported, not judged); predicted:
 ``../suffix-prediction-smollm2-cpu-20261205/predict-LANG/prediction.json`` (registered at f105cbf, with the readings,
 analysis.timed_vs_predicted.Readings' defaults). Reading 4, suffix against prompt lookup, sets each draft's measured
-speed-up over its own run's AR side by side (``../lookup-timed-smollm2-cpu-20261205/greedy-LANG``, γ = 8)."""
+speed-up over its own run's AR side by side (``../lookup-timed-smollm2-cpu-20261205/greedy-LANG``, γ = 8); the same
+for the T = 1 runs (``t1-LANG``)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ LOOKUP = HERE.parent / "lookup-timed-smollm2-cpu-20261205"
 GAMMA, LOOKUP_GAMMA = 24, 8
 
 
-def against_lookup(lang: str) -> list[str]:
-    suffix, _, _ = measured(HERE / f"greedy-{lang}", f"fixed:gamma={GAMMA}")
-    lookup, _, _ = measured(LOOKUP / f"greedy-{lang}", f"fixed:gamma={LOOKUP_GAMMA}")
-    lines = [f"\n### {lang}: suffix decoding against prompt lookup (reading 4, reported, not judged)\n",
+def against_lookup(lang: str, mode: str = "greedy") -> list[str]:
+    """Suffix decoding's and prompt lookup's measured speed-ups side by side (``mode``: greedy or t1 runs)."""
+    suffix, _, _ = measured(HERE / f"{mode}-{lang}", f"fixed:gamma={GAMMA}")
+    lookup, _, _ = measured(LOOKUP / f"{mode}-{lang}", f"fixed:gamma={LOOKUP_GAMMA}")
+    what = "reading 4" if mode == "greedy" else "T = 1"
+    lines = [f"\n### {lang}: suffix decoding against prompt lookup ({what}, reported, not judged)\n",
              "| task | acceptance length suffix / lookup | decode speed-up over AR, suffix [95% CI] | lookup [95% CI] "
              "| suffix / lookup |", "| --- " * 5 + "|"]
     for task in TASKS:
@@ -44,6 +47,7 @@ def main() -> None:
     for lang in ("en", "it"):
         if (HERE / f"t1-{lang}").exists():
             print("\n".join(sampled_table(lang, HERE / f"t1-{lang}", GAMMA)))
+            print("\n".join(against_lookup(lang, "t1")))
 
 
 if __name__ == "__main__":
