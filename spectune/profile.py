@@ -305,3 +305,30 @@ def fit_linear(positions: list[int], seconds: list[float]) -> dict[str, float]:
     b, a = np.polyfit(n, t, 1)
     rel = np.abs(t - (a + b * n)) / np.maximum(t, 1e-12)
     return {"a": float(a), "b": float(b), "max_rel_residual": float(rel.max())}
+
+
+DEARER_TOLERANCE = 0.10  # a verification counts as dearer than a longer one beyond this relative margin (noise)
+
+
+def dearer_than_longer(seconds: list[float], tolerance: float = DEARER_TOLERANCE) -> list[tuple[int, int]]:
+    """(n, m): verifying n positions (``seconds[n - 1]``) costs more than ``1 + tolerance`` times verifying m > n
+    positions, m the cheapest longer width. A cost model assumes verification grows with n; a CPU's matrix kernels
+    need not (small row counts can fall off the fast path), and then γ = n − 1 pays for less work than γ = m − 1."""
+    found = []
+    for n in range(1, len(seconds)):
+        longer = seconds[n:]
+        m = n + 1 + int(np.argmin(longer))
+        if seconds[n - 1] > (1 + tolerance) * seconds[m - 1]:
+            found.append((n, m))
+    return found
+
+
+def dearer_note(batch: int, seconds: list[float], tolerance: float = DEARER_TOLERANCE) -> str | None:
+    """A profile note naming each verification width dearer than a longer one (None when costs grow with n)."""
+    found = dearer_than_longer(seconds, tolerance)
+    if not found:
+        return None
+    widths = "; ".join(f"n={n} {seconds[n - 1] * 1e3:.1f} ms > n={m} {seconds[m - 1] * 1e3:.1f} ms"
+                       for n, m in found)
+    return (f"batch {batch}: verification is not monotone in n ({widths}): γ = n − 1 costs more than γ = m − 1 here "
+            "(the matrix kernels' speed depends on the row count); put the cheap widths in the γ grid")

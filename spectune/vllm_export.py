@@ -59,9 +59,24 @@ def method_config(draft: str, proposer: Mapping[str, Any] | None = None) -> tupl
     return {"method": "draft_model", "model": draft}, []
 
 
+def chain_ceiling(proposer: Mapping[str, Any] | None) -> int | None:
+    """The longest chain the measured proposer could draft whatever γ allowed (suffix decoding: ``max_gamma``, else
+    the tries' depth), or None where only γ bounds it."""
+    node = dict(proposer or {})
+    if node.get("name") != "suffix":
+        return None
+    return int(node["max_gamma"]) if node.get("max_gamma") is not None else int(node["max_tree_depth"])
+
+
 def vllm_form(best_k: dict[int, int], draft: str, proposer: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off), for the draft model
-    ``draft`` or the model-free ``proposer`` that was measured (:func:`method_config`)."""
+    ``draft`` or the model-free ``proposer`` that was measured (:func:`method_config`).
+
+    A K above the proposer's own chain ceiling drafted no more than the ceiling when measured: vLLM gets the
+    ceiling, which is what ran."""
+    ceiling = chain_ceiling(proposer)
+    if ceiling is not None:
+        best_k = {c: min(k, ceiling) for c, k in best_k.items()}
     table = vllm_schedule(best_k)
     max_k = max(best_k.values())
     form: dict[str, Any] = {"vllm_version": VLLM_VERSION, "docs": VLLM_DOCS}

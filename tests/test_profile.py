@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 
 from spectune.errors import SpectuneError
-from spectune.profile import Profile, check_profile, fit_linear, load_profile, profile_mismatch, shipped_profiles
+from spectune.profile import (
+    Profile,
+    check_profile,
+    dearer_note,
+    dearer_than_longer,
+    fit_linear,
+    load_profile,
+    profile_mismatch,
+    shipped_profiles,
+)
 from spectune.profiles.build import build
 from spectune.rundir import current_model_path
 
@@ -167,3 +176,15 @@ def test_shipped_cpu_profile_is_of_the_embedded_pair():
     assert p.max_positions == 13 and p.batch_sizes == [1, 2, 4]
     assert all(0 < p.c(b) < 1 for b in p.batch_sizes)  # a draft step is cheaper than a target step
     assert set(p.fit["t_verify_s ~ a + b*n"]) == {"1", "2", "4"}
+
+
+def test_a_verification_dearer_than_a_longer_one_is_named():
+    """The verification means of smollm2 on task prompts (ms, n = 1..8, a 2-vCPU AMD EPYC, float32): n = 2, 3 and 7
+    cost more than n = 5 and n = 6, 7 more than n = 8, so γ 1 and 2 pay for less work than γ 4; n = 4 is within 20%
+    of n = 5 (tolerance 0.2); costs that grow with n name nothing."""
+    ms = [66.3, 136.8, 139.3, 112.6, 95.8, 121.0, 146.3, 99.7]
+    assert dearer_than_longer(ms, tolerance=0.2) == [(2, 5), (3, 5), (6, 8), (7, 8)]
+    assert dearer_than_longer([66.0, 70.0, 75.0, 74.0, 90.0]) == []  # 75 vs 74: within the 10% of noise
+    note = dearer_note(1, [t / 1e3 for t in ms], tolerance=0.2)
+    assert note is not None and "n=3 139.3 ms > n=5 95.8 ms" in note
+    assert dearer_note(1, [0.066, 0.07, 0.075]) is None

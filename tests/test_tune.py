@@ -55,6 +55,19 @@ def test_a_model_free_drafts_vllm_form_names_vllms_method_and_its_settings(propo
         assert any(f"proposer.corpus={proposer['corpus']}" in note for note in form["notes"])
 
 
+@pytest.mark.parametrize(("max_gamma", "depth", "want"), [(None, 24, [[1, 1, 24], [2, 4, 3]]),
+                                                       (6, 24, [[1, 1, 6], [2, 4, 3]]),
+                                                       (None, 3, [[1, 4, 3]])])
+def test_suffix_decodings_vllm_form_caps_k_at_the_chain_ceiling_that_ran(max_gamma, depth, want):
+    """A grid's γ 32 drafted at most the proposer's ceiling (max_gamma, else the tries' depth): vLLM gets the
+    ceiling; equal K of adjacent concurrencies merge after the cap."""
+    proposer = {"name": "suffix", "max_tree_depth": depth, "max_gamma": max_gamma, "max_spec_factor": 1.0,
+                "min_token_prob": 0.1, "adaptive": True, "corpus": "train"}
+    config = vllm_form({1: 32, 4: 3}, "org/draft", proposer)["speculative_config"]
+    assert config["num_speculative_tokens_per_batch_size"] == want
+    assert config["num_speculative_tokens"] == max(k for _, _, k in want)
+
+
 def test_the_recommendation_exports_the_proposer_the_run_measured(compose_config):
     """task=tune's recommendation passes the run's proposer to the vLLM form: a γ map tuned with proposer=lookup is
     vLLM's ngram method at the run's n-gram lengths, one tuned with the draft model is draft_model."""

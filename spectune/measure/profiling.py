@@ -23,7 +23,7 @@ from spectune.engine.policy import FixedGamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
 from spectune.measure import Models, check_gamma
-from spectune.profile import Profile, fit_linear
+from spectune.profile import Profile, dearer_note, fit_linear
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,9 @@ def measure_profile(engine: Any, requests: list[Request], models: Models, sizes:
     finally:
         engine.eos = eos
     hardware = models.hardware
+    dearer = [note for b in sizes if (note := dearer_note(b, verify[b]))]
+    for note in dearer:
+        log.warning(note)
     return Profile(
         label=str(label), batch_sizes=sizes, max_positions=positions, t_draft_s=draft, t_verify_s=verify,
         overhead_s=overhead, synthetic=False, models=models.pair.metadata, hardware=hardware,
@@ -114,5 +117,5 @@ def measure_profile(engine: Any, requests: list[Request], models: Models, sizes:
                "t_draft_s: every later draft step, as the engine runs it (forward, warp, draw); "
                "t_verify_s: target forward of n positions + exact sampler + the cycle's host sync; "
                "overhead_s: rollback, emission, bookkeeping",
-               "not included: prefill and admission (per request, not per cycle)"],
+               "not included: prefill and admission (per request, not per cycle)", *dearer],
         metadata={**metadata, "repeats": repeats, "warmup": warmup}, t_first_draft_s=first)
