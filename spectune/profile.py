@@ -313,7 +313,8 @@ DEARER_TOLERANCE = 0.10  # a verification counts as dearer than a longer one bey
 def dearer_than_longer(seconds: list[float], tolerance: float = DEARER_TOLERANCE) -> list[tuple[int, int]]:
     """(n, m): verifying n positions (``seconds[n - 1]``) costs more than ``1 + tolerance`` times verifying m > n
     positions, m the cheapest longer width. A cost model assumes verification grows with n; a CPU's matrix kernels
-    need not (small row counts can fall off the fast path), and then γ = n − 1 pays for less work than γ = m − 1."""
+    need not (small row counts can fall off the fast path), and then verifying γ = n − 1 drafts costs more than
+    verifying m − 1."""
     found = []
     for n in range(1, len(seconds)):
         longer = seconds[n:]
@@ -330,5 +331,6 @@ def dearer_note(batch: int, seconds: list[float], tolerance: float = DEARER_TOLE
         return None
     widths = "; ".join(f"n={n} {seconds[n - 1] * 1e3:.1f} ms > n={m} {seconds[m - 1] * 1e3:.1f} ms"
                        for n, m in found)
-    return (f"batch {batch}: verification is not monotone in n ({widths}): γ = n − 1 costs more than γ = m − 1 here "
-            "(the matrix kernels' speed depends on the row count); put the cheap widths in the γ grid")
+    return (f"batch {batch}: verification is not monotone in n ({widths}): verifying γ = n − 1 drafts costs more than "
+            "verifying m − 1 here (the matrix kernels' speed depends on the row count); put the cheap widths in the γ "
+            "grid")
