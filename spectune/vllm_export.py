@@ -61,7 +61,8 @@ def method_config(draft: str, proposer: Mapping[str, Any] | None = None) -> tupl
 
 def chain_ceiling(proposer: Mapping[str, Any] | None) -> int | None:
     """The longest chain the measured proposer could draft whatever γ allowed (suffix decoding: ``max_gamma``, else
-    the tries' depth), or None where only γ bounds it."""
+    the tries' depth: ``SuffixDrafting.ceiling``'s rule, read from the config node because this library layer sits
+    below the engine), or None where only γ bounds it."""
     node = dict(proposer or {})
     if node.get("name") != "suffix":
         return None

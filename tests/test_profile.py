@@ -179,9 +179,9 @@ def test_shipped_cpu_profile_is_of_the_embedded_pair():
 
 
 def test_a_verification_dearer_than_a_longer_one_is_named():
-    """The verification means of smollm2 on task prompts (ms, n = 1..8, a 2-vCPU AMD EPYC, float32): n = 2, 3 and 7
-    cost more than n = 5 and n = 6, 7 more than n = 8, so γ 1 and 2 pay for less work than γ 4; n = 4 is within 20%
-    of n = 5 (tolerance 0.2); costs that grow with n name nothing."""
+    """The verification means of smollm2 on task prompts (ms, n = 1..8, a 2-vCPU AMD EPYC, float32): n = 2 and 3
+    cost more than n = 5, n = 6 and 7 more than n = 8; n = 4 is within 20% of n = 5 (tolerance 0.2); costs that grow
+    with n name nothing."""
     ms = [66.3, 136.8, 139.3, 112.6, 95.8, 121.0, 146.3, 99.7]
     assert dearer_than_longer(ms, tolerance=0.2) == [(2, 5), (3, 5), (6, 8), (7, 8)]
     assert dearer_than_longer([66.0, 70.0, 75.0, 74.0, 90.0]) == []  # 75 vs 74: within the 10% of noise
