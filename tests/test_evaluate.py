@@ -96,6 +96,8 @@ def test_trained_policies_are_reused_from_a_directory(smoke, cli, tmp_path):
     ("evaluate.policies_from=/no/such/dir", "evaluate.policies_from='/no/such/dir' is not found"),
     ("evaluate.concurrency=[0]", "evaluate.concurrency=0"),
     ("evaluate.params={svip:{h:-1}}", "policy.h"),
+    ("evaluate.grid=[3]", "evaluate.grid=3 is out of range"),
+    ("train.validation=0.1", "train.validation=0.1 leaves no validation prompts out of 2"),
 ])
 def test_bad_input_fails_in_one_line(cli, tmp_path, override, message):
     done = cli(*SMOKE, override, module="policies.evaluate", run_dir=tmp_path / "bad")
@@ -161,15 +163,17 @@ def test_threshold_baselines_are_tuned_on_the_training_traces(smoke):
 def test_interleaved_blocks_with_the_noise_floor(cli, tmp_path):
     """evaluate.block_prompts=1 with evaluate.noise_floor=true on 2 + 2 prompts, 2 repeats, no learned policy: the
     grid and the held-out methods run prompt by prompt, each (method, repeat) is one point over both prompts, and
-    AR's second run is the "ar (A/A)" row, paired against AR with its interval, printed as the noise floor."""
+    AR's second run is the "ar (A/A)" row, paired against AR with its interval, printed as the noise floor. The grid
+    is given (evaluate.grid=[2]): AR and γ 2 are timed on the training prompts, not γ 1."""
     run_dir = tmp_path / "blocks"
     done = cli("+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
                "train.max_gamma=2", "evaluate.repeats=2", "evaluate.warmup=1", "evaluate.concurrency=[1]",
                "evaluate.block_prompts=1", "evaluate.noise_floor=true", "evaluate.hindsight=true",
-               "evaluate.policies=[hf-heuristic,bandit]",
+               "evaluate.policies=[hf-heuristic,bandit]", "evaluate.grid=[2]",
                module="policies.evaluate", run_dir=run_dir, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "interleaving" in done.stderr + done.stdout
+    assert sorted(pd.read_parquet(run_dir / "grid.parquet")["gamma"]) == [0, 2]
     table = pd.read_parquet(run_dir / "comparison.parquet")
     aa = table[table["policy"] == "ar (A/A)"]
     assert len(aa) == 1 and aa.iloc[0]["gamma"] == 0 and aa.iloc[0]["prompts"] == 2 and aa.iloc[0]["repeats"] == 2

@@ -60,9 +60,10 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
 
 def test_every_registered_policy_is_tested(tmp_path):
     # fixed: tests/test_engine.py; ppo: tests/test_policy_files.py, ppo-cycle: tests/test_ppo_cycle.py,
-    # ppo-distilled: tests/test_ppo_distilled.py (SB3 files); match-length: tests/test_match_length.py (model-free)
+    # ppo-distilled: tests/test_ppo_distilled.py (SB3 files); match-length: tests/test_match_length.py, suffix-prob:
+    # tests/test_suffix_prob.py (model-free)
     tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed", "ppo", "ppo-cycle", "ppo-distilled",
-                                                                   "match-length"}
+                                                                   "match-length", "suffix-prob"}
     assert tested == set(POLICIES)
 
 

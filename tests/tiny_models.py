@@ -124,9 +124,9 @@ def assert_point_mass_draft_is_exact(draft, requests: int = 400, new_tokens: int
 LOOKUP_MAX_NEW = 12  # new tokens per request of record_lookup
 
 
-def record_lookup(pair, gamma: int, slots: int):
-    """(engine, requests, traces frame, outputs): prompt lookup (max_n 3) on the tiny pair's target, greedy (it loops:
-    matches of every length), seed 5,
+def record_lookup(pair, gamma: int, slots: int, draft=None):
+    """(engine, requests, traces frame, outputs): prompt lookup (max_n 3; or the model-free ``draft`` given, e.g.
+    suffix decoding) on the tiny pair's target, greedy (it loops: matches of every length), seed 5,
     4 requests whose prompts repeat a random phrase three times, LOOKUP_MAX_NEW new tokens each, drafted to ``gamma``
     every cycle at ``slots`` rows — the model-free recording the match-signal tests read."""
     from spectune.engine import Engine
@@ -136,7 +136,7 @@ def record_lookup(pair, gamma: int, slots: int):
     from spectune.sampling.rejection import get_sampler
 
     target, _ = pair
-    engine = Engine(target, PromptLookup(max_n=3), sampling=SamplingParams(temperature=0),
+    engine = Engine(target, draft or PromptLookup(max_n=3), sampling=SamplingParams(temperature=0),
                     sampler=get_sampler("exact"), device="cpu", seed=5)
     requests = [Request(r.request_id, r.prompt_id, r.language, r.input_ids * 3, LOOKUP_MAX_NEW)
                 for r in random_requests(4, max_new=LOOKUP_MAX_NEW, seed=6)]

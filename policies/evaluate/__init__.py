@@ -6,8 +6,8 @@ Per language (the workload) and per concurrency in ``evaluate.concurrency``, int
 1. Split the workload's seeded shuffle: the first ``train.train_prompts`` train, the next
    ``train.heldout_prompts`` are held out (the split ``policies.train`` uses). An empty split is an error.
 2. Grid search on the training prompts over **every** γ in 0..``train.max_gamma`` (γ = 0 is autoregressive
-   decoding): the best by decode throughput (the comparison's primary metric) is the baseline (``grid.parquet``,
-   ``grid_c<N>.csv``).
+   decoding), or over AR and ``evaluate.grid``'s values where it is given: the best by decode throughput (the
+   comparison's primary metric) is the baseline (``grid.parquet``, ``grid_c<N>.csv``).
 3. Learned policies: from ``evaluate.policies_from`` (a ``policies.train`` run directory, or an earlier
    evaluate's ``train/``), refused if it was trained on any held-out prompt; else trained here per concurrency
    (``train/c<N>/``: traces of the training prompts, the measured cost profile — with ``evaluate.calibrate``
@@ -51,7 +51,7 @@ from spectune.errors import SpectuneError
 from spectune.measure import Grid, aggregate, repeats_option
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.metadata import finished_metadata
-from spectune.options import integer
+from spectune.options import as_list, integer
 from spectune.stats.by_task import by_task, durations_of, several_tasks
 from spectune.stats.compare import AA_LABEL, decode_rates
 from spectune.stats.units import unit_size_of
@@ -80,6 +80,12 @@ class EvaluateSettings:
     block_prompts: int | None = None  # the interleaved block size given (None: one batch per block)
     noise_floor: bool = False  # AR twice on the held-out prompts: the A/A row
     design: str = "interleaved"  # "blocked": every method runs all prompts at once (spectune.measure.interleave)
+    grid: tuple[int, ...] | None = None  # the γ values the grid search times besides AR (None: every γ in 1..max_gamma)
+
+    @property
+    def grid_gammas(self) -> list[int]:
+        """The γ values the grid search times on the training prompts, AR (0) first."""
+        return [0, *(self.grid if self.grid is not None else range(1, self.max_gamma + 1))]
 
     def block_for(self, concurrency: int) -> int | None:
         """The block size of the runs at ``concurrency`` (None: the blocked design)."""
@@ -117,7 +123,8 @@ class EvaluateSettings:
                        e.policies_from, integer(train.max_gamma, "train.max_gamma", lo=1),
                        integer(train.train_prompts, "train.train_prompts", lo=1),
                        integer(train.heldout_prompts, "train.heldout_prompts", lo=0), params, e.calibrate, e.tune,
-                       e.hindsight, block, e.noise_floor, design_option(e.design, "evaluate.design", block, None))
+                       e.hindsight, block, e.noise_floor, design_option(e.design, "evaluate.design", block, None),
+                       grid_option(e.grid, train.max_gamma))
         if settings.heldout_prompts == 0:
             raise SpectuneError("train.heldout_prompts=0 is invalid: the comparison needs held-out prompts (>= 1)")
         if settings.policies_from and not Path(settings.policies_from).is_dir():
@@ -129,7 +136,23 @@ class EvaluateSettings:
         for name in names:  # parameters checked before any model loads (learned policies' files come later)
             if name not in LEARNED:
                 make_policy(policy_node(name, params.get(name)), settings.max_gamma)
+        if not settings.policies_from and (set(LEARNED) & set(names) or (settings.tune and tunable(names))):
+            from policies.train.pipeline import TrainSettings  # the training stage's keys, before the grid runs
+
+            TrainSettings.from_cfg(cfg)
         return settings
+
+
+def grid_option(value: Any, max_gamma: int) -> tuple[int, ...] | None:
+    """``evaluate.grid``: distinct γ values in 1..max_gamma, sorted (None: every one). A coarse grid keeps a long
+    ceiling affordable (suffix decoding drafts up to 24 tokens: 25 timed γ values otherwise)."""
+    if value is None:
+        return None
+    gammas = [integer(g, "evaluate.grid", lo=1, hi=max_gamma) for g in as_list(value, "evaluate.grid")]
+    if not gammas or len(set(gammas)) != len(gammas):
+        raise SpectuneError(f"evaluate.grid={value!r} is invalid: null (every γ in 1..train.max_gamma) or distinct "
+                            f"integers in 1..{max_gamma} (AR always runs)")
+    return tuple(sorted(gammas))
 
 
 def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:
@@ -258,10 +281,13 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,
                  seed: int) -> tuple[int, pd.DataFrame]:
-    """Every γ in 0..max_gamma on the training prompts: the best by pooled decode throughput (ties: smaller γ)."""
-    methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in range(settings.max_gamma + 1)]
-    log.info("grid search on %d training prompts, concurrency %d: γ = 0..%d, %d repeat(s)", len(train), concurrency,
-             settings.max_gamma, settings.grid_repeats)
+    """Every γ of the grid (``evaluate.grid``; AR included) on the training prompts: the best by pooled decode
+    throughput (ties: smaller γ)."""
+    gammas = settings.grid_gammas
+    methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in gammas]
+    log.info("grid search on %d training prompts, concurrency %d: γ = %s, %d repeat(s)", len(train), concurrency,
+             f"0..{settings.max_gamma}" if settings.grid is None else ", ".join(map(str, gammas)),
+             settings.grid_repeats)
     block = settings.block_for(concurrency)
     grid = _measure(engine, train, methods, concurrency, settings.grid_repeats, settings.warmup, max_context, block)
     summaries, _ = aggregate(grid, seed=seed, unit_size=unit_size_of(concurrency, block))

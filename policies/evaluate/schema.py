@@ -24,6 +24,7 @@ class EvaluateConfig:
     # typed mapping that is null: the command line's evaluate.params={...} would fail)
     concurrency: Any = MISSING  # a concurrency or a list of them
     repeats: int = MISSING
+    grid: Any = MISSING  # null or a list of γ values
     grid_repeats: int = MISSING
     warmup: int = MISSING
     policies_from: str | None = MISSING

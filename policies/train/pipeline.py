@@ -106,6 +106,8 @@ class TrainSettings:
             raise SpectuneError(f"train.ppo.warmup={t.ppo.warmup!r} is invalid: a fraction in [0, 1)")
         if t.live_time not in ("measured", "profile"):
             raise SpectuneError(f"train.live_time={t.live_time!r} is invalid: choose measured or profile")
+        if t.traces is None:  # traced here, one request per training prompt: the split is known before any model loads
+            _validation_cut(integer(t.train_prompts, "train.train_prompts", lo=1), t.validation)
         return cls(t.traces, t.profile, t.allow_profile_mismatch, integer(t.train_prompts, "train.train_prompts", lo=1),
                    integer(t.heldout_prompts, "train.heldout_prompts", lo=0), t.validation,
                    integer(t.max_gamma, "train.max_gamma", lo=1), integer(t.concurrency, "train.concurrency", lo=1),
@@ -207,13 +209,18 @@ def _calibrated(profile: Profile, traces: TraceSet, settings: TrainSettings, run
     return calibrated
 
 
+def _validation_cut(prompts: int, fraction: float) -> int:
+    """How many of ``prompts`` training prompts PPO trains on (the rest validate it); one line if none is left."""
+    cut = max(1, round(prompts * (1 - fraction)))
+    if cut >= prompts:
+        raise SpectuneError(f"train.validation={fraction} leaves no validation prompts out of {prompts}: raise it "
+                            "or train.train_prompts")
+    return cut
+
+
 def _split_validation(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     ids = sorted(frame["request_id"].unique())
-    cut = max(1, round(len(ids) * (1 - fraction)))
-    if cut >= len(ids):
-        raise SpectuneError(f"train.validation={fraction} leaves no validation prompts out of {len(ids)}: raise it "
-                            "or train.train_prompts")
-    held = set(ids[cut:])
+    held = set(ids[_validation_cut(len(ids), fraction):])
     return frame[~frame["request_id"].isin(held)], frame[frame["request_id"].isin(held)]
 
 

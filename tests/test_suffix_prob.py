@@ -1,0 +1,129 @@
+"""policy=suffix-prob, a threshold on the running product of a suffix-decoding chain's scores: the replay keeps the
+prefix at or above it, the live engine decides what its replay decides on the same cycles, greedy output stays the
+target's, the threshold is tuned in replay, and under a draft model nothing is verified.
+
+Recordings: tests/tiny_models.record_lookup with suffix decoding (per-request tries, SuffixDecoding's adaptive rule,
+ceiling GAMMA) on the tiny pair's target, greedy, seed 5, concurrency 1; exact equality, no tolerance.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from policies.envs.data import TraceSet
+from policies.envs.replay import replay_gammas
+from policies.registry import make_policy
+from policies.suffix_prob import MIN_PROBS
+from policies.train.tuning import GRIDS, tune
+from spectune.engine import Engine
+from spectune.engine.policy import SIGNALS, FixedGamma
+from spectune.engine.suffix import SuffixDrafting
+from spectune.errors import SpectuneError
+from spectune.profile import load_profile
+from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
+from tests.tiny_models import random_requests, record_lookup
+
+GAMMA = 6
+PROFILE = "tiny-cpu-2core-vm"
+SUFFIX = SuffixDrafting(max_gamma=GAMMA)
+
+
+def _prob(min_prob: float, gamma: int = GAMMA):
+    return make_policy({"name": "suffix-prob", "min_prob": min_prob}, gamma)
+
+
+@pytest.fixture(scope="module")
+def recorded(pair):
+    """(engine, requests, traces, each entry's output position at its cycle's start, outputs)."""
+    engine, requests, frame, outputs = record_lookup(pair, GAMMA, 1, SUFFIX)
+    positions = frame.groupby(["cycle", "row"], sort=True)["output_position"].first().to_numpy()  # TraceSet's order
+    return engine, requests, TraceSet(frame, {"concurrency": 1}, "memory"), positions, outputs
+
+
+def _signal(traces: TraceSet, name: str) -> np.ndarray:
+    """[N, GAMMA] one signal of every recorded (cycle, row), by draft step."""
+    return traces.signals[:, :, list(SIGNALS).index(name)]
+
+
+@pytest.mark.parametrize("min_prob", [0.1, 0.5, 0.7])
+def test_suffix_prob_keeps_the_chains_prefix_whose_running_product_is_high_enough(recorded, min_prob):
+    _, _, traces, _, _ = recorded
+    gammas = replay_gammas(_prob(min_prob), traces, GAMMA, load_profile(PROFILE))
+    prob = _signal(traces, "suffix_prob")
+    expected = np.minimum((np.cumprod(prob >= min_prob, axis=1)).sum(1), traces.chain)
+    assert (gammas == expected).all()
+    if min_prob == 0.1:  # the proposer's own min_token_prob: every chain it grew is kept whole
+        assert (gammas == np.minimum(traces.chain, GAMMA)).all()
+    if min_prob == 0.5:
+        assert 0 < (gammas < np.minimum(traces.chain, GAMMA)).sum() < (traces.chain > 0).sum()  # some cut, not all
+
+
+@pytest.mark.parametrize("value", [0.5, 0.7])
+def test_live_the_rule_drafts_what_its_replay_decides_on_the_same_cycles(recorded, value):
+    """Greedy, concurrency 1: every live cycle that starts where a recorded one does, with the same text so far,
+    verifies what the replay of that recorded cycle verifies."""
+    engine, requests, traces, positions, traced = recorded
+    replayed = replay_gammas(_prob(value), traces, GAMMA, load_profile(PROFILE))
+    decided = {(int(r), int(p)): int(g) for r, p, g in zip(traces.request_id, positions, replayed, strict=True)}
+    live = engine.run(requests, _prob(value), 1)
+    outputs = {r.request_id: r.output_ids for r in live.requests}
+    start = {r.request_id: 1 for r in requests}
+    compared = 0
+    for c in live.cycles:
+        pos = start[c.request_id]
+        start[c.request_id] += c.emitted
+        if (c.request_id, pos) in decided and outputs[c.request_id][:pos] == traced[c.request_id][:pos]:
+            assert c.num_drafts == decided[(c.request_id, pos)], (c.request_id, pos)
+            compared += 1
+    assert compared >= len(requests) and any(decided.values())
+
+
+def test_greedy_output_is_the_targets_whatever_the_threshold(pair):
+    """Greedy, suffix decoding, concurrency 1 and 3, min_prob 0.1, 0.5 and 1: the autoregressive output token for
+    token, within the ceiling; 0.1 decides as the fixed γ (the proposer grew nothing below it)."""
+    target, _ = pair
+    engine = Engine(target, SUFFIX, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    device="cpu", seed=0)
+    requests = random_requests(3, max_new=10, seed=2)
+    reference = {r.request_id: r.output_ids for r in engine.run(requests, None, 1).requests}
+    for concurrency in (1, 3):
+        fixed = engine.run(requests, FixedGamma(GAMMA), concurrency)
+        for policy in (_prob(0.1), _prob(0.5), _prob(1.0)):
+            result = engine.run(requests, policy, concurrency)
+            assert {r.request_id: r.output_ids for r in result.requests} == reference, policy.describe()
+            assert all(c.num_drafts <= GAMMA for c in result.cycles)
+            if policy.describe() == {"name": "suffix-prob", "max_gamma": GAMMA, "min_prob": 0.1}:
+                assert [c.num_drafts for c in result.cycles] == [c.num_drafts for c in fixed.cycles]
+
+
+def test_under_a_draft_model_nothing_is_verified_and_the_log_says_so_once(pair, caplog):
+    target, draft = pair
+    engine = Engine(target, draft, sampling=SamplingParams(temperature=0), sampler=get_sampler("exact"),
+                    device="cpu", seed=0)
+    with caplog.at_level(logging.WARNING, logger="policies.suffix_prob"):
+        none = engine.run(random_requests(2, max_new=8), _prob(0.5), 1)
+    assert all(c.num_drafts == 0 for c in none.cycles)
+    assert sum("it is not suffix decoding" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_threshold_is_tuned_in_replay_on_the_suffix_traces(recorded):
+    """Every grid value replayed once; the chosen one has the best replay tok/s; the extremes decide differently."""
+    _, _, traces, _, _ = recorded
+    assert GRIDS["suffix-prob"] == ("min_prob", MIN_PROBS)
+    node = {"name": "suffix-prob", "min_prob": 0.1}
+    tuned, table = tune({"suffix-prob": node}, traces, load_profile(PROFILE), GAMMA)
+    assert list(table["value"]) == list(MIN_PROBS) and table["chosen"].sum() == 1
+    assert tuned["suffix-prob"]["min_prob"] == table.loc[table["replay_tok_s"].idxmax(), "value"]
+    means = table["mean_gamma"].to_numpy()
+    assert means[0] != means[-1]
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "high"])
+def test_a_bad_threshold_fails_in_one_line(value):
+    with pytest.raises(SpectuneError, match=r"policy\.min_prob=") as err:
+        _prob(value)
+    assert "\n" not in str(err.value)
