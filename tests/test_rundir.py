@@ -186,3 +186,16 @@ def test_a_finished_run_keeps_the_commit_it_started_on():
     assert final["finished_utc"] >= now["created_utc"]  # ISO 8601 strings, in UTC, order as times do
     assert "packages_at_finish" not in final  # nothing changed there
     assert "git_at_finish" not in finished_metadata(now)
+
+
+def test_metadata_records_the_math_libraries_settings(monkeypatch):
+    """MKL_CBWR=AVX512 changed verification times 1.4-1.8x on one CPU: a run must say what it ran under."""
+    from spectune.metadata import base_metadata
+
+    monkeypatch.setenv("MKL_CBWR", "AVX512")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("SPECTUNE_UNRELATED", "x")
+    monkeypatch.delenv("KMP_AFFINITY", raising=False)
+    words = base_metadata()["host"]["math_env"].split()
+    assert {"MKL_CBWR=AVX512", "OMP_NUM_THREADS=2"} <= set(words) and words == sorted(words)
+    assert not any(w.startswith(("SPECTUNE_UNRELATED=", "KMP_AFFINITY=")) for w in words)
