@@ -127,3 +127,23 @@ def test_a_bad_threshold_fails_in_one_line(value):
     with pytest.raises(SpectuneError, match=r"policy\.min_prob=") as err:
         _prob(value)
     assert "\n" not in str(err.value)
+
+
+def test_training_warns_when_the_policy_replayed_with_its_own_history_falls_below_the_fixed_gamma(recorded, caplog):
+    """policies.train's check (own_history_gap), on the suffix traces: a policy as fast as the best fixed γ passes
+    silently; one that never speculates (AR's replay rate, far below) is reported in one warning."""
+    from policies.envs.replay import replay_scores
+    from policies.train.pipeline import own_history_gap
+
+    _, _, traces, _, _ = recorded
+    profile = load_profile(PROFILE)
+    best = replay_scores(traces, profile, GAMMA, np.zeros(traces.count, dtype=int), rate="request",
+                         oracles=False)
+    never = replay_scores(traces, profile, GAMMA, np.zeros(traces.count, dtype=int), rate="request",
+                          oracles=False)["policy_tok_s"]
+    with caplog.at_level(logging.WARNING, logger="policies.train.pipeline"):
+        assert own_history_gap(best["best_fixed_tok_s"], traces, profile, GAMMA) == pytest.approx(0.0, abs=1e-9)
+        assert not caplog.records
+        assert own_history_gap(never, traces, profile, GAMMA) < -10
+    assert best["best_fixed_gamma"] > 0 and len(caplog.records) == 1
+    assert "with its own decisions' history" in caplog.records[0].getMessage()

@@ -48,11 +48,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from policies.envs.data import TraceSet, read_traces
 from policies.envs.observation import CYCLE, GAMMA
+from policies.envs.replay import replay_scores
 from policies.ppo_distilled import distill_into
 from policies.train.ppo import CycleTraining, GammaTraining, save_policy, split_requests
 from policies.train.schema import TrainConfig
@@ -209,6 +211,31 @@ def _calibrated(profile: Profile, traces: TraceSet, settings: TrainSettings, run
     return calibrated
 
 
+OWN_HISTORY_MARGIN_PCT = 2.0  # how far below the best fixed γ the own-history replay may fall before a warning
+
+
+def own_history_gap(network_tok_s: float, traces: TraceSet, profile: Profile, max_gamma: int) -> float:
+    """The γ policy's replay tokens/s with its own decisions' history (``network_tok_s``: replayed through
+    :func:`policies.envs.replay.replay_gammas`, where recent acceptance follows what the policy verified, as live)
+    against the best fixed γ on the same traces, in %; a warning below −:data:`OWN_HISTORY_MARGIN_PCT`.
+
+    Why: an episode of the γ environment is one recorded cycle whose recent acceptance comes from the recording,
+    where every cycle drafted. Live, a policy that stops speculating on a request stops measuring its acceptance:
+    a PPO policy that speculated only above a recent acceptance of 0.45 stopped for good after one rejected chain
+    on 15 of 24 English requests (bench/results/adaptive-suffix-smollm2-cpu-20261206), while its validation in the
+    environment said +2.7% over the fixed γ."""
+    fixed = replay_scores(traces, profile, max_gamma, np.zeros(traces.count, dtype=int), rate="request",
+                          oracles=False)
+    gap = 100 * (network_tok_s / fixed["best_fixed_tok_s"] - 1)
+    if gap < -OWN_HISTORY_MARGIN_PCT:
+        log.warning("replayed with its own decisions' history, the γ policy is %+.1f%% against the best fixed γ %d "
+                    "on the training traces (%.1f vs %.1f tok/s) though the environment scored it on recorded "
+                    "histories: it likely stops speculating where its recent acceptance is low and then never "
+                    "measures it again; check it in replay before timing it, or train without recent_acceptance",
+                    gap, fixed["best_fixed_gamma"], network_tok_s, fixed["best_fixed_tok_s"])
+    return gap
+
+
 def _validation_cut(prompts: int, fraction: float) -> int:
     """How many of ``prompts`` training prompts PPO trains on (the rest validate it); one line if none is left."""
     cut = max(1, round(prompts * (1 - fraction)))
@@ -267,6 +294,7 @@ def train_policies(cfg: DictConfig, run_dir: Path) -> int:
              "%s (agreement %s); replay %.1f tok/s, the network's %.1f", [round(t, 4) for t in distilled.thresholds],
              distilled.overall, distilled.start_threshold, distilled.start_agreement, distilled.distilled_tok_s,
              distilled.network_tok_s)
+    own_history_gap(distilled.network_tok_s, traces, profile, settings.max_gamma)
     cycle_final = _cycle_policy(settings, seed, run_dir, profile, training, trace_meta, curves) \
         if settings.cycle_timesteps else None
     curve_frame = pd.DataFrame(curves)
