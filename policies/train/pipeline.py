@@ -229,9 +229,9 @@ def own_history_gap(network_tok_s: float, traces: TraceSet, profile: Profile, ma
     gap = 100 * (network_tok_s / fixed["best_fixed_tok_s"] - 1)
     if gap < -OWN_HISTORY_MARGIN_PCT:
         log.warning("replayed with its own decisions' history, the γ policy is %+.1f%% against the best fixed γ %d "
-                    "on the training traces (%.1f vs %.1f tok/s) though the environment scored it on recorded "
-                    "histories: it likely stops speculating where its recent acceptance is low and then never "
-                    "measures it again; check it in replay before timing it, or train without recent_acceptance",
+                    "on the training traces (%.1f vs %.1f tok/s); its environment scored it on recorded histories, "
+                    "where every cycle drafted (a policy reading recent_acceptance that stops speculating on a "
+                    "request stops measuring it): time it against the fixed γ before trusting it",
                     gap, fixed["best_fixed_gamma"], network_tok_s, fixed["best_fixed_tok_s"])
     return gap
 
