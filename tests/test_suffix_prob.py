@@ -25,7 +25,7 @@ from spectune.errors import SpectuneError
 from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import random_requests, record_lookup
+from tests.tiny_models import live_against_replay, random_requests, record_lookup
 
 GAMMA = 6
 PROFILE = "tiny-cpu-2core-vm"
@@ -68,17 +68,7 @@ def test_live_the_rule_drafts_what_its_replay_decides_on_the_same_cycles(recorde
     verifies what the replay of that recorded cycle verifies."""
     engine, requests, traces, positions, traced = recorded
     replayed = replay_gammas(_prob(value), traces, GAMMA, load_profile(PROFILE))
-    decided = {(int(r), int(p)): int(g) for r, p, g in zip(traces.request_id, positions, replayed, strict=True)}
-    live = engine.run(requests, _prob(value), 1)
-    outputs = {r.request_id: r.output_ids for r in live.requests}
-    start = {r.request_id: 1 for r in requests}
-    compared = 0
-    for c in live.cycles:
-        pos = start[c.request_id]
-        start[c.request_id] += c.emitted
-        if (c.request_id, pos) in decided and outputs[c.request_id][:pos] == traced[c.request_id][:pos]:
-            assert c.num_drafts == decided[(c.request_id, pos)], (c.request_id, pos)
-            compared += 1
+    compared, decided = live_against_replay(engine, requests, _prob(value), traces, positions, traced, replayed)
     assert compared >= len(requests) and any(decided.values())
 
 

@@ -143,3 +143,22 @@ def record_lookup(pair, gamma: int, slots: int, draft=None):
     session = engine.session(requests, None, slots, keep_laws=True)
     frame = record(session, requests, gamma)
     return engine, requests, frame, {r.request_id: r.output_ids for r in session.result().requests}
+
+
+def live_against_replay(engine, requests, policy, traces, positions, traced, replayed) -> tuple[int, dict]:
+    """Run ``policy`` live (greedy, concurrency 1) and check every live cycle that starts where a recorded one does,
+    with the same text so far, verifies what ``replayed`` (the policy's replay of the recording, TraceSet order)
+    decided there; (cycles compared, {(request, output position): replayed γ}). ``positions``: each recorded
+    (cycle, row)'s output position at its start; ``traced``: the recording's outputs by request."""
+    decided = {(int(r), int(p)): int(g) for r, p, g in zip(traces.request_id, positions, replayed, strict=True)}
+    live = engine.run(requests, policy, 1)
+    outputs = {r.request_id: r.output_ids for r in live.requests}
+    start = {r.request_id: 1 for r in requests}
+    compared = 0
+    for c in live.cycles:
+        pos = start[c.request_id]
+        start[c.request_id] += c.emitted
+        if (c.request_id, pos) in decided and outputs[c.request_id][:pos] == traced[c.request_id][:pos]:
+            assert c.num_drafts == decided[(c.request_id, pos)], (c.request_id, pos)
+            compared += 1
+    return compared, decided
