@@ -167,7 +167,7 @@ class AdaptiveConfidence(DraftLengthPolicy):
 
     def observe(self, feedback: CycleFeedback) -> None:
         touched = set()
-        for row, _, drafts, accepted in self.rows.outcomes(feedback):
+        for row, _, drafts, accepted, _ in self.rows.outcomes(feedback):
             probs, labels = self.labels.setdefault(self._key(row), ([], []))
             for position in range(1, min(accepted + 1, drafts) + 1):
                 prob = self.rows.signal("token_prob", row, position)

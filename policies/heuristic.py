@@ -84,7 +84,7 @@ class HFHeuristicTransient(DraftLengthPolicy):
         return limit > step.step + 1
 
     def observe(self, feedback: CycleFeedback) -> None:
-        for row, _, drafts, accepted in self.rows.outcomes(feedback):
+        for row, _, drafts, accepted, _ in self.rows.outcomes(feedback):
             current = self.gammas.get(row, self.start)
             self.gammas[row] = min(self.max_gamma, current + 2) if accepted == drafts else max(1, current - 1)
 

@@ -69,6 +69,10 @@ class PPOGamma(DraftLengthPolicy):
         deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
         seed: seed of the sampled actions when not deterministic.
         size_path: the verification-size policy file (``size.zip``); ``None``: verify every draft.
+        shadow_trials: under a model-free draft, a cycle that verified nothing still counts in recent acceptance
+            (its first draft against the emitted token: :attr:`CycleFeedback.shadow_accepted`); the training
+            environment's recent acceptance comes from traces where every cycle drafted, and without this a
+            request whose acceptance fell to 0 would never draft, nor measure, again.
         policy_file: ``gamma_path`` already read (``policies.ppo_distilled.distill`` reads it once for two rules);
             keyword-only, so no config can set it.
     """
@@ -78,10 +82,10 @@ class PPOGamma(DraftLengthPolicy):
 
     def __init__(self, gamma: int, gamma_path: str | None, trust_pickle: bool, profile: str | None,
                  allow_profile_mismatch: bool, deterministic: bool, seed: int, size_path: str | None = None,
-                 *, policy_file: PolicyFile | None = None) -> None:
+                 shadow_trials: bool = True, *, policy_file: PolicyFile | None = None) -> None:
         check_gamma(gamma, "the ppo γ ceiling")
         check_flags(trust_pickle=trust_pickle, allow_profile_mismatch=allow_profile_mismatch,
-                    deterministic=deterministic)
+                    deterministic=deterministic, shadow_trials=shadow_trials)
         if not gamma_path:
             raise SpectuneError("policy.gamma_path is unset: policy=ppo needs a policy file "
                                 "(policy.gamma_path=RUN_DIR/gamma.zip, from python -m policies.train)")
@@ -116,6 +120,7 @@ class PPOGamma(DraftLengthPolicy):
         self.size = PPOSize(size_path, trust_pickle, self.profile, deterministic) if size_path else None
         if self.size is not None:
             self.signals = self.signals | {"cum_prob"}
+        self.shadow_trials = shadow_trials and "recent_acceptance" in self.obs.row_fields
         self.rows = RowTracker()
         self.reset()
 
@@ -292,11 +297,12 @@ class PPOGamma(DraftLengthPolicy):
     def observe(self, feedback: CycleFeedback) -> None:
         self._recent = self._row_share = None
         for outcome in self.rows.outcomes(feedback):
-            self.history.add(outcome.slot, outcome.accepted, outcome.drafts)
+            self.history.add(outcome.slot, outcome.accepted, outcome.drafts, outcome.shadow)
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "file": self.file.describe(),
                 "features": list(self.features), "deterministic": self.deterministic,
+                "shadow_trials": self.shadow_trials,
                 "profile": self.profile.label if self.profile else None, "profile_arg": self.profile_arg,
                 "profile_mismatch": self.mismatch, "size": self.size.describe() if self.size else None}
 

@@ -52,6 +52,8 @@ class PPOCycle(DraftLengthPolicy):
         allow_profile_mismatch: use a file trained for another profile (a transfer experiment).
         deterministic: act on the argmax of the logits (else sample, seeded by ``seed``).
         seed: seed of the sampled actions when not deterministic.
+        shadow_trials: under a model-free draft, a cycle that verified nothing still counts in recent acceptance
+            (as :class:`~policies.ppo.PPOGamma`'s).
     """
 
     name = "ppo-cycle"
@@ -59,10 +61,11 @@ class PPOCycle(DraftLengthPolicy):
     signals: frozenset[str] = frozenset()  # reads no draft signal: no per-step decision
 
     def __init__(self, gamma: int, path: str | None, trust_pickle: bool, profile: str | None,
-                 allow_profile_mismatch: bool, deterministic: bool, seed: int) -> None:
+                 allow_profile_mismatch: bool, deterministic: bool, seed: int, shadow_trials: bool = True) -> None:
         check_gamma(gamma, "the ppo-cycle γ ceiling")
         check_flags(trust_pickle=trust_pickle, allow_profile_mismatch=allow_profile_mismatch,
-                    deterministic=deterministic)
+                    deterministic=deterministic, shadow_trials=shadow_trials)
+        self.shadow_trials = shadow_trials  # its cycle observation always reads recent acceptance
         if not path:
             raise SpectuneError(f"{KEY} is unset: policy=ppo-cycle needs a policy file "
                                 f"({KEY}=RUN_DIR/cycle.zip, from python -m policies.train train.cycle_timesteps=N)")
@@ -160,9 +163,10 @@ class PPOCycle(DraftLengthPolicy):
 
     def observe(self, feedback: CycleFeedback) -> None:
         for outcome in self.rows.outcomes(feedback):
-            self.history.add(outcome.request_id, outcome.accepted, outcome.drafts)
+            self.history.add(outcome.request_id, outcome.accepted, outcome.drafts, outcome.shadow)
 
     def describe(self) -> dict:
         return {"name": self.name, "max_gamma": self.max_gamma, "file_max_gamma": self.file_max_gamma,
                 "file": self.file.describe(), "features": list(CYCLE_FIELDS), "deterministic": self.deterministic,
+                "shadow_trials": self.shadow_trials,
                 "profile": self.profile.label, "profile_arg": self.profile_arg, "profile_mismatch": self.mismatch}

@@ -101,6 +101,7 @@ class _Recording(DraftLengthPolicy):
 
     def __init__(self, inner: PPOGamma, steps: int) -> None:
         self.inner, self.name, self.reads_context = inner, inner.name, inner.reads_context
+        self.shadow_trials = inner.shadow_trials
         self.signals = inner.signals | {"token_prob"}
         self.seen: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(steps)]
         self.start: list[tuple[float, bool]] = []  # (recent acceptance, speculate) per row of each decided step 0

@@ -29,12 +29,14 @@ log = logging.getLogger(__name__)
 
 
 class RowOutcome(NamedTuple):
-    """One listed row of a cycle's feedback: its slot, the request it served, its drafts and accepted drafts."""
+    """One listed row of a cycle's feedback: its slot, the request it served, its drafts and accepted drafts, and its
+    shadow acceptance test when it verified nothing (:attr:`CycleFeedback.shadow_accepted`)."""
 
     slot: int
     request_id: int
     drafts: int
     accepted: int
+    shadow: int | None = None
 
 
 class RowTracker:
@@ -114,8 +116,9 @@ class RowTracker:
         ``see_cycle`` named for the slot, else -1 - slot: a slot's own stream)."""
         rows = self.observe(feedback)
         ids = feedback.request_ids or [self.serving.get(row, -1 - row) for row in rows]
-        return [RowOutcome(row, int(rid), int(drafts), int(accepted)) for row, rid, drafts, accepted
-                in zip(rows, ids, feedback.num_drafts, feedback.num_accepted, strict=True)]
+        shadows = feedback.shadow_accepted or [None] * len(rows)
+        return [RowOutcome(row, int(rid), int(drafts), int(accepted), shadow) for row, rid, drafts, accepted, shadow
+                in zip(rows, ids, feedback.num_drafts, feedback.num_accepted, shadows, strict=True)]
 
     def signal(self, name: str, row: int, position: int) -> float | None:
         """The signal ``name`` of slot ``row`` at 1-based draft ``position``, if the policy was shown it."""

@@ -25,6 +25,8 @@ idx   name                   value (scaling)
 5     context_length         tokens in the row's sequence before the cycle / 1000 (LTD's seq_len/1000)
 6     batch_size             rows in flight / 32
 7     recent_acceptance      accepted / (accepted + rejections) over the row's previous cycles (0.5 before any)
+                             (live under a model-free draft: a cycle that verified nothing counts its first draft
+                             against the emitted token, CycleFeedback.shadow_accepted)
 8     c                      profile's draft step over AR step, c(b)
 9     g                      profile's verification of one more position, g(position + 1, b)
 10    match_length           tokens of the context's end the chain matched / 10

@@ -186,15 +186,22 @@ def _step(policy_signals: frozenset[str], traces: TraceSet, entries: slice, rows
     return DraftStep(step=step, active=running.clone(), context_length=context, batch_size=slots, **values)
 
 
-def _feedback(traces: TraceSet, entries: slice, gammas: np.ndarray, profile: Profile) -> CycleFeedback:
-    """What the engine reports after verifying the cycle at these per-row γ (profile costs, padded batch)."""
+def _feedback(traces: TraceSet, entries: slice, gammas: np.ndarray, profile: Profile, shadow: bool = False
+              ) -> CycleFeedback:
+    """What the engine reports after verifying the cycle at these per-row γ (profile costs, padded batch); with
+    ``shadow``, as the engine reports it to a policy that asks for shadow acceptance tests."""
     batch, deepest = len(gammas), int(gammas.max())
     costs = profile.costs(batch)
     accepted = np.minimum(gammas, traces.leading[entries])
+    shadows = None
+    if shadow and traces.match_signals:  # model-free: a row that verified nothing learns if its first draft was right
+        first = traces.accepted[entries, 0]
+        chain = traces.chain[entries]
+        shadows = [int(first[i]) if gammas[i] == 0 and chain[i] > 0 else None for i in range(batch)]
     return CycleFeedback([int(d) for d in gammas], [int(a) for a in accepted], float(costs.draft_s(deepest)),
                          float(costs.verify(deepest)), float(costs.cycle_s(deepest)),
                          rows=[int(r) for r in traces.row[entries]],
-                         request_ids=[int(r) for r in traces.request_id[entries]])
+                         request_ids=[int(r) for r in traces.request_id[entries]], shadow_accepted=shadows)
 
 
 class RecordedCycle:
@@ -253,7 +260,7 @@ def replay_gammas(policy: DraftLengthPolicy, traces: TraceSet, max_gamma: int, p
     gammas = np.zeros(traces.count, dtype=int)
     for entries in traces.cycle_slices:
         gammas[entries] = replay_cycle(policy, traces, entries, max_gamma, slots)
-        policy.observe(_feedback(traces, entries, gammas[entries], profile))
+        policy.observe(_feedback(traces, entries, gammas[entries], profile, policy.shadow_trials))
     return gammas
 
 

@@ -192,6 +192,15 @@ class LookupProposer:
         model-free draft is this proposer with this method replaced (``suffix.py``)."""
         return lookup_chain(context, self.spec.max_n, self.spec.min_n, width, count=False)  # counted if asked for
 
+    def first_draft(self, row: int, last: int) -> int | None:
+        """The first token row ``row`` would draft after ``last`` had its cycle drafted (None: no chain), from the
+        state before the cycle's rollback or skip: what a shadow acceptance test compares with the emitted token
+        (:attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`)."""
+        if not self.history[row]:
+            return None
+        chain = clip(list(self.chain(row, [*self.history[row], last], 1).tokens), self.stop_ids, self.budget[row] - 1)
+        return chain[0] if chain else None
+
     def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The next token of every row's chain (a placeholder where it ran out: never verified), q = δ_x; the

@@ -75,8 +75,12 @@ class AcceptanceHistory:
     def __init__(self) -> None:
         self.totals: dict[int, tuple[int, int]] = {}  # key -> (accepted, trials)
 
-    def add(self, key: int, accepted: int, drafted: int) -> None:
-        """One verified cycle of ``key``: ``accepted`` of its ``drafted`` drafts."""
+    def add(self, key: int, accepted: int, drafted: int, shadow: int | None = None) -> None:
+        """One cycle of ``key``: ``accepted`` of its ``drafted`` drafts. A cycle that verified nothing adds nothing,
+        unless ``shadow`` says whether its model-free draft's first token equalled the token the target emitted
+        (:attr:`CycleFeedback.shadow_accepted`): then it is one acceptance test, as a chain of one would have run."""
+        if drafted == 0 and shadow is not None:
+            accepted, drafted = int(shadow), 1
         old_accepted, old_trials = self.totals.get(key, (0, 0))
         self.totals[key] = (old_accepted + accepted, old_trials + acceptance_trials(accepted, drafted))
 
@@ -155,6 +159,12 @@ class CycleFeedback:
     cycle_s: float
     rows: list[int] | None = None
     request_ids: list[int] | None = None
+    # Per listed row, only for a policy that asks (:attr:`DraftLengthPolicy.shadow_trials`) under a model-free draft:
+    # on a row that verified nothing, 1 if the draft's first token equals the token the target emitted, 0 if not,
+    # None without a chain (or on a row that drafted). A point mass δ_x is accepted with probability p(x), the chance
+    # the target's own draw is x, so this is a fair acceptance test of that token at any temperature, bought with a
+    # chain search instead of a verification; a policy that stops drafting keeps measuring acceptance.
+    shadow_accepted: list[int | None] | None = None
 
 
 class DraftLengthPolicy(ABC):
@@ -163,6 +173,7 @@ class DraftLengthPolicy(ABC):
     name: str = "policy"
     signals: frozenset[str] = frozenset()  # names from SIGNALS that continue_drafting reads
     reads_context: bool = False  # True: before_cycle is given each busy slot's context length (a host read)
+    shadow_trials: bool = False  # True: observe is told CycleFeedback.shadow_accepted (model-free drafts only)
 
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
         """The cycle about to start: its busy slots, the request each serves and, for a policy that

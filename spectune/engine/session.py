@@ -87,6 +87,7 @@ class CycleOutcome:
     proposal: Proposal | None = None
     target_laws: torch.Tensor | None = None  # [B, γ+1, V]
     accept_uniforms: torch.Tensor | None = None  # [B, γ]
+    shadow_accepted: dict[int, int | None] | None = None  # per active row, when verify was asked for shadow tests
 
     @property
     def cycle_s(self) -> float:
@@ -289,10 +290,11 @@ class Session:
                          batch_size=self.batch, **{k: v for k, v in signals.items() if k not in ("x", "q")})
 
     @torch.inference_mode()
-    def verify(self, gamma: int | None = None) -> CycleOutcome:
+    def verify(self, gamma: int | None = None, shadow: bool = False) -> CycleOutcome:
         """Close the cycle: verify the drafts (or take a plain target step when none were drafted), emit.
 
-        ``gamma`` is the ceiling the policy chose, recorded per cycle (default: the drafts made).
+        ``gamma`` is the ceiling the policy chose, recorded per cycle (default: the drafts made). ``shadow``: under a
+        model-free draft, each row that verified nothing gets a shadow acceptance test (``shadow_accepted``).
         """
         assert self._open
         self._open = False
@@ -325,6 +327,8 @@ class Session:
         t0 = self._marks[0]
         draft_s, verify_s = self.clock.seconds(t0, t1), self.clock.seconds(t1, t2)
         step_s = [self.clock.seconds(t0, m) for m in self._marks[1:]]
+        # before the rollback or skip below, the proposer still holds the cycle's starting state (charged to rest_s)
+        shadows = self._shadows(rows, num_drafts, next_tokens) if shadow else None
 
         self.scorer.rollback(torch.where(active, context + accepted + 1, 0))
         if self.proposer is not None:
@@ -347,7 +351,7 @@ class Session:
         rest_s = self.clock.seconds(t2, self.clock.mark())
         gamma = drafted if gamma is None else gamma
         outcome = CycleOutcome(self.cycle_index, rows, row_ids, gamma, num_drafts, accepted_list, emitted,
-                               context_list, positions, draft_s, verify_s, rest_s, step_s)
+                               context_list, positions, draft_s, verify_s, rest_s, step_s, shadow_accepted=shadows)
         if self.keep_laws:
             outcome.proposal, outcome.target_laws, outcome.accept_uniforms = proposal, target_laws, accept_u
         self.cycles.extend(
@@ -358,6 +362,19 @@ class Session:
             for row in rows)
         self.cycle_index += 1
         return outcome
+
+    def _shadows(self, rows: list[int], num_drafts: list[int], next_tokens: list[int]) -> dict[int, int | None]:
+        """Each row's shadow acceptance test (1, 0, or None: it drafted, or had no chain; see
+        :attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`), None everywhere under a draft model."""
+        first_draft = getattr(self.proposer, "first_draft", None)
+        if first_draft is None:
+            return dict.fromkeys(rows)
+        last = self.last.tolist()
+        out: dict[int, int | None] = {}
+        for row in rows:
+            token = first_draft(row, last[row]) if num_drafts[row] == 0 else None
+            out[row] = None if token is None else int(token == next_tokens[row])
+        return out
 
     # -- one cycle with the session's policy ------------------------------------------------------------
     def step(self) -> CycleOutcome | None:
@@ -378,12 +395,14 @@ class Session:
         outside = clock() - start
         inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)
         first = len(self.cycles)
-        outcome = self.verify(gamma)
+        outcome = self.verify(gamma, shadow=policy.shadow_trials)
         rows = outcome.rows
         start = clock()
+        shadows = outcome.shadow_accepted
         policy.observe(CycleFeedback([outcome.num_drafts[r] for r in rows], [outcome.accepted[r] for r in rows],
                                      outcome.draft_s, outcome.verify_s, outcome.cycle_s, rows=list(rows),
-                                     request_ids=[outcome.request_ids[r] for r in rows]))
+                                     request_ids=[outcome.request_ids[r] for r in rows],
+                                     shadow_accepted=[shadows[r] for r in rows] if shadows is not None else None))
         outside += clock() - start
         for record in self.cycles[first:]:
             record.policy_s, record.policy_outside_s = inside + outside, outside
