@@ -9,11 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from analysis.timed_vs_predicted import same_outputs
-from spectune import rundir
-from spectune.stats.by_task import by_task
+from analysis.adaptive_readings import comparison_lines, exactness_line, goal_lines, runs
 
 HERE = Path(__file__).resolve().parent
 LANGUAGES = ("en", "it")
@@ -21,29 +17,8 @@ GOAL, FLOOR = 1.10, 0.97  # readings 1 and 2 of REGISTERED.md
 LEARNED = "ppo"
 
 
-def runs(lang: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The comparison rows, held-out requests and cycles, and the tuning table of one language's run."""
-    run = HERE / f"evaluate-{lang}"
-    return (rundir.COMPARISON.read(run), rundir.REQUESTS.read(run), rundir.CYCLES.read(run),
-            rundir.TUNING.read(run))
-
-
-def against(requests: pd.DataFrame, cycles: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Every method's decode speed-up over ``baseline`` per task and overall (the product's paired intervals,
-    prompt as the unit). Only the decode columns are read: the wall-clock ones need each run's duration, which
-    stands in here as the sum of its requests' E2E latencies (concurrency 1)."""
-    durations = {(str(m), int(r)): float(rows["e2el_ms"].sum()) / 1e3
-                 for (m, r), rows in requests.groupby(["method", "repeat"])}
-    return by_task(requests, cycles, durations, baseline=baseline)
-
-
-def interval(row: pd.Series) -> str:
-    return (f"{100 * (row['decode_speedup'] - 1):+.1f}% [{100 * (row['decode_speedup_ci95_lo'] - 1):+.1f}, "
-            f"{100 * (row['decode_speedup_ci95_hi'] - 1):+.1f}]")
-
-
 def language(lang: str) -> list[str]:
-    comparison, requests, cycles, tuning = runs(lang)
+    comparison, requests, cycles, tuning = runs(HERE / f"evaluate-{lang}")
     methods = list(dict.fromkeys(comparison["method"]))
     best_fixed = next(m for m in methods if m.startswith("fixed:"))
     rules = [best_fixed, "match-length"]
@@ -54,36 +29,9 @@ def language(lang: str) -> list[str]:
              f"Best fixed γ on the 12 training prompts: `{best_fixed}`; `match-length` tuned in replay: "
              + ", ".join(f"{p}={v}" for p, v in zip(chosen["parameter"], chosen["value"], strict=True))
              + f". Best non-learned rule on the held-out prompts: `{rule}`.\n",
-             "| method | decode tok/s | over AR [95% CI] | over the best fixed γ [95% CI] | acceptance length | "
-             "no-draft cycles | held-out replay over the best fixed γ in hindsight | the hindsight oracle over it |",
-             "| --- " * 8 + "|"]
-    for _, r in comparison.iterrows():
-        def pct(key: str, r: pd.Series = r) -> str:
-            v, lo, hi = r[key], r[f"{key}_ci95_lo"], r[f"{key}_ci95_hi"]
-            return "–" if pd.isna(v) else f"{v:+.1f}% [{lo:+.1f}, {hi:+.1f}]" if pd.notna(lo) else f"{v:+.1f}%"
-        replay = "–" if pd.isna(r["replay_vs_best_fixed_pct"]) else f"{r['replay_vs_best_fixed_pct']:+.1f}%"
-        oracle = "–" if pd.isna(r["oracle_vs_best_fixed_pct"]) else f"{r['oracle_vs_best_fixed_pct']:+.1f}%"
-        acc = "–" if pd.isna(r["acceptance_length"]) else f"{r['acceptance_length']:.2f}"
-        lines.append(f"| {r['method']} | {r['decode_tok_s']:.1f} | {pct('decode_vs_ar_pct')} | "
-                     f"{pct('decode_vs_best_fixed_pct')} | {acc} | {r['no_draft_cycles_pct']:.0f}% | {replay} | "
-                     f"{oracle} |")
-    table = against(requests, cycles, rule)
-    mine = table[table["method"] == LEARNED].set_index("task")
-    overall = mine.loc["all"]
-    one = "pass" if overall["decode_speedup"] >= GOAL and overall["decode_speedup_ci95_lo"] > 1 else "fail"
-    lines += ["", f"Reading 1 (`{LEARNED}` ≥ +10% over `{rule}`, lower bound > 0): {interval(overall)} over "
-              f"{int(overall['prompts'])} prompts — **{one}**.", "",
-              f"| task | prompts | `{LEARNED}` over `{rule}` [95% CI] | reading 2: lower bound ≥ −3% |",
-              "| --- | --- | --- | --- |"]
-    for task, r in mine.drop(index="all").iterrows():
-        lo = r["decode_speedup_ci95_lo"]
-        two = "no interval" if pd.isna(lo) else "pass" if lo >= FLOOR else "fail"
-        lines.append(f"| {task} | {int(r['prompts'])} | {interval(r)} | {two} |")
-    exact = {m: same_outputs(requests, m) for m in methods if m != "ar"}
-    three = "pass" if all(same == total for same, total in exact.values()) else "fail"
-    lines += ["", "Reading 3 (greedy output equals AR's): "
-              + ", ".join(f"`{m}` {same}/{total}" for m, (same, total) in exact.items()) + f" — **{three}**."]
-    return lines
+             *comparison_lines(comparison, no_draft="no-draft cycles")]
+    return (lines + goal_lines(requests, cycles, LEARNED, rule, GOAL, FLOOR)
+            + exactness_line(requests, methods, 3))
 
 
 if __name__ == "__main__":
