@@ -45,7 +45,8 @@ MATCH_FIELDS = ("models.target.name_or_path", "models.draft.name_or_path", "hard
                 "hardware.device_name", "hardware.dtype", "hardware.execution_path", "hardware.cpu_bf16")
 # Recorded only since profiles carried them: compared where both sides have them. Two VMs that both call
 # themselves "AMD EPYC" differ in whether bfloat16 runs in hardware, and with it in every bfloat16 cost.
-WHERE_RECORDED = ("hardware.cpu_bf16",)
+# A run with a model-free draft loads no draft model and names none (profiles measured before that name the pair's).
+WHERE_RECORDED = ("hardware.cpu_bf16", "models.draft.name_or_path")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def vllm_schedule(best_k: dict[int, int]) -> list[list[int]]:
     return rows
 
 
-def method_config(draft: str, proposer: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+def method_config(draft: str | None, proposer: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """vLLM's keys for what drafted (``proposer``: the run's ``proposer`` node; None: the pair's draft model), and
     where vLLM's method differs from the one measured."""
     node = dict(proposer or {"name": "model"})
@@ -69,7 +69,7 @@ def chain_ceiling(proposer: Mapping[str, Any] | None) -> int | None:
     return int(node["max_gamma"]) if node.get("max_gamma") is not None else int(node["max_tree_depth"])
 
 
-def vllm_form(best_k: dict[int, int], draft: str, proposer: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def vllm_form(best_k: dict[int, int], draft: str | None, proposer: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off), for the draft model
     ``draft`` or the model-free ``proposer`` that was measured (:func:`method_config`).
 

@@ -135,3 +135,39 @@ def test_bfloat16_on_a_cpu_that_emulates_it_is_named_at_load(monkeypatch, caplog
     info = describe(OmegaConf.create({**CPU, "compile": None, "kv_cache": "dynamic", "max_cache_len": None,
                                       "compile_backend": "inductor"}), torch.device("cpu"))
     assert info["cpu_bf16"] == cpu_bf16() and info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_the_target_loads_alone_for_a_model_free_draft(tmp_path):
+    """draft=False loads no draft (a draft whose tokenizer differs would be refused if it were loaded); the pair's
+    draft and its metadata are None, the vocabulary is the target tokenizer's, and the target's head is still
+    checked."""
+    other = PreTrainedTokenizerFast.from_pretrained(str(REPO_ROOT / "spectune/models/tiny/draft"))
+    save_llama(tmp_path / "short", other, len(other) - 8)  # a target head shorter than its tokenizer
+    cfg = with_draft(tmp_path / "does-not-exist")
+    pair = load_pair(cfg, CPU, draft=False)
+    assert pair.draft is None and pair.metadata["draft"] is None
+    assert pair.metadata["vocabulary_check"] == "target only"
+    assert pair.vocab_size == len(pair.tokenizer) == pair.metadata["target"]["tokenizer_size"]
+    with pytest.raises(SpectuneError, match="the target only"):
+        load_pair({**TINY, "target": {"name_or_path": str(tmp_path / "short"), "revision": None}}, CPU, draft=False)
+
+
+def test_a_model_free_proposer_runs_without_the_draft_model(compose_config):
+    """open_setup with proposer=lookup or suffix: no draft model in the engine nor in the records (the metadata's
+    models.draft is None); the default proposer in the same process still gets the pair's draft, and the two share
+    the target. The configured proposer decides: proposer=model loads the draft."""
+    from spectune.measure import load_models, needs_draft_model
+    from workloads.setup import open_setup
+
+    base = ["+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=4"]
+    free = {name: open_setup(compose_config(*base, f"proposer={name}"), "test") for name in ("lookup", "suffix")}
+    model = open_setup(compose_config(*base), "test")
+    for setup in free.values():
+        assert setup.models.pair.draft is None and setup.metadata["models"]["draft"] is None
+        assert setup.models.pair.target is model.models.pair.target
+    assert model.models.pair.draft is not None and model.metadata["models"]["draft"]["name_or_path"]
+    cfg = compose_config(*base)
+    again = load_models(cfg.models, cfg.hardware, draft=False)
+    assert again.pair.draft is None and again.pair.target is model.models.pair.target
+    assert needs_draft_model(None) and needs_draft_model({"name": "model"})
+    assert not needs_draft_model({"name": "lookup", "max_n": 3})

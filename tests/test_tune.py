@@ -79,11 +79,11 @@ def test_the_recommendation_exports_the_proposer_the_run_measured(compose_config
     ranking = {"output_throughput": {"best": "fixed:gamma=3", "indistinguishable": [], "mad_pick": None,
                                      "statistics": {}, "noise_floor_pct": None}}
     cells = [{"language": "en", "workload": "en", "concurrency": 1, "methods": methods, "ranking": ranking}]
-    models = {"draft": {"name_or_path": "org/draft"}}
     for proposer, expected in (("lookup", {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
                                ("model", {"method": "draft_model", "model": "org/draft"})):
         config = OmegaConf.to_container(cfg if proposer == "lookup" else compose_config("task=tune", "+workload=en"),
                                         resolve=True)
+        models = {"draft": None if proposer == "lookup" else {"name_or_path": "org/draft"}}  # lookup loads none
         rec = recommend(cells, settings, models, {"config": config})
         assert rec["vllm"]["en"]["speculative_config"] == {**expected, "num_speculative_tokens": 3,
                                                             "num_speculative_tokens_per_batch_size": [[1, 1, 3]]}

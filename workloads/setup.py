@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectune.errors import SpectuneError
-from spectune.measure import Models, load_models, open_engine
+from spectune.measure import Models, load_models, needs_draft_model, open_engine
 from spectune.metadata import base_metadata
 from workloads.loader import Workload, load_workload
 from workloads.task_sets import check_workload
@@ -45,13 +45,22 @@ def open_setup(cfg: Any, task: str) -> Setup:
     if not cfg.get("workload"):
         raise SpectuneError(f"task={task} needs a workload: add +workload=it|en|zh|es|mix")
     check_workload(cfg.workload)  # task selection errors before any model loads
-    models = load_models(cfg.models, cfg.hardware)
+    models = models_of(cfg)
     workload = load_workload(cfg.workload, models.tokenizer)
     engine = engine_of(cfg, models, workload.sampling)
     metadata = {**base_metadata(), "task": task, "models": models.pair.metadata, "hardware": models.hardware,
                 "workload": workload.describe(), "sampling": vars(workload.sampling), "sampler": cfg.sampler,
                 "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)}
     return Setup(models, workload, engine, metadata)
+
+
+def models_of(cfg: Any) -> Models:
+    """The configured models (:func:`spectune.measure.load_models`), the pair's draft model only where the
+    configured proposer drafts with it."""
+    from omegaconf import OmegaConf
+
+    proposer = OmegaConf.to_container(cfg.proposer, resolve=True) if cfg.get("proposer") else None
+    return load_models(cfg.models, cfg.hardware, draft=needs_draft_model(proposer))
 
 
 def engine_of(cfg: Any, models: Models, sampling: Any) -> Any:

@@ -35,7 +35,6 @@ from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
     aggregate,
-    load_models,
     pooled,
     repeats_option,
     schedule,
@@ -203,13 +202,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         return _exit_code(methods)
 
     from workloads.loader import load_workload  # heavy imports only once the config is valid
+    from workloads.setup import engine_of, models_of
 
-    models = load_models(cfg.models, cfg.hardware)
+    models = models_of(cfg)
     workload = load_workload(_workload_cfg(cfg, settings), models.tokenizer)
     max_context = models.max_context
     requests = build_requests(workload, settings, max_context)
-    from workloads.setup import engine_of
-
     engine = engine_of(cfg, models, workload.sampling)
 
     metadata = {**base_metadata(), "task": "bench", "models": models.pair.metadata,

@@ -36,7 +36,6 @@ from spectune.config import typed
 from spectune.errors import SpectuneError
 from spectune.io import write_json
 from spectune.measure import (
-    load_models,
     pooled,
     repeats_option,
     requests_of,
@@ -120,12 +119,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     from policies.registry import make_policy
     from workloads.loader import load_workload
+    from workloads.setup import engine_of, models_of
 
-    models = load_models(cfg.models, cfg.hardware)
+    models = models_of(cfg)
     workload = load_workload(cfg.workload, models.tokenizer)
     requests = requests_of(workload.prompts, workload.max_new_tokens)
-    from workloads.setup import engine_of
-
     engine = engine_of(cfg, models, workload.sampling)
     nodes = {label: node for label, _, node in s.methods()}
     order = [(label, gamma) for label, gamma, _ in s.methods()]

@@ -32,7 +32,6 @@ from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
     aggregate,
-    load_models,
     pooled,
     repeats_option,
 )
@@ -121,13 +120,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     settings = TuneSettings.from_cfg(cfg)
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     from workloads.loader import load_workload  # heavy imports only once the config is valid
+    from workloads.setup import engine_of, models_of
 
-    models = load_models(cfg.models, cfg.hardware)
+    models = models_of(cfg)
     pair = models.pair
     workloads = [load_workload(w, pair.tokenizer) for w in _workload_cfgs(cfg, settings.languages)]
     max_context = models.max_context
-    from workloads.setup import engine_of
-
     engine = engine_of(cfg, models, workloads[0].sampling)
     metadata = {**base_metadata(), "task": "tune", "models": pair.metadata,
                 "hardware": hw.describe(cfg.hardware, models.device), "workloads": [w.describe() for w in workloads],
@@ -223,7 +221,8 @@ def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[
     for lang in dict.fromkeys(r["language"] for r in rows):
         best_k = {r["concurrency"]: r["best_gamma"] for r in rows if r["language"] == lang and r["status"] == "ok"}
         if best_k:
-            vllm[lang] = vllm_form(best_k, models["draft"]["name_or_path"], metadata["config"].get("proposer"))
+            vllm[lang] = vllm_form(best_k, (models["draft"] or {}).get("name_or_path"),
+                                   metadata["config"].get("proposer"))
     return {
         "scope": "holds only for the measured model pair, hardware, workload and sampling settings below; "
                  "re-measure before using it elsewhere",

@@ -17,7 +17,7 @@ import gc
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,23 +77,37 @@ def _key(*nodes: Any) -> str:
                       sort_keys=True, default=str)
 
 
-def load_models(models_cfg: Any, hardware_cfg: Any) -> Models:
-    """The configured pair on the configured hardware, loaded once per process (same configs: same objects)."""
+def load_models(models_cfg: Any, hardware_cfg: Any, draft: bool = True) -> Models:
+    """The configured pair on the configured hardware, loaded once per process (same configs: same objects).
+
+    ``draft=False``: the target alone, for a model-free draft (:func:`needs_draft_model`); its ``pair.draft`` and
+    the metadata's ``draft`` are None. Either way round, a process loads the target once."""
     key = _key(models_cfg, hardware_cfg)
-    if key not in _LOADED:
+    held = _LOADED.get(key)
+    if held is None or (draft and held.pair.draft is None):
         from spectune import hardware as hw
         from spectune.models.loading import load_pair
         from spectune.profile import device_name
 
         device = hw.setup(hardware_cfg)
         path = hw.execution_path(hardware_cfg)
-        pair = load_pair(models_cfg, hardware_cfg)
+        pair = load_pair(models_cfg, hardware_cfg, draft=draft, loaded_target=held.pair if held else None)
         max_context = getattr(pair.target.config, "max_position_embeddings", None)
         if path.static:  # a static cache holds prompt + output + one block per slot
             max_context = min(max_context or path.max_cache_len, path.max_cache_len)
         hardware = {**hw.describe(hardware_cfg, device), "device_name": device_name(device)}
-        _LOADED[key] = Models(pair, device, path, max_context, hardware)
-    return _LOADED[key]
+        held = _LOADED[key] = Models(pair, device, path, max_context, hardware)
+    if draft or held.pair.draft is None:
+        return held
+    pair = replace(held.pair, draft=None, metadata={**held.pair.metadata, "draft": None,
+                                                    "vocabulary_check": "target only"})
+    return replace(held, pair=pair)
+
+
+def needs_draft_model(proposer: Any = None) -> bool:
+    """Whether the configured proposer (:func:`draft_of`'s node; None: the pair's draft model) drafts with the
+    pair's draft model, so that it must be loaded."""
+    return str(dict(proposer or {}).get("name", "model")) == "model"
 
 
 def draft_of(models: Models, proposer: Any = None, corpus: Iterable[Sequence[int]] = ()) -> Any:
@@ -113,6 +127,9 @@ def draft_of(models: Models, proposer: Any = None, corpus: Iterable[Sequence[int
         raise SpectuneError(f"proposer.{unknown[0]} is not a setting of proposer={name}: "
                             f"its settings are {', '.join(sorted(settings[name])) or 'none'}")
     if name == "model":
+        if models.pair.draft is None:
+            raise SpectuneError("proposer=model needs the pair's draft model, which was loaded without it "
+                                "(load_models(..., draft=True))")
         return models.pair.draft
     special = tuple(getattr(models.tokenizer, "all_special_ids", ()) or ())
     if name == "lookup":

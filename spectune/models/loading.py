@@ -44,7 +44,7 @@ class ModelPair:
     """What the engine needs: two eval-mode models on one device, the shared tokenizer, provenance."""
 
     target: PreTrainedModel
-    draft: PreTrainedModel
+    draft: PreTrainedModel | None  # None: loaded without it (a model-free draft proposes)
     tokenizer: PreTrainedTokenizerBase
     metadata: dict[str, Any] = field(default_factory=dict)
     vocab_size: int | None = None  # ids sampled: the tokenizer's; padding rows beyond it are masked out
@@ -123,6 +123,16 @@ def _describe(model: PreTrainedModel, spec: dict, name: str, local: bool, tokeni
     return info
 
 
+def check_head(model: PreTrainedModel, tokens: int, role: str) -> None:
+    """Refuse a model whose LM head has fewer rows than the tokenizer has ids."""
+    out = model.get_output_embeddings()
+    rows = model.get_input_embeddings().num_embeddings if out is None else \
+        getattr(out, "full_vocab_size", None) or out.weight.shape[0]  # a reduced head scatters (draft_vocab)
+    if tokens > rows:
+        raise SpectuneError(f"model pair mismatch: the tokenizer has {tokens} tokens but the {role} only "
+                            f"{rows} LM-head rows")
+
+
 def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_tok: PreTrainedTokenizerBase,
                draft_tok: PreTrainedTokenizerBase) -> int:
     """Refuse a pair whose token ids are not the same events (speculative decoding compares p and q
@@ -143,12 +153,7 @@ def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_tok: PreT
             raise SpectuneError(f"model pair mismatch: {attr} is {a} in the target tokenizer, {b} in the draft's")
     tokens = len(target_tok)
     for role, model in (("target", target), ("draft", draft)):
-        out = model.get_output_embeddings()
-        rows = model.get_input_embeddings().num_embeddings if out is None else \
-            getattr(out, "full_vocab_size", None) or out.weight.shape[0]  # a reduced head scatters (draft_vocab)
-        if tokens > rows:
-            raise SpectuneError(f"model pair mismatch: the tokenizer has {tokens} tokens but the {role} only "
-                                f"{rows} LM-head rows")
+        check_head(model, tokens, role)
     # Rows past the tokenizer (e.g. Qwen2.5: 152,064 rows in 7B, 151,936 in 0.5B, 151,665 tokens) are
     # padding, no token's event: both laws are taken over the tokenizer's ids only (a mask applied to
     # p and q alike, before the ratio), so differently padded heads still form an exact pair.
@@ -163,8 +168,12 @@ def _spec(models_cfg: DictConfig | dict, role: str) -> dict:
     return spec
 
 
-def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) -> ModelPair:
-    """Load and check the pair described by ``conf/models/*.yaml`` onto ``hardware_cfg.device``."""
+def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict, draft: bool = True,
+              loaded_target: ModelPair | None = None) -> ModelPair:
+    """Load and check the pair described by ``conf/models/*.yaml`` onto ``hardware_cfg.device``; ``draft=False``
+    loads the target alone (a model-free draft proposes: the pair's draft model would sit unused, and the records
+    would name a model that drafted nothing). ``loaded_target``: a pair of the same config loaded with
+    ``draft=False``, whose target (and tokenizer) is reused: only the draft loads."""
     dtype_name = str(hardware_cfg["dtype"])
     if dtype_name not in DTYPES:
         raise SpectuneError(f"hardware.dtype={dtype_name!r} is invalid: choose one of {', '.join(DTYPES)}")
@@ -177,7 +186,11 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
                     " or ".join(NATIVE_BF16), cpu_model())
     kwargs = dict(dtype=DTYPES[dtype_name], attn_implementation=hardware_cfg.get("attn_implementation"))
     loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]] = {}
-    for role in ("target", "draft"):
+    if loaded_target is not None:
+        loaded["target"] = (loaded_target.target, loaded_target.tokenizer, loaded_target.metadata["target"])
+    for role in ("target", "draft") if draft else ("target",):
+        if role in loaded:
+            continue
         spec = _spec(models_cfg, role)
         source: dict[str, Any] = {}
         if gguf.is_gguf(spec["name_or_path"]):
@@ -201,11 +214,18 @@ def load_pair(models_cfg: DictConfig | dict, hardware_cfg: DictConfig | dict) ->
             model = _from_pretrained(AutoModelForCausalLM, name, local, revision, **kwargs)
         model.to(device).eval()
         loaded[role] = (model, tokenizer, {**_describe(model, spec, name, local, tokenizer), **source})
-    (target, tok_t, meta_t), (draft, tok_d, meta_d) = loaded["target"], loaded["draft"]
-    vocab_size = check_pair(target, draft, tok_t, tok_d)
+    target, tok_t, meta_t = loaded["target"]
+    draft_model, meta_d = None, None
+    if draft:
+        draft_model, tok_d, meta_d = loaded["draft"]
+        vocab_size = check_pair(target, draft_model, tok_t, tok_d)
+    else:
+        vocab_size = len(tok_t)
+        check_head(target, vocab_size, "target")
     metadata = {"name": (models_cfg.get("name") if hasattr(models_cfg, "get") else None),
                 "weights_note": (models_cfg.get("weights_note") if hasattr(models_cfg, "get") else None),
                 "target": meta_t, "draft": meta_d, "device": str(device),
-                "attn_implementation": kwargs["attn_implementation"], "vocabulary_check": "passed",
+                "attn_implementation": kwargs["attn_implementation"],
+                "vocabulary_check": "passed" if draft else "target only",
                 "sampling_vocab_size": vocab_size}
-    return ModelPair(target=target, draft=draft, tokenizer=tok_t, metadata=metadata, vocab_size=vocab_size)
+    return ModelPair(target=target, draft=draft_model, tokenizer=tok_t, metadata=metadata, vocab_size=vocab_size)
