@@ -108,9 +108,10 @@ class TrainSettings:
             raise SpectuneError(f"train.ppo.warmup={t.ppo.warmup!r} is invalid: a fraction in [0, 1)")
         if t.live_time not in ("measured", "profile"):
             raise SpectuneError(f"train.live_time={t.live_time!r} is invalid: choose measured or profile")
+        train_prompts = integer(t.train_prompts, "train.train_prompts", lo=1)
         if t.traces is None:  # traced here, one request per training prompt: the split is known before any model loads
-            _validation_cut(integer(t.train_prompts, "train.train_prompts", lo=1), t.validation)
-        return cls(t.traces, t.profile, t.allow_profile_mismatch, integer(t.train_prompts, "train.train_prompts", lo=1),
+            _validation_cut(train_prompts, t.validation)
+        return cls(t.traces, t.profile, t.allow_profile_mismatch, train_prompts,
                    integer(t.heldout_prompts, "train.heldout_prompts", lo=0), t.validation,
                    integer(t.max_gamma, "train.max_gamma", lo=1), integer(t.concurrency, "train.concurrency", lo=1),
                    integer(t.profile_repeats, "train.profile_repeats", lo=1), t.reward, t.outcome, t.profile_jitter,
@@ -223,7 +224,9 @@ def own_history_gap(network_tok_s: float, traces: TraceSet, profile: Profile, ma
     where every cycle drafted. Live, a policy that stops speculating on a request stops measuring its acceptance:
     a PPO policy that speculated only above a recent acceptance of 0.45 stopped for good after one rejected chain
     on 15 of 24 English requests (bench/results/adaptive-suffix-smollm2-cpu-20261206), while its validation in the
-    environment said +2.7% over the fixed γ."""
+    environment said +2.7% over the fixed γ. Under a model-free draft the PPO policies now keep measuring (shadow
+    acceptance tests, ``policy.shadow_trials``; the replay gives them too, and that file replays at +2.8%); a draft
+    model has no such test, so the check stays."""
     fixed = replay_scores(traces, profile, max_gamma, np.zeros(traces.count, dtype=int), rate="request",
                           oracles=False)
     gap = 100 * (network_tok_s / fixed["best_fixed_tok_s"] - 1)
