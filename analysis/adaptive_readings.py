@@ -21,6 +21,15 @@ def runs(run: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFr
     return (rundir.COMPARISON.read(run), rundir.REQUESTS.read(run), rundir.CYCLES.read(run), rundir.TUNING.read(run))
 
 
+def baselines(comparison: pd.DataFrame, rules: tuple[str, ...]) -> tuple[list[str], str, str]:
+    """The run's methods in order, its best fixed γ (the grid's, as the comparison labels it) and the best
+    non-learned rule on the held-out prompts: the fastest by decode tok/s of that fixed γ and ``rules``."""
+    methods = list(dict.fromkeys(comparison["method"]))
+    best_fixed = next(m for m in methods if m.startswith("fixed:"))
+    rate = dict(zip(comparison["method"], comparison["decode_tok_s"], strict=True))
+    return methods, best_fixed, max([best_fixed, *rules], key=lambda m: rate[m])
+
+
 def against(requests: pd.DataFrame, cycles: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Every method's decode speed-up over ``baseline`` per task and overall (the product's paired intervals,
     prompt as the unit). Only the decode columns are read: the wall-clock ones need each run's duration, which

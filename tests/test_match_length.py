@@ -18,7 +18,6 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas
 from policies.match_length import MIN_MATCHES
 from policies.registry import make_policy
-from policies.train.tuning import GRIDS, tune
 from spectune.engine import Engine
 from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import SIGNALS, FixedGamma
@@ -26,7 +25,7 @@ from spectune.errors import SpectuneError
 from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import live_against_replay, random_requests, record_lookup
+from tests.tiny_models import live_against_replay, random_requests, record_lookup, tuned_in_replay
 
 GAMMA = 4
 PROFILE = "tiny-cpu-2core-vm"
@@ -107,11 +106,8 @@ def test_under_a_draft_model_every_row_reads_no_match_and_the_log_says_so_once(p
 def test_min_match_is_tuned_in_replay_on_the_lookup_traces(recorded):
     """Every grid value replayed once; the chosen one has the best replay tok/s; the extremes decide differently."""
     _, _, traces, _, _ = recorded
-    assert GRIDS["match-length"] == ("min_match", MIN_MATCHES)
-    node = {"name": "match-length", "min_match": 2}
-    tuned, table = tune({"match-length": node}, traces, load_profile(PROFILE), GAMMA)
-    assert list(table["value"]) == list(MIN_MATCHES) and table["chosen"].sum() == 1
-    assert tuned["match-length"]["min_match"] == table.loc[table["replay_tok_s"].idxmax(), "value"]
+    table = tuned_in_replay("match-length", {"name": "match-length", "min_match": 2}, MIN_MATCHES, traces,
+                            load_profile(PROFILE), GAMMA)
     means = dict(zip(table["value"], table["mean_gamma"], strict=True))
     assert means[0] > means[3] and means[16] == 0
 

@@ -17,7 +17,6 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas
 from policies.registry import make_policy
 from policies.suffix_prob import MIN_PROBS
-from policies.train.tuning import GRIDS, tune
 from spectune.engine import Engine
 from spectune.engine.policy import SIGNALS, FixedGamma
 from spectune.engine.suffix import SuffixDrafting
@@ -25,7 +24,7 @@ from spectune.errors import SpectuneError
 from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import live_against_replay, random_requests, record_lookup
+from tests.tiny_models import live_against_replay, random_requests, record_lookup, tuned_in_replay
 
 GAMMA = 6
 PROFILE = "tiny-cpu-2core-vm"
@@ -103,11 +102,8 @@ def test_under_a_draft_model_nothing_is_verified_and_the_log_says_so_once(pair, 
 def test_the_threshold_is_tuned_in_replay_on_the_suffix_traces(recorded):
     """Every grid value replayed once; the chosen one has the best replay tok/s; the extremes decide differently."""
     _, _, traces, _, _ = recorded
-    assert GRIDS["suffix-prob"] == ("min_prob", MIN_PROBS)
-    node = {"name": "suffix-prob", "min_prob": 0.1}
-    tuned, table = tune({"suffix-prob": node}, traces, load_profile(PROFILE), GAMMA)
-    assert list(table["value"]) == list(MIN_PROBS) and table["chosen"].sum() == 1
-    assert tuned["suffix-prob"]["min_prob"] == table.loc[table["replay_tok_s"].idxmax(), "value"]
+    table = tuned_in_replay("suffix-prob", {"name": "suffix-prob", "min_prob": 0.1}, MIN_PROBS, traces,
+                            load_profile(PROFILE), GAMMA)
     means = table["mean_gamma"].to_numpy()
     assert means[0] != means[-1]
 

@@ -162,3 +162,16 @@ def live_against_replay(engine, requests, policy, traces, positions, traced, rep
             assert c.num_drafts == decided[(c.request_id, pos)], (c.request_id, pos)
             compared += 1
     return compared, decided
+
+
+def tuned_in_replay(name: str, node: dict, values: tuple, traces, profile, gamma: int):
+    """``tune`` of one threshold policy on ``traces``: its grid is ``values`` (``GRIDS``), every value replayed once,
+    exactly one chosen, and the chosen one the replay's argmax; returns the tuning table for the caller's checks."""
+    from policies.train.tuning import GRIDS, tune
+
+    parameter = GRIDS[name][0]
+    assert GRIDS[name] == (parameter, values)
+    tuned, table = tune({name: node}, traces, profile, gamma)
+    assert list(table["value"]) == list(values) and table["chosen"].sum() == 1
+    assert tuned[name][parameter] == table.loc[table["replay_tok_s"].idxmax(), "value"]
+    return table

@@ -54,21 +54,23 @@ def open_setup(cfg: Any, task: str) -> Setup:
     return Setup(models, workload, engine, metadata)
 
 
+def proposer_node(cfg: Any) -> dict[str, Any] | None:
+    """The configured proposer as a plain dict (None: the pair's draft model)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg.proposer, resolve=True) if cfg.get("proposer") else None
+
+
 def models_of(cfg: Any) -> Models:
     """The configured models (:func:`spectune.measure.load_models`), the pair's draft model only where the
     configured proposer drafts with it."""
-    from omegaconf import OmegaConf
-
-    proposer = OmegaConf.to_container(cfg.proposer, resolve=True) if cfg.get("proposer") else None
-    return load_models(cfg.models, cfg.hardware, draft=needs_draft_model(proposer))
+    return load_models(cfg.models, cfg.hardware, draft=needs_draft_model(proposer_node(cfg)))
 
 
 def engine_of(cfg: Any, models: Models, sampling: Any) -> Any:
     """The engine of the configured proposer on ``models`` (:func:`spectune.measure.open_engine`), what every
     application opens: suffix decoding with ``proposer.corpus=train`` gets its frozen global trie here."""
-    from omegaconf import OmegaConf
-
-    proposer = OmegaConf.to_container(cfg.proposer, resolve=True) if cfg.get("proposer") else None
+    proposer = proposer_node(cfg)
     corpus = []
     if proposer and proposer.get("name") == "suffix":
         choice = proposer.pop("corpus", "train")

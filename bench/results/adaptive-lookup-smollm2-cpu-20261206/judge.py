@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.adaptive_readings import comparison_lines, exactness_line, goal_lines, runs
+from analysis.adaptive_readings import baselines, comparison_lines, exactness_line, goal_lines, runs
 
 HERE = Path(__file__).resolve().parent
 LANGUAGES = ("en", "it")
@@ -19,11 +19,7 @@ LEARNED = "ppo"
 
 def language(lang: str) -> list[str]:
     comparison, requests, cycles, tuning = runs(HERE / f"evaluate-{lang}")
-    methods = list(dict.fromkeys(comparison["method"]))
-    best_fixed = next(m for m in methods if m.startswith("fixed:"))
-    rules = [best_fixed, "match-length"]
-    rate = dict(zip(comparison["method"], comparison["decode_tok_s"], strict=True))
-    rule = max(rules, key=lambda m: rate[m])
+    methods, best_fixed, rule = baselines(comparison, ("match-length",))
     chosen = tuning[tuning["chosen"]]
     lines = [f"\n### {lang}\n",
              f"Best fixed γ on the 12 training prompts: `{best_fixed}`; `match-length` tuned in replay: "

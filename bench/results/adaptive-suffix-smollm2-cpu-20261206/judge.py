@@ -12,6 +12,7 @@ from pathlib import Path
 from analysis.adaptive_readings import (
     abstention,
     against,
+    baselines,
     comparison_lines,
     exactness_line,
     goal_lines,
@@ -28,11 +29,7 @@ LEARNED = "ppo"
 
 def language(lang: str) -> list[str]:
     comparison, requests, cycles, tuning = runs(HERE / f"evaluate-{lang}")
-    methods = list(dict.fromkeys(comparison["method"]))
-    best_fixed = next(m for m in methods if m.startswith("fixed:"))
-    rules = [best_fixed, "suffix-prob", "match-length"]
-    rate = dict(zip(comparison["method"], comparison["decode_tok_s"], strict=True))
-    rule = max(rules, key=lambda m: rate[m])
+    methods, best_fixed, rule = baselines(comparison, ("suffix-prob", "match-length"))
     chosen = tuning[tuning["chosen"]]
     lines = [f"\n### {lang}\n",
              f"Best fixed γ on the 12 training prompts: `{best_fixed}`; tuned in replay: "

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.adaptive_readings import abstention, against, comparison_lines, exactness_line, interval, runs, value
+from analysis.adaptive_readings import (
+    abstention,
+    against,
+    baselines,
+    comparison_lines,
+    exactness_line,
+    interval,
+    runs,
+    value,
+)
 
 HERE = Path(__file__).resolve().parent
 EARLIER = HERE.parent / "adaptive-suffix-smollm2-cpu-20261206" / "evaluate-en"
@@ -21,10 +30,7 @@ LEARNED = "ppo"
 def main() -> list[str]:
     comparison, requests, cycles, tuning = runs(HERE / "evaluate-en")
     _, earlier_requests, earlier_cycles, _ = runs(EARLIER)
-    methods = list(dict.fromkeys(comparison["method"]))
-    best_fixed = next(m for m in methods if m.startswith("fixed:"))
-    rate = dict(zip(comparison["method"], comparison["decode_tok_s"], strict=True))
-    rule = max([best_fixed, "suffix-prob", "match-length"], key=lambda m: rate[m])
+    methods, best_fixed, rule = baselines(comparison, ("suffix-prob", "match-length"))
     chosen = tuning[tuning["chosen"]]
     lines = ["### en (shadow acceptance tests)\n",
              f"Best fixed γ on the 12 training prompts: `{best_fixed}`; tuned in replay: "
