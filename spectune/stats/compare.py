@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from spectune.methods import AA_LABEL, BASELINE
 from spectune.stats.intervals import (
     CONFIDENCE,
     N_RESAMPLES,
@@ -45,8 +46,6 @@ from spectune.stats.units import Units, components, speedup_interval, units_of
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-BASELINE = "ar"
-AA_LABEL = "ar#2"  # the second AR run of a repeat (task.noise_floor=true): the A/A comparison
 MAD_SCALE = 1.4826  # MAD → σ for normal data
 MAD_TIE = 0.01  # scores within 1% of the best go to the smallest γ
 EQUIVALENCE_MARGIN = 0.02  # "equivalent" only where a speedup's whole interval lies within ±2%
