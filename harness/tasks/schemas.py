@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from spectune import config
+from spectune import config, engines
 
 
 @dataclass
@@ -159,8 +159,9 @@ SCHEMAS: dict[str, tuple[type, bool]] = {
 
 
 def register() -> None:
-    """Store every task's schema as /schema/task/<task> (and the workload and hardware schemas), where
-    conf/task/<task>.yaml names it."""
+    """Store every task's schema as /schema/task/<task> (and the workload and hardware schemas, and the server
+    engines' as /schema/engine/<name>), where conf/task/<task>.yaml names it."""
     config.register()
+    engines.register_schemas()
     for name, (schema, root) in SCHEMAS.items():
         config.store(f"task/{name}", schema, root=root)
