@@ -37,7 +37,7 @@ def composed():
     schemas.register()
 
     def compose(engine: str, *overrides: str):
-        cfg = compose_overrides(f"+engine={engine}", "models=llama3-8b-1b", *overrides)
+        cfg = compose_overrides(f"engine={engine}", "models=llama3-8b-1b", *overrides)
         return typed({"vllm": VllmConfig, "sglang": SglangConfig}[engine], cfg.engine, "engine")
 
     return compose
@@ -319,11 +319,11 @@ def test_the_sglang_metrics_page_sums_counters_and_averages_the_latest_batch_gau
 # ---- configuration -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["+engine=vllm", "engine.tensor_parallel_size=two"],
+    (["engine=vllm", "engine.tensor_parallel_size=two"],
      "error: engine.tensor_parallel_size='two' is invalid: must be an integer"),
-    (["+engine=sglang", "engine.ngram.max_trie_depth=[1]"],
+    (["engine=sglang", "engine.ngram.max_trie_depth=[1]"],
      "error: engine.ngram.max_trie_depth=[1] is invalid: must be an integer"),
-    (["+engine=vllm", "engine.no_such_key=1"],
+    (["engine=vllm", "engine.no_such_key=1"],
      "error: engine.no_such_key is not a key of the config: check its spelling, or add it with "
      "+engine.no_such_key=..."),
 ])
@@ -341,6 +341,22 @@ def test_an_engine_configs_wrong_type_or_unknown_key_fails_in_one_line_before_th
     assert capsys.readouterr().err.strip() == message
 
 
+def test_the_engine_group_defaults_to_none_and_names_its_options_when_unknown(monkeypatch, capsys, composed):
+    """conf/config.yaml's engine default is null (spectune's own engine; no engine node in the composed config), so
+    engine=vllm needs no `+`; an unknown engine is one line listing conf/engine/."""
+    from spectune.cli import hydra_entry
+    from tests.conftest import compose_overrides
+
+    composed("vllm")  # registers the schemas
+    assert "engine" not in compose_overrides("+workload=en")
+    options = ", ".join(sorted(p.stem for p in (REPO / "conf" / "engine").glob("*.yaml")))
+    monkeypatch.setattr(sys, "argv", ["harness", "engine=vlm"])
+    with pytest.raises(SystemExit) as stop:
+        hydra_entry(lambda: None, "config")
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip() == f"error: engine='vlm' is unknown: choose one of {options}"
+
+
 def test_each_engine_file_is_typed_by_its_flavours_schema(composed):
     """register_schemas stores each flavour's schema where conf/engine/<name>.yaml names it."""
     from hydra.core.config_store import ConfigStore
@@ -352,4 +368,4 @@ def test_each_engine_file_is_typed_by_its_flavours_schema(composed):
     stored = ConfigStore.instance().repo["schema"]["engine"]
     assert {"vllm.yaml", "sglang.yaml"} <= set(stored)
     for name, schema in (("vllm", VllmConfig), ("sglang", SglangConfig)):
-        assert OmegaConf.get_type(compose_overrides(f"+engine={name}", "models=llama3-8b-1b").engine) is schema
+        assert OmegaConf.get_type(compose_overrides(f"engine={name}", "models=llama3-8b-1b").engine) is schema
