@@ -37,6 +37,10 @@ Every flag, key and name below was read in SGLang **v0.5.23**'s source (the PyPI
   ``sglang:spec_verify_calls_total``, ``sglang:generation_tokens_total``, ``sglang:prompt_tokens_total``,
   ``sglang:num_requests_total`` and the gauges ``sglang:spec_accept_length``, ``sglang:spec_accept_rate`` (the
   latest batch's, not cumulative) (``sglang/srt/observability/metrics_collector.py``).
+
+Every flag of :meth:`SglangFlavour.command` is an option of v0.5.23's own parser (``ServerArgs.add_cli_args``;
+tests/data/engines/ holds the list and the tests check it). Other releases may differ: pin SGLang to the release
+above, or check these files in yours.
 """
 
 from __future__ import annotations
