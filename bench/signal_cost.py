@@ -18,7 +18,7 @@ import time
 import torch
 from env_speed import pair_and_engine, workload_cfg  # a sibling script (python bench/signal_cost.py)
 
-import spectune.engine.proposer as proposer
+import spectune.engine.model_proposer as proposer
 from spectune.engine.policy import DRAFT_SIGNALS, DraftLengthPolicy, DraftStep
 from spectune.engine.records import cycles_frame
 from spectune.measure import requests_of

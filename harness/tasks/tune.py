@@ -28,6 +28,7 @@ from policies.registry import make_policy
 from spectune import conditions, rundir
 from spectune import hardware as hw
 from spectune.config import typed
+from spectune.engine import proposers
 from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
@@ -221,8 +222,9 @@ def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[
     for lang in dict.fromkeys(r["language"] for r in rows):
         best_k = {r["concurrency"]: r["best_gamma"] for r in rows if r["language"] == lang and r["status"] == "ok"}
         if best_k:
-            vllm[lang] = vllm_form(best_k, (models["draft"] or {}).get("name_or_path"),
-                                   metadata["config"].get("proposer"))
+            drafted = proposers.vllm_method(metadata["config"].get("proposer"),
+                                            (models["draft"] or {}).get("name_or_path"))
+            vllm[lang] = vllm_form(best_k, drafted)
     return {
         "scope": "holds only for the measured model pair, hardware, workload and sampling settings below; "
                  "re-measure before using it elsewhere",

@@ -11,7 +11,7 @@ and the benchmarks drive the same object phase by phase instead:
     outcome = session.verify()       target scores, exact sampler decides, both caches roll back, tokens emitted
 
 A cycle with no draft step (the policy returned γ = 0: "don't speculate now") is a plain target step for
-every row; the draft catches up on those tokens in its next first step (see ``proposer.py``).
+every row; the draft catches up on those tokens in its next first step (the proposer's contract: ``proposer.py``).
 
 Randomness is keyed by (seed, stream, request, position) (``randomness.py``), so a cycle's outcome at
 γ = k is the same whatever γ was chosen, and two policies run on the same requests are paired.
@@ -25,42 +25,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
-from spectune.engine.clock import DeviceClock, MemoryTracker
+from spectune.engine.clock import MemoryTracker
+from spectune.engine.factory import proposer_for
 from spectune.engine.features import reads_features
-from spectune.engine.kv import SlotKV
-from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
-from spectune.engine.proposer import Proposal
-from spectune.engine.proposers import proposer_for
+from spectune.engine.proposer import EngineParts, Proposal, Proposer
 from spectune.engine.randomness import KeyedUniforms
 from spectune.engine.records import CycleRecord, Request, RequestRecord
 from spectune.engine.scorer import TargetScorer
-from spectune.sampling import SamplingParams, draw
-from spectune.sampling.rejection import RejectionSampler
+from spectune.sampling import draw
 
 DRAFT_BLOCK = 8  # draft uniforms gathered at a cycle's first step (widened when the cycle drafts deeper)
-
-
-class EngineParts(Protocol):
-    """What a session runs on: the models, sampling, sampler, device and clock, and the cache factory
-    (:class:`~spectune.engine.engine.Engine` is one; the session never needs the engine's loop)."""
-
-    target: torch.nn.Module
-    draft: torch.nn.Module | PromptLookup | None  # a draft model, or a draft that needs none
-    sampling: SamplingParams
-    sampler: RejectionSampler
-    device: torch.device
-    clock: DeviceClock
-    eos: set[int]
-    seed: int
-    compact_waste: float
-    vocab_size: int | None
-
-    def cache(self, model: torch.nn.Module, batch: int) -> SlotKV: ...
 
 
 @dataclass
@@ -138,7 +116,7 @@ class Session:
         features = reads_features(engine.draft)  # an EAGLE-style draft: the scorer keeps the target's features
         self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size, keep_features=features)
-        self.proposer = proposer_for(engine, concurrency) if self.speculative else None
+        self.proposer: Proposer | None = proposer_for(engine, concurrency) if self.speculative else None
         self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
         if policy is not None and reset_policy:
             policy.reset()
@@ -366,7 +344,7 @@ class Session:
     def _shadows(self, rows: list[int], num_drafts: list[int], next_tokens: list[int]) -> dict[int, int | None]:
         """Each row's shadow acceptance test (1, 0, or None: it drafted, or had no chain; see
         :attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`), None everywhere under a draft model."""
-        first_draft = getattr(self.proposer, "first_draft", None)
+        first_draft = self.proposer.first_draft
         if first_draft is None:
             return dict.fromkeys(rows)
         last = self.last.tolist()

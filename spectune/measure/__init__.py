@@ -107,42 +107,28 @@ def load_models(models_cfg: Any, hardware_cfg: Any, draft: bool = True) -> Model
 def needs_draft_model(proposer: Any = None) -> bool:
     """Whether the configured proposer (:func:`draft_of`'s node; None: the pair's draft model) drafts with the
     pair's draft model, so that it must be loaded."""
-    return str(dict(proposer or {}).get("name", "model")) == "model"
+    from spectune.engine import proposers
+
+    return proposers.needs_draft_model(proposer)
 
 
 def draft_of(models: Models, proposer: Any = None, corpus: Iterable[Sequence[int]] = ()) -> Any:
-    """What drafts: the pair's draft model (``proposer`` None or ``{name: model}``), prompt lookup
-    (``{name: lookup, max_n, min_n}``) or suffix decoding (``{name: suffix, ...}``, its global trie built from
-    ``corpus``); neither model-free draft ever proposes the tokenizer's special (chat-template) ids."""
-    from spectune.engine.lookup import PromptLookup
-    from spectune.engine.suffix import SuffixDrafting
+    """What drafts, as the configured proposer's entry builds it (:mod:`spectune.engine.proposers`; ``proposer``
+    None: the pair's draft model) from ``models`` and, where the entry asks for them, the workload's training
+    prompts (``corpus``). No model-free draft ever proposes the tokenizer's special (chat-template) ids. An unknown
+    proposer or setting, or a setting out of range, is a one-line error."""
+    from spectune.engine import proposers
 
-    node = dict(proposer or {"name": "model"})
-    name = node.pop("name", "model")
-    settings = {"model": set(), "lookup": {"max_n", "min_n"},
-                "suffix": {"max_tree_depth", "max_gamma", "max_spec_factor", "min_token_prob", "adaptive", "corpus"}}
-    if name not in settings:
-        raise SpectuneError(f"proposer={name!r} is unknown: choose one of {', '.join(settings)}")
-    if unknown := sorted(set(node) - settings[name]):
-        raise SpectuneError(f"proposer.{unknown[0]} is not a setting of proposer={name}: "
-                            f"its settings are {', '.join(sorted(settings[name])) or 'none'}")
-    if name == "model":
-        if models.pair.draft is None:
-            raise SpectuneError("proposer=model needs the pair's draft model, which was loaded without it "
-                                "(load_models(..., draft=True))")
-        return models.pair.draft
+    entry, settings = proposers.settings_of(proposer)
     special = tuple(getattr(models.tokenizer, "all_special_ids", ()) or ())
-    if name == "lookup":
-        return PromptLookup(max_n=int(node.get("max_n", 3)), min_n=int(node.get("min_n", 1)), stop_ids=special)
-    node.pop("corpus", None)  # which corpus: the caller's to load (workloads.setup), given here as ``corpus``
-    return SuffixDrafting(**node, stop_ids=special, corpus=corpus)
+    return entry.draft(settings, proposers.DraftSources(models.pair.draft, special, list(corpus)))
 
 
 def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: int, proposer: Any = None,
                 corpus: Iterable[Sequence[int]] = ()) -> Engine:
     """An engine on ``models`` that samples with ``sampling`` (a workload's) and the named rejection sampler;
-    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model; ``corpus``: suffix
-    decoding's global trie)."""
+    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model; ``corpus``: the training
+    prompts, for a proposer that asks for them)."""
     from spectune.engine import Engine
     from spectune.sampling.rejection import get_sampler
 

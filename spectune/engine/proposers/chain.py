@@ -1,9 +1,11 @@
-"""A draft that needs no model: prompt lookup (n-gram matching over the prompt and the text generated so far).
+"""The proposer of every model-free draft: a chain per row, found once per cycle and handed out a token per step.
 
-The suffix of a row's context (its last n tokens, n from ``max_n`` down to ``min_n``) is looked up in the context
-itself; the tokens that followed its earliest match with a non-empty continuation are proposed, up to the cycle's
-length. This is transformers' ``PromptLookupCandidateGenerator`` (``prompt_lookup_num_tokens``,
-``max_matching_ngram_size``; it fixes ``min_n`` at 1) and vLLM's ``ngram`` method (``prompt_lookup_min``/``max``).
+What a draft proposes differs (prompt lookup's n-gram match, suffix decoding's tries, ...): that is its
+:class:`ChainSource`, which a :class:`ChainSpec` (what stands in the engine's draft slot) makes per session. What
+they share is here: the rows' histories and length budgets, the chains clipped before the stop ids and at the
+request's length limit (the target never has to verify what it could not emit), a point-mass law per draft, the
+per-row counts, the match signals, the shadow acceptance test, and the bookkeeping of the cycle contract
+(``spectune/engine/proposer.py``).
 
 Exact at any temperature: a proposal that is not sampled is a point mass, q = δ_x. Acceptance with
 min(1, p(x)/q(x)) is then p(x), and the residual max(p − q, 0) normalised is (p − p(x)·δ_x)/(1 − p(x)), p being
@@ -11,121 +13,50 @@ the target's law after temperature, top-k and top-p. So the proposer hands the s
 never goes through the sampling warp (a softmax of a one-hot at temperature T is no point mass), and the engine's
 exact rejection sampler does the rest.
 
-A chain stops before the first stop token (end of sequence, chat-template tokens) and at the request's length
-limit: the target never has to verify what it could not emit.
-
 A point mass makes the q-derived signals degenerate (token_prob 1, entropy 0), so the proposer reports, when asked,
-what its match was instead (:data:`~spectune.engine.policy.MATCH_SIGNALS`): the n that matched and how many earlier
-occurrences of those n tokens the context holds (:func:`lookup_chain`, :class:`Chain`); a γ policy reads them to
-decide how much of a chain to verify.
+what its match was instead (:data:`~spectune.engine.policy.MATCH_SIGNALS`: the :class:`~.ngram.Chain` its source
+found); a γ policy reads them to decide how much of a chain to verify.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Protocol
 
 import torch
 
 from spectune.engine.policy import MATCH_SIGNALS, SIGNALS, draft_signals
-from spectune.engine.proposer import Proposal
-from spectune.errors import SpectuneError
+from spectune.engine.proposer import EngineParts, Proposal
+from spectune.engine.proposers.ngram import Chain, clip, occurrences
 
 
-@dataclass(frozen=True)
-class PromptLookup:
-    """What a prompt-lookup draft is: the n-gram sizes it matches and the ids it never proposes.
+class ChainSource(Protocol):
+    """One session's chain finder: what a model-free draft proposes after a row's context."""
 
-    It stands where a draft model would (``Engine(target, PromptLookup(...))``); the engine builds its proposer.
-    """
+    def chain(self, row: int, context: list[int], width: int) -> Chain:
+        """Row ``row``'s chain after ``context`` (its prompt, emitted tokens and ``last``), at most ``width`` tokens,
+        with its match (before the stop ids and the length limit cut it)."""
 
-    max_n: int = 3
-    min_n: int = 1
-    stop_ids: tuple[int, ...] = ()  # besides the engine's EOS ids: e.g. the tokenizer's special (template) ids
+    def reset(self, row: int) -> None:
+        """Slot ``row`` takes a new request, or none: forget what was kept for the old one."""
 
-    name = "prompt-lookup"
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_n <= self.max_n:
-            raise SpectuneError(f"prompt lookup needs 1 <= min_n <= max_n, got min_n={self.min_n}, "
-                                f"max_n={self.max_n}")
+    def found(self, chains: list[list[int] | None]) -> None:
+        """The open cycle's chains as clipped, per row (None: an idle row, which looked for none)."""
 
 
-@dataclass(frozen=True)
-class Chain:
-    """A model-free draft's chain after a context, with what its match was (the sources of
-    :data:`~spectune.engine.policy.MATCH_SIGNALS`): the length of the context's end it matched, how many earlier
-    occurrences of that end are followed by a token, and each token's frequency score (``None``: prompt lookup, which
-    copies one occurrence, scores 1 each). A chain without tokens reports no match (0, 0)."""
+class ChainSpec(Protocol):
+    """What a model-free draft is, as its proposer reads it: the ids it never proposes, and its chain finder."""
 
-    tokens: tuple[int, ...] = ()
-    match_length: int = 0
-    matches: int | None = 0  # None: not counted yet (:func:`occurrences` counts them)
-    scores: tuple[float, ...] | None = None
-    probs: tuple[float, ...] | None = None  # the running products of the scores (None: 1 each)
+    stop_ids: tuple[int, ...]
 
-    def clipped(self, tokens: Sequence[int]) -> Chain:
-        """This match with its chain cut to ``tokens`` (a prefix: :func:`clip`); no tokens left: no match."""
-        if not tokens:
-            return Chain()
-        cut = len(tokens)
-        scores = None if self.scores is None else self.scores[:cut]
-        probs = None if self.probs is None else self.probs[:cut]
-        return Chain(tuple(tokens), self.match_length, self.matches, scores, probs)
+    def chains(self, batch: int) -> ChainSource:
+        """A chain finder for one session over ``batch`` slots."""
 
 
-def occurrences(context: Sequence[int], n: int, start: int = 0) -> int:
-    """Occurrences of the context's last ``n`` tokens that begin at ``start`` or later and are followed by a token
-    (the suffix itself is not one): prompt lookup's ``matches``."""
-    size = len(context)
-    suffix = list(context[size - n:])
-    first = suffix[0]
-    return sum(1 for at in range(start, size - n) if context[at] == first and list(context[at:at + n]) == suffix)
-
-
-def lookup_chain(context: Sequence[int], max_n: int, min_n: int, length: int, count: bool = True) -> Chain:
-    """:func:`lookup`'s chain with its match: the n that matched (``match_length``) and the number of earlier
-    occurrences of the context's last n tokens (``matches``; each is followed by a token, the suffix itself is not
-    counted). The chain is the earliest occurrence's continuation, as :func:`lookup` returns it. No match (or
-    ``length`` <= 0): the empty :class:`Chain`. ``count=False`` stops at the earliest occurrence, as :func:`lookup`
-    does, and leaves ``matches`` None (:func:`occurrences` counts them when they are wanted)."""
-    size = len(context)
-    if length <= 0:
-        return Chain()
-    for n in range(min(max_n, size - 1), min_n - 1, -1):
-        suffix = list(context[size - n:])
-        first = suffix[0]
-        for start in range(size - n):  # the suffix itself (start = size - n) has no continuation
-            if context[start] == first and list(context[start:start + n]) == suffix:
-                tokens = tuple(context[start + n: min(start + n + length, size)])
-                return Chain(tokens, n, 1 + occurrences(context, n, start + 1) if count else None)
-    return Chain()
-
-
-def lookup(context: Sequence[int], max_n: int, min_n: int, length: int) -> list[int]:
-    """Up to ``length`` tokens that followed the earliest earlier occurrence of the context's last n tokens.
-
-    n runs from ``max_n`` (at most ``len(context) - 1``) down to ``min_n``; the first n with a match whose
-    continuation is non-empty wins (transformers' rule: left to right, longest n first). [] when nothing matches.
-    :func:`lookup_chain` gives the same chain with its match.
-    """
-    return list(lookup_chain(context, max_n, min_n, length, count=False).tokens)
-
-
-def clip(chain: list[int], stop_ids: Iterable[int], limit: int) -> list[int]:
-    """The chain before its first stop token, at most ``limit`` tokens long."""
-    stops = set(stop_ids)
-    for i, token in enumerate(chain):
-        if token in stops:
-            chain = chain[:i]
-            break
-    return chain[:max(limit, 0)]
-
-
-class LookupProposer:
-    """Proposes, per row, the continuation of the longest earlier n-gram match; same cycle interface as the
-    model proposers (:class:`~spectune.engine.proposer.DraftProposer`), with no model and no cache.
+class ChainProposer:
+    """Proposes, per row, the chain its :class:`ChainSource` finds after the row's context; the session's
+    :class:`~spectune.engine.proposer.Proposer`, with no model and no cache.
 
     The chain is found once per cycle (at :meth:`begin`) and handed out a token per :meth:`step`, so a policy still
     decides after every step. Rows whose chain ran out stop drafting; :meth:`finish` cuts the proposal to the
@@ -135,15 +66,23 @@ class LookupProposer:
     kv = None  # no draft cache: nothing to compact or roll back
     reports = frozenset(SIGNALS)  # the signals its step computes when asked: the q-derived and the match signals
 
-    def __init__(self, spec: PromptLookup, batch: int, vocab_size: int, device: torch.device,
+    def __init__(self, spec: ChainSpec, batch: int, vocab_size: int, device: torch.device | str,
                  eos: Iterable[int] = ()) -> None:
         self.spec, self.batch, self.vocab_size, self.device = spec, batch, vocab_size, torch.device(device)
+        self.source = spec.chains(batch)  # this session's chain finder (and whatever state it keeps per row)
         self.stop_ids = frozenset(eos) | frozenset(spec.stop_ids)
         self.history: list[list[int]] = [[] for _ in range(batch)]  # prompt + emitted tokens before ``last``
         self.budget: list[int] = [0] * batch  # tokens each row may still emit after ``last``
         self.support = None
         self.running = torch.zeros(batch, dtype=torch.bool, device=self.device)
         self.steps = 0
+
+    @classmethod
+    def on(cls, spec: ChainSpec, parts: EngineParts, batch: int) -> ChainProposer:
+        """The proposer of ``spec`` for a session on ``parts``: q over the sampled vocabulary (the tokenizer's where
+        the engine was told it, else the target's output width), the engine's EOS ids as stops."""
+        width = parts.vocab_size or parts.target.get_output_embeddings().weight.shape[0]
+        return cls(spec, batch, width, parts.device, parts.eos)
 
     # -- slots ---------------------------------------------------------------------------------------------
     def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None,
@@ -153,10 +92,13 @@ class LookupProposer:
             self.history[row] = list(prompt)
             # the first token is emitted at admission: after it, limit − 1 remain (it becomes ``last``)
             self.budget[row] = (limits[i] - 1) if limits is not None else 1 << 30
+        for row in rows:
+            self.source.reset(row)
 
     def clear(self, row: int) -> None:
         self.history[row] = []
         self.budget[row] = 0
+        self.source.reset(row)
 
     # -- one cycle -------------------------------------------------------------------------------------------
     def begin(self, last: torch.Tensor) -> None:
@@ -185,12 +127,13 @@ class LookupProposer:
         self.running = torch.tensor(self._host_running, dtype=torch.bool, device=self.device)
         self.steps = 0
         self._cum_prob: torch.Tensor | None = None
+        self.source.found([chain if self.history[row] else None for row, chain in enumerate(self._chains)])
 
     def chain(self, row: int, context: list[int], width: int) -> Chain:
         """Row ``row``'s chain after ``context`` (its prompt, emitted tokens and ``last``), at most ``width`` tokens,
-        with its match, before the stop ids and the length limit cut it: the one place the draft is found, so another
-        model-free draft is this proposer with this method replaced (``suffix.py``)."""
-        return lookup_chain(context, self.spec.max_n, self.spec.min_n, width, count=False)  # counted if asked for
+        with its match, before the stop ids and the length limit cut it: the one place the draft is found (its
+        source's)."""
+        return self.source.chain(row, context, width)
 
     def first_draft(self, row: int, last: int) -> int | None:
         """The first token row ``row`` would draft after ``last`` had its cycle drafted (None: no chain), from the
@@ -296,50 +239,3 @@ class LookupProposer:
     def _extend(self, row: int, tokens: list[int]) -> None:
         self.history[row].extend(tokens)
         self.budget[row] -= len(tokens)
-
-
-def copyable_fraction(prompt: Sequence[int], output: Sequence[int], n: int = 3) -> float:
-    """Share of ``output``'s tokens that lie inside an n-gram of the output that occurred earlier, in the prompt or
-    in the output before it: the tokens prompt lookup with matches of at least n could have copied (0.0 for an
-    output shorter than n)."""
-    text = [*prompt, *output]
-    start = len(prompt)
-    seen = {tuple(text[i:i + n]) for i in range(start - n + 1)}
-    covered = [False] * len(output)
-    for i in range(start, len(text) - n + 1):
-        gram = tuple(text[i:i + n])
-        if gram in seen:
-            for j in range(i - start, i - start + n):
-                covered[j] = True
-        seen.add(gram)
-    return sum(covered) / len(output) if output else 0.0
-
-
-def replay_greedy(prompt: Sequence[int], output: Sequence[int], gamma: int, spec: Any,
-                  max_new_tokens: int, eos: Iterable[int] = (),
-                  chain_of: Callable[[list[int], int], list[int]] | None = None) -> list[tuple[int, int]]:
-    """(drafted, accepted) per cycle of greedy decoding with a model-free draft at a fixed ``gamma``, from the
-    target's own greedy ``output`` (what autoregressive decoding emits; its first token comes at admission).
-
-    Greedy verification accepts a draft iff it is the token the target would emit, so the cycles are known without
-    running the target: this is what the engine does (tests compare them cycle by cycle), and with a cost per
-    verified length it predicts the speed-up before any timing. ``chain_of(context, length)`` is the draft's chain
-    after ``context`` (default: prompt lookup's with ``spec``); a draft with state of its own, suffix decoding's
-    per-request trie, passes its own (:func:`spectune.engine.suffix.request_chains`).
-    """
-    if chain_of is None:
-        def chain_of(context: list[int], length: int) -> list[int]:
-            return lookup(context, spec.max_n, spec.min_n, length)
-    stops = frozenset(eos) | frozenset(spec.stop_ids)
-    cycles: list[tuple[int, int]] = []
-    position = 1
-    while position < len(output):
-        context = [*prompt, *output[:position]]
-        chain = clip(chain_of(context, gamma), stops, max_new_tokens - position - 1)
-        accepted = 0
-        while accepted < len(chain) and position + accepted < len(output) \
-                and chain[accepted] == output[position + accepted]:
-            accepted += 1
-        cycles.append((len(chain), accepted))
-        position += accepted + 1
-    return cycles
