@@ -13,16 +13,19 @@ from omegaconf import DictConfig
 
 from harness.tasks import run_task, schemas
 from spectune import cli
+from spectune.engine import proposers
 from workloads.task_sets import check_workload
 
 schemas.register()  # the YAML files' schemas, before Hydra composes (spectune/config.py)
 
 
 def checked_task(cfg: DictConfig, run_dir: Path) -> int:
-    """``run_task`` once the workload's task selection is valid: an unknown task or language, or a task with no
-    prompt in its token band, is one error line before any model loads."""
+    """``run_task`` once the workload's task selection and the proposer's settings are valid: an unknown task or
+    language, a task with no prompt in its token band, or a proposer setting out of range is one error line before
+    any model loads."""
     if cfg.get("workload"):
         check_workload(cfg.workload)
+    proposers.check(cfg.get("proposer"))
     return run_task(cfg, run_dir)
 
 

@@ -12,11 +12,12 @@ them (no hardware or models key is a list that could be null, which a schema mer
 A value or a list of values (``gamma=4`` or ``gamma=[1,2]``) is ``Any``: OmegaConf's unions hold scalars only; such
 items, ranges and rules across keys are checked in code, where the values are read.
 
-This module holds the library's schemas (the workload, hardware, models and proposer groups, and conf/config.yaml's
-own keys: :class:`RootConfig`, an open root) and the helpers; the applications keep theirs beside them
+This module holds the library's schemas (the workload, hardware and models groups, and conf/config.yaml's own keys:
+:class:`RootConfig`, an open root) and the helpers; the applications keep theirs beside them
 (harness/tasks/schemas.py, policies/train/schema.py, policies/evaluate/schema.py) and register them all when their
-entry module is imported, before Hydra composes (:func:`register` here, theirs there). A new proposer's schema:
-see :data:`PROPOSERS`.
+entry module is imported, before Hydra composes (:func:`register` here, theirs there). A proposer's schema is its
+settings dataclass, in its own module: :func:`spectune.engine.proposers.register_schemas` stores them all (this layer
+sits below the engine, so the applications call it beside :func:`register`).
 """
 
 from __future__ import annotations
@@ -136,50 +137,6 @@ class NotedModelsConfig(ModelsConfig):
 
 
 @dataclass
-class ModelProposerConfig:
-    """``proposer=model``: the pair's draft model drafts; it has no settings (spectune.measure.draft_of)."""
-
-    name: str = MISSING
-
-
-@dataclass
-class LookupProposerConfig:
-    """``proposer=lookup``: prompt lookup (spectune/engine/lookup.py); its n-gram lengths, max_n down to min_n."""
-
-    name: str = MISSING
-    max_n: int = MISSING
-    min_n: int = MISSING
-
-
-class Corpus(enum.Enum):
-    """``proposer.corpus`` of suffix decoding: its frozen global trie from the workload's training-split prompts,
-    or none (per-request tries only). workloads.setup reads it."""
-
-    train = "train"
-    none = "none"
-
-
-@dataclass
-class SuffixProposerConfig:
-    """``proposer=suffix``: suffix decoding (spectune/engine/suffix.py); its tries' depth and its chains' rule."""
-
-    name: str = MISSING
-    max_tree_depth: int = MISSING
-    max_gamma: int | None = MISSING
-    max_spec_factor: float = MISSING
-    min_token_prob: float = MISSING
-    adaptive: bool = MISSING
-    corpus: Corpus = MISSING  # checked while composing: before any model loads
-
-
-# proposer=<name> -> its schema, stored as /schema/proposer/<name>. To add a proposer's schema: write a dataclass
-# of conf/proposer/<name>.yaml's keys in its order, add it here, and list `- /schema/proposer/<name>@_here_` before
-# `_self_` in the file's defaults (as conf/proposer/lookup.yaml does).
-PROPOSERS: dict[str, type] = {"model": ModelProposerConfig, "lookup": LookupProposerConfig,
-                               "suffix": SuffixProposerConfig}
-
-
-@dataclass
 class SloConfig:
     """``slo``: service-level objectives in ms, null when not set (spectune.stats.goodput checks the ranges)."""
 
@@ -200,16 +157,15 @@ class RootConfig:
 
 def register() -> None:
     """Store the library's schemas where the YAML files name them: /schema/workload, /schema/workload_mix,
-    /schema/hardware, /schema/models (and models_profiled, models_noted), /schema/proposer/<name>, and
-    /schema/config (conf/config.yaml's own keys). Every application's own ``register`` calls this first."""
+    /schema/hardware, /schema/models (and models_profiled, models_noted) and /schema/config (conf/config.yaml's own
+    keys). Every application's own ``register`` calls this first, and the proposers' (/schema/proposer/<name>:
+    :func:`spectune.engine.proposers.register_schemas`)."""
     store("workload", WorkloadConfig)
     store("workload_mix", MixWorkloadConfig)
     store("hardware", HardwareConfig)
     store("models", ModelsConfig)
     store("models_profiled", ProfiledModelsConfig)
     store("models_noted", NotedModelsConfig)
-    for name, schema in PROPOSERS.items():
-        store(f"proposer/{name}", schema)
     store("config", RootConfig, root=True)
 
 

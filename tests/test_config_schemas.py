@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 
 from spectune.cli import hydra_entry
 from spectune.config import (
-    PROPOSERS,
     HardwareConfig,
     MixWorkloadConfig,
     ModelsConfig,
@@ -33,6 +32,7 @@ from spectune.config import (
     describe,
     typed,
 )
+from spectune.engine import proposers
 from spectune.errors import SpectuneError
 from tests.conftest import REPO
 
@@ -41,6 +41,8 @@ KEYS_PER_GROUP = 2  # wrong-typed keys drawn per group (and one unknown key each
 # conf/models/<file> -> its schema: a key only some pairs have is a subclass's (spectune.config.ModelsConfig)
 MODELS = {"tiny": ProfiledModelsConfig, "smollm2": NotedModelsConfig, "smollm2-eagle": NotedModelsConfig,
           "llama3-8b-1b": ModelsConfig, "qwen2.5-7b-0.5b": ModelsConfig, "vicuna-7b-68m": ModelsConfig}
+# conf/proposer/<file> -> its schema: each proposer's settings, from the registry (spectune/engine/proposers/)
+PROPOSERS = {name: proposers.entry(name).settings for name in proposers.names()}
 
 
 def _leaves(schema: type, prefix: str) -> list[tuple[str, Any]]:

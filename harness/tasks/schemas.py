@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from spectune import config
+from spectune.engine import proposers
 
 
 @dataclass
@@ -159,8 +160,9 @@ SCHEMAS: dict[str, tuple[type, bool]] = {
 
 
 def register() -> None:
-    """Store every task's schema as /schema/task/<task> (and the workload and hardware schemas), where
+    """Store every task's schema as /schema/task/<task> (and the library's and the proposers' schemas), where
     conf/task/<task>.yaml names it."""
     config.register()
+    proposers.register_schemas()
     for name, (schema, root) in SCHEMAS.items():
         config.store(f"task/{name}", schema, root=root)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from spectune import config
+from spectune.engine import proposers
 
 
 @dataclass
@@ -63,6 +64,7 @@ class TrainFile:
 
 
 def register() -> None:
-    """Store /schema/train (and the workload and hardware schemas), where conf/train.yaml names it."""
+    """Store /schema/train (and the library's and the proposers' schemas), where conf/train.yaml names it."""
     config.register()
+    proposers.register_schemas()
     config.store("train", TrainFile, root=True)
