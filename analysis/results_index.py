@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spectune import rundir
+from spectune.engine import proposers
 from spectune.errors import SpectuneError
 
 logger = logging.getLogger(__name__)
@@ -116,15 +117,7 @@ def _machine(hardware: dict[str, Any], host: dict[str, Any]) -> str:
 
 
 def _proposer(models: dict[str, Any], config: dict[str, Any] | None = None) -> str:
-    node = (config or {}).get("proposer") or {}
-    if node.get("name") == "lookup":
-        return f"prompt lookup (max_n {node.get('max_n')}, min_n {node.get('min_n')})"
-    if node.get("name") == "suffix":
-        return f"suffix decoding (depth {node.get('max_tree_depth')}, corpus {node.get('corpus')})"
-    draft = models.get("draft") or {}
-    where = str(draft.get("name_or_path", "?"))
-    kind = "feature draft" if "feature" in where or draft.get("reads_target_features") else "draft"
-    return f"{kind} `{where}`"
+    return proposers.label((config or {}).get("proposer"), models)
 
 
 def _workload(meta: dict[str, Any]) -> str:

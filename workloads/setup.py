@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spectune.engine import proposers
 from spectune.errors import SpectuneError
-from spectune.measure import Models, load_models, needs_draft_model, open_engine
+from spectune.measure import Models, load_models, open_engine
 from spectune.metadata import base_metadata
 from workloads.loader import Workload, load_workload
 from workloads.task_sets import check_workload
@@ -63,24 +64,23 @@ def proposer_node(cfg: Any) -> dict[str, Any] | None:
 
 def models_of(cfg: Any) -> Models:
     """The configured models (:func:`spectune.measure.load_models`), the pair's draft model only where the
-    configured proposer drafts with it."""
-    return load_models(cfg.models, cfg.hardware, draft=needs_draft_model(proposer_node(cfg)))
+    configured proposer drafts with it; its settings are checked first, before any weights load."""
+    entry, _ = proposers.settings_of(proposer_node(cfg))
+    return load_models(cfg.models, cfg.hardware, draft=entry.needs_draft_model)
 
 
 def engine_of(cfg: Any, models: Models, sampling: Any) -> Any:
     """The engine of the configured proposer on ``models`` (:func:`spectune.measure.open_engine`), what every
-    application opens: suffix decoding with ``proposer.corpus=train`` gets its frozen global trie here."""
+    application opens: a proposer whose entry asks for the workload's training prompts (suffix decoding's frozen
+    global trie, ``proposer.corpus=train``) gets them here."""
     proposer = proposer_node(cfg)
-    corpus = []
-    if proposer and proposer.get("name") == "suffix":
-        choice = proposer.pop("corpus", "train")
-        if getattr(choice, "name", choice) == "train":
-            corpus = training_prompts(cfg, models.tokenizer)
+    entry, settings = proposers.settings_of(proposer)
+    corpus = training_prompts(cfg, models.tokenizer) if entry.training_prompts(settings) else []
     return open_engine(models, sampling, cfg.sampler, int(cfg.seed), proposer, corpus)
 
 
 def training_prompts(cfg: Any, tokenizer: Any) -> list[list[int]]:
-    """Suffix decoding's frozen global corpus (``proposer.corpus=train``): the rendered prompts of the workload's
+    """A proposer's corpus (suffix decoding's, ``proposer.corpus=train``): the rendered prompts of the workload's
     training split (same language, tasks and profile; every prompt), of which no evaluated prompt is part."""
     from omegaconf import OmegaConf
 
