@@ -43,12 +43,15 @@ def vllm_schedule(best_k: dict[int, int]) -> list[list[int]]:
     return rows
 
 
-def vllm_form(best_k: dict[int, int], method: VllmMethod) -> dict[str, Any]:
+def vllm_form(best_k: dict[int, int], method: VllmMethod | None) -> dict[str, Any]:
     """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off), for the ``method``
-    that was measured (its proposer's entry gives it).
+    that was measured (its proposer's entry gives it; None: vLLM has none, and the form says so).
 
     A K above the proposer's own chain ceiling drafted no more than the ceiling when measured: vLLM gets the
     ceiling, which is what ran."""
+    if method is None:
+        return {"vllm_version": VLLM_VERSION, "docs": VLLM_DOCS, "speculative_config": None,
+                "cli": "(none: vLLM has no speculative method for the proposer that was measured)"}
     if method.ceiling is not None:
         best_k = {c: min(k, method.ceiling) for c, k in best_k.items()}
     table = vllm_schedule(best_k)

@@ -123,10 +123,11 @@ def needs_draft_model(node: Mapping[str, Any] | None = None) -> bool:
     return entry_of(node).needs_draft_model
 
 
-def vllm_method(node: Mapping[str, Any] | None, draft_name: str | None) -> VllmMethod:
+def vllm_method(node: Mapping[str, Any] | None, draft_name: str | None) -> VllmMethod | None:
     """vLLM's method and keys for what a run's recorded ``proposer`` node drafted (None: the pair's draft model,
-    ``draft_name``)."""
-    return entry_of(node).vllm(dict(node or {}), draft_name)
+    ``draft_name``); None where vLLM has no such method."""
+    found = entry_of(node)
+    return found.vllm(dict(node or {}), draft_name) if found.vllm is not None else None
 
 
 def label(node: Mapping[str, Any] | None, models: Mapping[str, Any]) -> str:

@@ -29,6 +29,12 @@ def never(settings: Any) -> bool:
     return False
 
 
+def by_settings(node: Mapping[str, Any], models: Mapping[str, Any]) -> str:
+    """A proposer's label where its entry gives none: its name and its settings as recorded."""
+    settings = ", ".join(f"{key} {value}" for key, value in node.items() if key != "name")
+    return f"{node.get('name')} ({settings})" if settings else str(node.get("name"))
+
+
 @dataclass(frozen=True)
 class ProposerEntry:
     """One proposer (``proposer=<name>``), declared once in its module as ``PROPOSER = ProposerEntry(...)``.
@@ -42,9 +48,11 @@ class ProposerEntry:
         draft: ``(settings, DraftSources) -> draft``: what stands in the engine's draft slot (the pair's draft
             model, or a :class:`~spectune.engine.proposer.DraftSpec`, which builds the per-session proposer).
         label: ``(recorded proposer node, recorded models metadata) -> str``: how the results index names what
-            drafted (read from a run's files: a plain mapping, of a run possibly older than this code).
+            drafted (read from a run's files: a plain mapping, of a run possibly older than this code); default:
+            its name and settings.
         vllm: ``(recorded proposer node, the draft model's name or None) -> VllmMethod``: vLLM's
-            ``speculative_config`` method and keys for a γ map tuned with it, and where vLLM's method differs.
+            ``speculative_config`` method and keys for a γ map tuned with it, and where vLLM's method differs;
+            None: vLLM has no such method (the export says so).
         needs_draft_model: it drafts with the pair's draft model, so the loading includes it.
         training_prompts: ``(settings) -> bool``: it wants the workload's training-split prompts (a corpus).
         replayable: ``task=predict`` can replay it exactly from greedy outputs (its draft gives ``request_chains``).
@@ -53,8 +61,8 @@ class ProposerEntry:
     name: str
     settings: type
     draft: Callable[[Any, DraftSources], Any]
-    label: Callable[[Mapping[str, Any], Mapping[str, Any]], str]
-    vllm: Callable[[Mapping[str, Any], str | None], VllmMethod]
+    label: Callable[[Mapping[str, Any], Mapping[str, Any]], str] = by_settings
+    vllm: Callable[[Mapping[str, Any], str | None], VllmMethod] | None = None
     needs_draft_model: bool = False
     training_prompts: Callable[[Any], bool] = never
     replayable: bool = False
