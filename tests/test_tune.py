@@ -30,6 +30,8 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
     assert json.loads(form["cli"].split("'")[1]) == config
     off = vllm_form({1: 0, 4: 0}, vllm_method(None, "org/draft"))
     assert off["speculative_config"] is None and "speculation off" in off["cli"]
+    none = vllm_form({1: 4}, None)  # a proposer whose entry names no vLLM method
+    assert none["speculative_config"] is None and "vLLM has no speculative method" in none["cli"]
 
 
 @pytest.mark.parametrize(("proposer", "method"), [
