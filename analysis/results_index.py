@@ -12,7 +12,8 @@ tables is read from the run's own files (``summary.json``, ``recommendation.json
 - ``bench/results/README.md``: the whole index (date, machine, pair, proposer, task and workload, command,
   headline figures with their 95% intervals, link);
 - ``README.md`` and ``docs/results.md``: the short table of the same runs;
-- ``bench/results/archive/README.md``: one line per archived entry.
+- ``bench/results/archive/README.md``: one line per archived entry, then one per probe that left ``bench/``
+  (``archive/probes.json``: the script, the commit it stands at, its question, its records).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path("bench/results")
 ARCHIVE = "archive"
+PROBES = "probes.json"  # in archive/: the scripts of bench/ that answered a question and left the tree
 BEGIN = "<!-- results-index:begin (python -m analysis.results_index writes this table) -->"
 END = "<!-- results-index:end -->"
 COMMANDS = {"evaluate": "python -m policies.evaluate", "train": "python -m policies.train"}
@@ -362,9 +364,23 @@ def archive_page(archive: Path) -> str:
         "Written by `python -m analysis.results_index`.",
         "",
     ]
-    for entry in sorted(p for p in archive.iterdir() if p.name != "README.md"):
+    for entry in sorted(p for p in archive.iterdir() if p.name not in ("README.md", PROBES)):
         lines.append(f"- [`{entry.name}`]({entry.name}{'/' if entry.is_dir() else ''}): {_what(entry)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + probe_lines(archive)) + "\n"
+
+
+def probe_lines(archive: Path) -> list[str]:
+    """The probes that left bench/ (``archive/probes.json``), one line each: the script, the commit it stands at, the
+    question it answered and its records here."""
+    if not (archive / PROBES).is_file():
+        return []
+    lines = ["", "## Probes that left bench/", "",
+             "One-off scripts that answered a question; each stands at its commit (`git show COMMIT:bench/SCRIPT`).",
+             f"Listed from [`{PROBES}`]({PROBES}).", ""]
+    for probe in json.loads((archive / PROBES).read_text(encoding="utf-8"))["probes"]:
+        records = ", ".join(f"[`{r}`]({r}{'/' if (archive / r).is_dir() else ''})" for r in probe["records"])
+        lines.append(f"- `bench/{probe['script']}` ({probe['commit']}): {probe['question']} Records: {records}")
+    return lines
 
 
 def _what(entry: Path) -> str:

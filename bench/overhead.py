@@ -26,9 +26,9 @@ import itertools
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
-from env_speed import pair_and_engine  # a sibling script (run as python bench/overhead.py)
 
 from policies.confidence import ConfidenceStop
 from spectune.engine import Engine, Request
@@ -37,7 +37,27 @@ from spectune.engine.kv import cache_argument
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.io import write_json
 from spectune.metadata import base_metadata
-from spectune.sampling import inverse_cdf, sample
+from spectune.models.loading import load_pair
+from spectune.sampling import SamplingParams, inverse_cdf, sample
+from spectune.sampling.rejection import get_sampler
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"name": "tiny", "target": {"name_or_path": "spectune/models/tiny/target"},
+        "draft": {"name_or_path": "spectune/models/tiny/draft"}}
+
+
+def pair_and_engine(models: str, temperature: float = 1.0, draft: str | None = None) -> tuple[Any, Engine]:
+    """A pair of conf/models (``tiny``: the embedded one; ``draft``: another draft directory for its target) in
+    float32 on the CPU and an engine on it (exact sampler, seed 1): what this benchmark measures."""
+    from omegaconf import OmegaConf
+
+    node = TINY if models == "tiny" else OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml")
+    if draft is not None:
+        node = OmegaConf.merge(node, {"draft": {"name_or_path": draft}})
+    pair = load_pair(node, {"dtype": "float32", "device": "cpu", "attn_implementation": "sdpa"})
+    engine = Engine(pair.target, pair.draft, sampling=SamplingParams(temperature=temperature),
+                    sampler=get_sampler("exact"), device="cpu", seed=1, vocab_size=pair.vocab_size)
+    return pair, engine
 
 
 def inputs(model, tokens: torch.Tensor) -> dict:

@@ -173,7 +173,7 @@ def register() -> None:
 
 def store(name: str, schema: type, *, root: bool = False) -> None:
     """Store ``schema`` in Hydra's ConfigStore as /schema/<name>. ``root``: the schema types top-level keys of the
-    config (a task file in the ``_global_`` package, train.yaml, evaluate.yaml) and is stored as :func:`open_root`."""
+    config (a task file in the ``_global_`` package) and is stored as :func:`open_root`."""
     from hydra.core.config_store import ConfigStore
 
     group, _, leaf = f"{SCHEMA_GROUP}/{name}".rpartition("/")

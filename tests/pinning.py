@@ -154,11 +154,11 @@ def replay(frame: pd.DataFrame, gamma_zip: Path) -> dict[str, Any]:
 
 
 def train(run_dir: Path) -> dict[str, Any]:
-    """``policies.train`` in process: traces of the split, the shipped profile, γ PPO, size rounds at
+    """``task=train`` in process: traces of the split, the shipped profile, γ PPO, size rounds at
     concurrency 2, live fine-tuning with the profile's costs. The weights and the replay curves."""
     from policies.train.pipeline import train_policies
 
-    cfg = compose("train", WORKLOAD[0], "workload.max_new_tokens=10", *TRAIN)
+    cfg = compose("config", "task=train", WORKLOAD[0], "workload.max_new_tokens=10", *TRAIN)
     assert train_policies(cfg, run_dir) == 0
     curves = pd.read_csv(run_dir / "curves.csv")
     record = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))

@@ -170,26 +170,27 @@ def test_merge_combines_the_conditions_of_its_windows(engine):
 def test_bad_interleave_options_fail_in_one_line(override, message):
     from hydra import compose, initialize_config_dir
 
-    from policies.evaluate import EvaluateSettings
+    from policies.evaluate.pipeline import EvaluateSettings
     from spectune import cli
     from spectune.errors import SpectuneError
     from tests.conftest import REPO
 
     with pytest.raises(SpectuneError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        cli.check_keys_exist([override], "evaluate")  # a value of the wrong type: the schema, as Hydra composes
+        cli.check_keys_exist(["task=evaluate", override])  # a value of the wrong type: the schema, as Hydra composes
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(config_name="evaluate", overrides=[override])
+            cfg = compose(config_name="config", overrides=["task=evaluate", override])
         EvaluateSettings.from_cfg(cfg)
 
 
 def test_a_block_size_that_every_concurrency_divides_is_accepted():
     from hydra import compose, initialize_config_dir
 
-    from policies.evaluate import EvaluateSettings
+    from policies.evaluate.pipeline import EvaluateSettings
     from tests.conftest import REPO
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="evaluate", overrides=["evaluate.block_prompts=8", "evaluate.noise_floor=true"])
+        cfg = compose(config_name="config", overrides=["task=evaluate", "evaluate.block_prompts=8",
+                                                       "evaluate.noise_floor=true"])
     settings = EvaluateSettings.from_cfg(cfg)
     assert settings.block_prompts == 8 and settings.noise_floor
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,23 @@ def test_cited_results_exist():
 def test_results_stay_small():
     size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())
     assert size <= LIMIT_BYTES, f"bench/results holds {size / 2**20:.1f} MiB (limit {LIMIT_BYTES / 2**20:.0f})"
+
+
+def test_every_probe_that_left_bench_is_indexed_with_its_commit_and_records():
+    """archive/probes.json names each probe once, with the commit it stands at, its question and its records (which
+    exist here); none is in bench/ any more, each has its line on the archive page, and where git has the commit the
+    script is there."""
+    archive = RESULTS / "archive"
+    probes = json.loads((archive / results_index.PROBES).read_text(encoding="utf-8"))["probes"]
+    page = (archive / "README.md").read_text(encoding="utf-8")
+    scripts = [probe["script"] for probe in probes]
+    assert scripts and len(scripts) == len(set(scripts))
+    for probe in probes:
+        assert not (REPO / "bench" / probe["script"]).exists(), probe["script"]
+        assert re.fullmatch(r"[0-9a-f]{7,40}", probe["commit"]) and probe["question"].endswith("?")
+        assert probe["records"] and all((archive / record).exists() for record in probe["records"]), probe
+        assert f"- `bench/{probe['script']}` ({probe['commit']}): {probe['question']}" in page
+        known = subprocess.run(["git", "cat-file", "-e", probe["commit"]], cwd=REPO, capture_output=True)
+        if known.returncode == 0:  # a full clone: the script stands at the commit named
+            at = subprocess.run(["git", "cat-file", "-e", f"{probe['commit']}:bench/{probe['script']}"], cwd=REPO)
+            assert at.returncode == 0, probe

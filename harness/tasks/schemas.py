@@ -1,6 +1,8 @@
 """The schemas of conf/task/*.yaml: one dataclass per task file, the types of its keys (spectune/config.py says how
-they are used). A task file in the ``_global_`` package (bench, tune, coverage) also sets top-level keys (``gamma``,
-``concurrency``, ...): its ``*File`` schema holds them beside the ``task`` node and is stored as an open root.
+they are used). A task file in the ``_global_`` package (bench, tune, coverage, train, evaluate) also sets top-level
+keys (``gamma``, ``concurrency``, ``train``...): its ``*File`` schema holds them beside the ``task`` node and is
+stored as an open root. train's and evaluate's live beside the code that reads them (policies/train/schema.py,
+policies/evaluate/schema.py), which their aliases ``python -m policies.train|evaluate`` register too.
 
 Light on purpose (no task module is imported): ``python -m harness`` registers these at import, before Hydra
 composes, whatever task runs. The fields follow each YAML file's keys in its order; values, ranges and the rules
@@ -14,6 +16,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from policies.evaluate.schema import EvaluateFile
+from policies.train.schema import TrainFile
 from spectune import config
 from spectune.engine import proposers
 
@@ -156,6 +160,7 @@ SCHEMAS: dict[str, tuple[type, bool]] = {
     "bench": (BenchFile, True), "tune": (TuneFile, True), "coverage": (CoverageFile, True),
     "trace": (TraceTask, False), "profile": (ProfileTask, False), "acceptance": (AcceptanceTask, False),
     "costmodel": (CostmodelTask, False), "verify": (VerifyTask, False), "predict": (PredictTask, False),
+    "train": (TrainFile, True), "evaluate": (EvaluateFile, True),
 }
 
 
