@@ -35,7 +35,9 @@ def archive_page(archive: Path) -> str:
         "",
         "Kept for the record, not current results. Their bulky records (parquet files, policy files) left the tree",
         "on 2026-12-04 and are in git history: `git checkout 27cbd87 -- bench/results/<name>` restores one.",
-        "Every interval here treated each (repeat, prompt) cell as independent: too narrow (docs/statistics.md).",
+        "Records marked \"left the tree\" were taken out later to keep the results within their budget; each such",
+        "line names the commit that restores it. Every interval here treated each (repeat, prompt) cell as",
+        "independent: too narrow (docs/statistics.md).",
         "Written by `python -m analysis.results_index`.",
         "",
     ]

@@ -9,7 +9,8 @@ the files ``python -m analysis.results_index`` writes, ``python -m analysis.prop
 ``python -m analysis.comparison`` over every committed ``policies.evaluate`` run (and the ``--pair`` commands the
 pages show), ``python -m analysis.acceptance`` on the pairs the acceptance pages compare, and
 ``python -m analysis.report`` on a copy of every committed bench and tune run (its ``report.md``; the figures are
-pictures of the same frames). Run it before a change to the committed files and again after.
+pictures of the same frames; the time it was written is masked). Run it before a change to the committed files and
+again after.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import filecmp
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,8 @@ SCRIPTS = ("judge.py", "tables.py", "spread.py")
 PAIRS = ("adaptive-tiny-cpu-20261204/en ppo step-thresholds", "adaptive-tiny-cpu-20261204/zh ppo step-thresholds")
 ACCEPTANCE_PAIRS = [(f"{folder}/smollm2-eagle-{lang}", f"{folder}/smollm2-{lang}") for lang in ("en", "it")
                     for folder in ("alpha-tasks-cpu-20261204", "alpha-tasks-smollm2-cpu-20261205")]
+
+WRITTEN = re.compile(r"written \d{4}-\d\d-\d\dT[\d:]+(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
 
 log = logging.getLogger("results_pages")
 
@@ -83,6 +87,7 @@ def snapshot(out: Path) -> None:
             console = _run(["-m", "analysis.report", str(copy)]).replace(tmp, "TMP")
             report = copy / "report.md"
             text = report.read_text(encoding="utf-8").replace(tmp, "TMP") if report.is_file() else "(none)\n"
+            text = WRITTEN.sub("written (time of writing)", text)  # when it was written: not a figure
         _write(out, f"report/{run.relative_to(REPO).as_posix()}.md", f"{text}\n---\n{console}")
 
 
