@@ -60,6 +60,7 @@ def _runs_with(task_files: tuple[str, ...]) -> list[Path]:
 
 def snapshot(out: Path) -> None:
     from analysis import proposer_table, results_index
+    from spectune import rundir
 
     for script in sorted(p for name in SCRIPTS for p in RESULTS.glob(f"*/{name}")):
         log.info("%s", script.relative_to(REPO))
@@ -67,7 +68,7 @@ def snapshot(out: Path) -> None:
     for path, text in results_index.outputs(REPO).items():
         _write(out, f"results_index/{path.relative_to(REPO)}", text)
     _write(out, "proposer_table.md", proposer_table.tables())
-    for run in _runs_with(("comparison.parquet",)):
+    for run in _runs_with((rundir.COMPARISON.name,)):
         rel = run.relative_to(REPO).as_posix()
         _write(out, f"comparison/{rel}.txt", _run(["-m", "analysis.comparison", rel]))
     for pair in PAIRS:
@@ -77,15 +78,15 @@ def snapshot(out: Path) -> None:
     for a, b in ACCEPTANCE_PAIRS:
         _write(out, f"acceptance/{a}.txt", _run(["-m", "analysis.acceptance", f"bench/results/{a}",
                                                  f"bench/results/{b}"]))
-    for run in _runs_with(("summary.json",)):
-        if not (run / "requests.parquet").is_file():
+    for run in _runs_with((rundir.SUMMARY.name,)):
+        if not rundir.REQUESTS.exists(run):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / run.name
             shutil.copytree(run, copy)
             log.info("report %s", run.relative_to(REPO))
             console = _run(["-m", "analysis.report", str(copy)]).replace(tmp, "TMP")
-            report = copy / "report.md"
+            report = rundir.REPORT.path(copy)
             text = report.read_text(encoding="utf-8").replace(tmp, "TMP") if report.is_file() else "(none)\n"
             text = WRITTEN.sub("written (time of writing)", text)  # when it was written: not a figure
         _write(out, f"report/{run.relative_to(REPO).as_posix()}.md", f"{text}\n---\n{console}")
