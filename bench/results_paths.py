@@ -36,7 +36,7 @@ TOPS = {"harness", "workloads", "spectune", "conf", "policies", "analysis", "ben
 log = logging.getLogger("results_paths")
 
 
-def recorded_runs(root: Path = RESULTS) -> dict[str, str]:
+def recorded_runs(root: Path = RESULTS, repo: Path = REPO) -> dict[str, str]:
     """Every committed run directory's recorded absolute path (Hydra's output_dir) -> its path in the repository;
     and a folder of recorded runs -> the one folder that holds them all, where there is one."""
     out = {}
@@ -44,11 +44,11 @@ def recorded_runs(root: Path = RESULTS) -> dict[str, str]:
         recorded = ((yaml.safe_load(hydra.read_text(encoding="utf-8")) or {}).get("hydra") or {}).get("runtime", {})
         where = recorded.get("output_dir")
         if isinstance(where, str) and where.startswith("/"):
-            out[where.rstrip("/")] = hydra.parent.parent.relative_to(REPO).as_posix()
+            out[where.rstrip("/")] = hydra.parent.parent.relative_to(repo).as_posix()
     for log_file in root.rglob("__main__.log"):  # a run without .hydra/ names its folder on its last line
         said = re.findall(r"\] - results: (/\S+)", log_file.read_text(encoding="utf-8"))
         if said:
-            out.setdefault(said[-1].rstrip("/"), log_file.parent.relative_to(REPO).as_posix())
+            out.setdefault(said[-1].rstrip("/"), log_file.parent.relative_to(repo).as_posix())
     parents: dict[str, set[str]] = {}  # a folder of recorded runs whose runs are all committed in one folder
     for recorded, committed in out.items():
         parents.setdefault(recorded.rsplit("/", 1)[0], set()).add(committed.rsplit("/", 1)[0])
