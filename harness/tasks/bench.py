@@ -382,7 +382,8 @@ def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: l
     if answers is not None:
         from workloads.answers import warnings
 
-        log.info("what the target answered per task (ar, first repeat):\n%s", answers.to_string())
+        log.info("what the target answered per task (ar, first repeat):\n%s",
+                 answers.dropna(axis=1, how="all").to_string())  # e.g. draft_vocab_coverage of a full-vocabulary draft
         for line in warnings(answers):
             log.warning(line)
     conditions.warn_flagged(conditions.assess(points))
