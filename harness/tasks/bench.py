@@ -378,11 +378,11 @@ def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: l
     for line in format_ranking(ranking, methods):
         log.info(line)
     if per_task:
-        log.info(format_task_table(per_task))
+        log.info("\n" + format_task_table(per_task))  # a blank line between the tables
     if answers is not None:
         from workloads.answers import warnings
 
-        log.info("what the target answered per task (ar, first repeat):\n%s",
+        log.info("\nwhat the target answered per task (ar, first repeat):\n%s",
                  answers.dropna(axis=1, how="all").to_string())  # e.g. draft_vocab_coverage of a full-vocabulary draft
         for line in warnings(answers):
             log.warning(line)

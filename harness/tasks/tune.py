@@ -163,7 +163,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             for line in format_ranking(ranking, methods):
                 log.info(line)
             if per_task:
-                log.info(format_task_table(per_task))
+                log.info("\n" + format_task_table(per_task))
             conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)
