@@ -124,9 +124,10 @@ class ModelsConfig:
 
 @dataclass
 class ProfiledModelsConfig(ModelsConfig):
-    """``models=tiny``: a pair that chooses its task prompt sets' profile (workloads/task_sets.py)."""
+    """``models=tiny``: a pair that chooses its task prompt sets' profile and answer budget (workloads/task_sets.py)."""
 
     prompt_profile: str = MISSING
+    task_max_new_tokens: int | None = MISSING
 
 
 @dataclass

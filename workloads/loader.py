@@ -4,15 +4,17 @@
 
 - ``jsonl``: a JSON-lines file with one object per line and a text field (``field``, default
   ``prompt``; ``id`` optional). Bundled sets are such files. Point any workload at your own file with
-  ``+workload=en workload.path=/my/prompts.jsonl`` (relative paths: the current directory first, then
-  the repo root; set ``workload.language`` and ``workload.prompt_tokens=null`` as needed).
+  ``+workload=en 'workload.tasks=[chat-lines]' workload.path=/my/prompts.jsonl`` (relative paths: the current
+  directory first, then the repo root; set ``workload.language`` and ``workload.prompt_tokens=null`` as needed).
 - ``hf``: ``datasets.load_dataset(path, subset, split=split)`` and the column ``field`` — any hub or local
-  dataset (``+workload=en workload.source=hf workload.path=... workload.split=test workload.field=text``).
+  dataset (``+workload=en 'workload.tasks=[chat-lines]' workload.source=hf workload.path=... workload.split=test
+  workload.field=text``).
   The dataset config name is the key ``subset`` because ``name`` is the workload's own name.
 - ``mix``: the bundled files of ``languages``, interleaved so every language gets an equal share.
 
-Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts ask for. The default,
-``[chat-lines]``, is the prompts of ``source`` above (the bundled chat-line files); ``chat``, ``summarise``,
+Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts ask for. ``chat-lines`` is the
+prompts of ``source`` above (the bundled chat-line files, or the user's: only this task reads them), the default of
+every task but the bench (the main job: the six task sets, ``conf/task/bench.yaml``); ``chat``, ``summarise``,
 ``qa``, ``translate``, ``rewrite`` and ``code`` are the task sets of ``workloads/tasks/`` in the workload's
 language(s): ``+workload=it 'workload.tasks=[summarise,qa]'``. Several tasks (and languages) are interleaved so
 that every prefix of the workload holds each (language, task) in equal shares, each shuffled with the seed

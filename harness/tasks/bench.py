@@ -220,14 +220,14 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     rundir.METADATA.write(run_dir, metadata)
 
     def measure(part: list[Request], where: Path, done: Any = None,
-                methods: list[tuple[str, int]] | None = None) -> Grid:
+                methods: list[tuple[str, int]] | None = None, what: str = "measuring") -> Grid:
         def write(grid: Grid) -> None:
             _write(where, workload.name, settings, grid)
 
         return run_design(engine, part, methods or settings.methods(), settings.repeats,
                           lambda _label, gamma: make_policy(settings.policy, gamma),
                           block_prompts=settings.block_prompts, concurrency=settings.concurrency,
-                          warmup=settings.warmup, max_context=max_context, done=done, on_point=write)
+                          warmup=settings.warmup, max_context=max_context, done=done, on_point=write, what=what)
 
     fresh: list[Request] = []
     if settings.target_mde is None and settings.confirm_prompts is not None:  # keep the configured prompt count
@@ -235,7 +235,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         requests, fresh = (requests, []) if count is None else (requests[:count], requests[count:])
     if settings.target_mde is not None:
         pilot, requests = requests[:settings.pilot_prompts], requests[settings.pilot_prompts:]
-        plan = plan_prompts(measure(pilot, run_dir / "pilot"), settings, available=len(requests))
+        plan = plan_prompts(measure(pilot, run_dir / "pilot", what="pilot"), settings, available=len(requests))
         _write(run_dir / "pilot", workload.name, settings, Grid(), {"plan": plan})
         requests, fresh = requests[:plan["prompts"]], requests[plan["prompts"]:]
         rundir.METADATA.write(run_dir, {**metadata, "plan": plan})
@@ -253,7 +253,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     _write(run_dir, workload.name, settings, grid, final)
     if settings.confirm_prompts is not None:
         final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
-                                         lambda part, top: measure(part, run_dir / "confirm", methods=top))
+                                         lambda part, top: measure(part, run_dir / "confirm", methods=top,
+                                                                   what="confirmation"))
         _write(run_dir, workload.name, settings, grid, final)
 
     note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
@@ -377,11 +378,12 @@ def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: l
     for line in format_ranking(ranking, methods):
         log.info(line)
     if per_task:
-        log.info(format_task_table(per_task))
+        log.info("\n" + format_task_table(per_task))  # a blank line between the tables
     if answers is not None:
         from workloads.answers import warnings
 
-        log.info("what the target answered per task (ar, first repeat):\n%s", answers.to_string())
+        log.info("\nwhat the target answered per task (ar, first repeat):\n%s",
+                 answers.dropna(axis=1, how="all").to_string())  # e.g. draft_vocab_coverage of a full-vocabulary draft
         for line in warnings(answers):
             log.warning(line)
     conditions.warn_flagged(conditions.assess(points))

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from spectune import rundir
 from spectune.engine import proposers
@@ -29,6 +28,7 @@ from spectune.measure import requests_of
 from spectune.measure.prediction import by_task, price
 from spectune.options import as_list, integer
 from spectune.profile import check_profile, load_profile
+from spectune.progress import RunProgress
 from workloads.answers import answers_by_task, reading, warnings
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
     engine = setup.engine
     log.info("decoding %d prompts greedily (autoregressive, one at a time)", len(requests))
-    with tqdm(total=len(requests), desc="greedy", unit="req", leave=False) as bar:
-        finished = engine.run(requests, None, 1, on_finish=lambda _: bar.update()).requests
+    with RunProgress("greedy", len(requests)) as progress:
+        finished = engine.run(requests, None, 1, on_finish=lambda _: progress.advance()).requests
     records = {r.request_id: r for r in finished}
     outputs = [GreedyOutput(r.request_id, r.prompt_id, r.task, r.input_ids, records[r.request_id].output_ids,
                             r.max_new_tokens) for r in requests]

@@ -23,6 +23,15 @@ from spectune.engine import proposers
 
 
 @dataclass
+class WorkloadDefaults:
+    """``task.workload_defaults``: the workload keys a task measures by default (conf/workload/_bundled.yaml reads
+    them; a ``workload.*`` override wins)."""
+
+    tasks: Any = MISSING  # a task set or a list of them
+    num_prompts: int | None = MISSING
+
+
+@dataclass
 class BenchTask:
     name: str = MISSING
     warmup: int = MISSING
@@ -34,6 +43,7 @@ class BenchTask:
     target_mde: float | None = MISSING
     pilot_prompts: int | None = MISSING
     confirm_prompts: int | None = MISSING
+    workload_defaults: WorkloadDefaults = field(default_factory=WorkloadDefaults)
 
 
 @dataclass

@@ -151,7 +151,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             grid = run_design(engine, requests, bench.methods(), settings.repeats,
                               lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
                               block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
-                              max_context=max_context, on_point=write)
+                              max_context=max_context, on_point=write, what=f"tune {workload.name} c={c}")
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             per_task = task_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
@@ -164,7 +164,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             for line in format_ranking(ranking, methods):
                 log.info(line)
             if per_task:
-                log.info(format_task_table(per_task))
+                log.info("\n" + format_task_table(per_task))
             conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from spectune.engine.policy import DraftLengthPolicy
     from spectune.hardware import ExecutionPath
     from spectune.models.loading import ModelPair
+    from spectune.progress import RunProgress
     from spectune.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -168,13 +169,13 @@ def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> 
 
 # -- one point --------------------------------------------------------------------------------------------
 def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, label: str, gamma: int,
-                  *, concurrency: int, warmup: int, max_context: int | None, reset_policy: bool = True) -> Frames:
+                  *, concurrency: int, warmup: int, max_context: int | None, reset_policy: bool = True,
+                  progress: RunProgress | None = None) -> Frames:
     """``requests`` through ``engine`` with ``policy`` (None: autoregressive) at ``concurrency``, after ``warmup``
     requests of the same batch shape (compiled graphs); the request and cycle rows and the point's summary.
     ``reset_policy=False`` goes on with what ``policy`` learned before (a later block; no warm-up then, which
-    would teach it requests that are not measured)."""
-    from tqdm import tqdm
-
+    would teach it requests that are not measured). ``progress``: the run's one progress line, advanced per
+    finished request (a point, or a block of one prompt, opens no line of its own)."""
     check_fits(requests, gamma, max_context)
     if warmup and not reset_policy:
         raise ValueError("measure_point: a run that keeps the policy's state takes no warm-up (warmup=0)")
@@ -187,9 +188,8 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     # it every interleaved block paid a full walk of the loaded models' object graph (~0.1-0.5 s on 2 cores).
     gc.collect()
     gc.freeze()
-    with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
-        result = engine.run(requests, policy, concurrency, on_finish=lambda _: bar.update(),
-                            reset_policy=reset_policy)
+    result = engine.run(requests, policy, concurrency, reset_policy=reset_policy,
+                        on_finish=None if progress is None else lambda _: progress.advance())
     cyc = cycles_frame(result.cycles)
     req = with_acceptance(requests_frame(result.requests), cyc)
     summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
@@ -239,17 +239,21 @@ def _tag(frame: pd.DataFrame, repeat: int) -> pd.DataFrame:
 
 
 def run_points(points: list[Point], run_point: RunPoint, *, done: Any = None,
-               on_point: Callable[[Grid], None] | None = None) -> Grid:
+               on_point: Callable[[Grid], None] | None = None, progress: RunProgress | None = None) -> Grid:
     """Run (or take from ``done``, a resume.Completed) every point; a point that raises RuntimeError,
-    MemoryError or ValueError is recorded as failed and the others go on (bad input still stops)."""
+    MemoryError or ValueError is recorded as failed and the others go on (bad input still stops). ``progress``
+    counts the points (``run_point`` advances its requests)."""
     grid = Grid()
     for label, gamma, repeat in points:
         key = (label, repeat)
-        if done is not None and key in done:
+        resumed = done is not None and key in done
+        if resumed:
             log.info("resume: %s%s already complete, skipped", label, f" repeat {repeat}" if repeat else "")
             summary = done.summaries[key]
             grid.requests.append(done.requests[key])
             grid.cycles.append(done.cycles[key])
+            if progress is not None:
+                progress.skip(len(done.requests[key]), points=1)
         else:
             try:
                 req, cyc, summary = run_point(label, gamma)
@@ -262,6 +266,8 @@ def run_points(points: list[Point], run_point: RunPoint, *, done: Any = None,
                 log.error(f"grid point {label} failed (repeat {repeat}): {summary['error']}")
             summary = {**summary, "repeat": repeat}
         grid.points.append(summary)
+        if progress is not None and not resumed:
+            progress.point_done()
         if on_point is not None:
             on_point(grid)
     return grid

@@ -34,6 +34,7 @@ from spectune.engine.records import Request, summarise
 from spectune.errors import SpectuneError
 from spectune.measure import Frames, Grid, _tag
 from spectune.options import integer
+from spectune.progress import RunProgress
 from spectune.stats.compare import rotation
 
 log = logging.getLogger(__name__)
@@ -181,10 +182,11 @@ def merge_conditions(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
-                 max_context: int | None) -> BlockRun:
+                 max_context: int | None, progress: RunProgress | None = None) -> BlockRun:
     """A :data:`BlockRun` that measures a block with :func:`spectune.measure.measure_point`: the policy ``make(label,
     γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
-    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`)."""
+    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`), each finished
+    request counted on ``progress`` (the run's one line)."""
     from spectune.conditions import Window
     from spectune.measure import measure_point
 
@@ -196,21 +198,24 @@ def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: i
         with Window() as window:
             req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
                                               concurrency=concurrency, warmup=warmup if index == 0 else 0,
-                                              max_context=max_context, reset_policy=index == 0)
+                                              max_context=max_context, reset_policy=index == 0,
+                                              progress=progress)
         return req, cyc, {**summary, "conditions": window.record}
 
     return run
 
 
 def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[list[Request]],
-                    run_block: BlockRun, *, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
+                    run_block: BlockRun, *, done: Any = None, on_point: Callable[[Grid], None] | None = None,
+                    progress: RunProgress | None = None) -> Grid:
     """Every method on every block, block after block, ``repeats`` times; one merged point per (method, repeat).
 
     ``done`` (a resume.Completed) supplies whole repeats measured before: a repeat all of whose points it holds is
     taken from it, any other is measured whole (its blocks interleave its methods, so a part of it cannot be
     reused). ``on_point`` sees the grid after each point is added. A block that raises RuntimeError, MemoryError or
     ValueError fails its (method, repeat) point: the method's later blocks of that repeat are skipped and the
-    others go on (bad input, a SpectuneError, still stops)."""
+    others go on (bad input, a SpectuneError, still stops). ``progress`` counts the points as they are merged
+    (``run_block`` advances its requests)."""
     grid = Grid()
 
     def add(summary: dict[str, Any], frames: tuple[pd.DataFrame, pd.DataFrame] | None, repeat: int) -> None:
@@ -218,6 +223,8 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
             grid.requests.append(_tag(frames[0], repeat))
             grid.cycles.append(_tag(frames[1], repeat))
         grid.points.append({**summary, "repeat": repeat})
+        if progress is not None:
+            progress.point_done()
         if on_point is not None:
             on_point(grid)
 
@@ -230,6 +237,8 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
                 grid.requests.append(done.requests[key])
                 grid.cycles.append(done.cycles[key])
                 grid.points.append({**done.summaries[key], "repeat": repeat})
+                if progress is not None:
+                    progress.skip(len(done.requests[key]), points=1)
             continue
         parts: dict[str, list[Frames]] = {label: [] for label, _ in methods}
         failed: dict[str, str] = {}
@@ -256,19 +265,27 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
 
 def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, int]], repeats: int,
                make: Callable[[str, int], Any], *, block_prompts: int | None, concurrency: int, warmup: int,
-               max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
+               max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None,
+               what: str = "measuring") -> Grid:
     """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
     block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
     rotated order (:func:`spectune.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
-    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive)."""
+    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive). The run shows one progress line on
+    stderr, ``what`` its first word (:class:`spectune.progress.RunProgress`)."""
     from spectune.conditions import watched
     from spectune.measure import measure_point, run_points, schedule
 
-    if block_prompts is None:
-        def point(label: str, gamma: int) -> Frames:
-            return measure_point(engine, requests, make(label, gamma) if gamma else None, label, gamma,
-                                 concurrency=concurrency, warmup=warmup, max_context=max_context)
+    points = len(methods) * repeats
+    with RunProgress(what, points * len(requests), points=points) as progress:
+        if block_prompts is None:
+            def point(label: str, gamma: int) -> Frames:
+                return measure_point(engine, requests, make(label, gamma) if gamma else None, label, gamma,
+                                     concurrency=concurrency, warmup=warmup, max_context=max_context,
+                                     progress=progress)
 
-        return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point)
-    block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context)
-    return run_interleaved(methods, repeats, blocks_of(requests, block_prompts), block, done=done, on_point=on_point)
+            return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point,
+                              progress=progress)
+        block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context,
+                             progress=progress)
+        return run_interleaved(methods, repeats, blocks_of(requests, block_prompts), block, done=done,
+                               on_point=on_point, progress=progress)
