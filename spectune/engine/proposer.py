@@ -35,6 +35,7 @@ class DraftProposer:
     reports = frozenset(DRAFT_SIGNALS)  # the signals its step computes when asked (a model draft has no match)
 
     def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
+        # ``sampling``: the batch's law, one setting or one per slot (RowSampling); the session replaces it
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
         self.vocab_size = vocab_size
         # A head that declares its support (spectune.models.draft_vocab.ScatterHead): q is 0 outside those ids, so
