@@ -237,7 +237,9 @@ class Session:
 
     def _set_law(self) -> None:
         """The batch's law from its busy slots' settings, handed to the scorer and to a draft model's proposer (a
-        model-free draft proposes point masses and warps nothing). Host work only, and only when a slot changed."""
+        model-free draft proposes point masses and warps nothing). Host work only, and only when a slot changed.
+        Untimed so far: the per-row path's cost (a divide, a sort where any row filters, a where on greedy rows, per
+        warp) is what a run of mixed requests against the same requests sharing one setting would show."""
         self._law_stale = False
         self.slot_sampling = tuple(self.request_sampling[s.request_id] if s is not None else None for s in self.slots)
         busy = [s for s in self.slot_sampling if s is not None]
