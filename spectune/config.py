@@ -76,6 +76,9 @@ class WorkloadConfig:
     task_prompt_tokens: list[int] | None = MISSING
     task_max_new_tokens: int | None = MISSING
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)  # `field` is a key here
+    sampling_mix: Any = MISSING  # null or a list of {temperature, share[, top_k, top_p]} (workloads/regimes.py)
+    phases: Any = MISSING  # null or a list of phases (workloads/regimes.py checks their keys)
+    phase_order: str = MISSING  # listed or shuffled
     seed: int = MISSING
     name: str = MISSING
     language: str = MISSING

@@ -16,6 +16,7 @@ from spectune.errors import SpectuneError
 from spectune.measure import Models, load_models, open_engine
 from spectune.metadata import base_metadata
 from workloads.loader import Workload, load_workload
+from workloads.regimes import refuse_phases
 from workloads.task_sets import check_workload
 
 
@@ -46,6 +47,7 @@ def open_setup(cfg: Any, task: str) -> Setup:
     if not cfg.get("workload"):
         raise SpectuneError(f"task={task} needs a workload: add +workload=it|en|zh|es|mix")
     check_workload(cfg.workload)  # task selection errors before any model loads
+    refuse_phases(cfg.workload, f"task={task}")
     models = models_of(cfg)
     workload = load_workload(cfg.workload, models.tokenizer)
     engine = engine_of(cfg, models, workload.sampling)

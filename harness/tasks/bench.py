@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,13 @@ from spectune.measure import (
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.metadata import base_metadata
 from spectune.options import integer
+from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from spectune.stats.compare import AA_LABEL, throughput_units
 from spectune.stats.goodput import parse_slo
 from spectune.stats.intervals import paired_ratio_interval
 from spectune.stats.units import unit_size_of, units_needed
+from workloads.regimes import check_regimes
 from workloads.task_sets import CHAT_LINES
 
 log = logging.getLogger(__name__)
@@ -69,11 +72,17 @@ class BenchSettings:
     target_mde: float | None = None  # plan the prompts from a pilot so the run resolves this speedup (0.03: 3%)
     pilot_prompts: int = 8  # the pilot's prompts (never reused by the planned run)
     confirm_prompts: int | None = None  # confirm the top estimate against AR on this many fresh prompts
+    phases: dict[str, int] | None = None  # workload.phases: each phase's concurrency, in run order (closed loop)
+
+    @property
+    def batch(self) -> int:
+        """The concurrency units and blocks are sized by: every phase's divides it (no phases: ``concurrency``)."""
+        return math.lcm(*self.phases.values()) if self.phases else self.concurrency
 
     @property
     def unit_size(self) -> int:
         """Prompts per independent unit of the intervals (spectune.measure.unit_size_of)."""
-        return unit_size_of(self.concurrency, self.block_prompts)
+        return unit_size_of(self.batch, self.block_prompts)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
@@ -108,13 +117,22 @@ class BenchSettings:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
                                 "the A/A spread of the AR baseline")
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
-        block = block_size(t.block_prompts, "task.block_prompts", [c], f"concurrency={c}")
+        phases = {p.name: p.concurrency for p in check_regimes(cfg.get("workload")).phases} or None
+        if phases and rate is not None:
+            raise SpectuneError(f"request_rate={rate} is invalid with workload.phases: phases run in a closed loop "
+                                "(request_rate=null)")
+        batch = math.lcm(*phases.values()) if phases else c
+        against = "workload.phases' concurrencies" if phases else f"concurrency={c}"
+        block = block_size(t.block_prompts, "task.block_prompts", list(phases.values()) if phases else [c], against)
         design = design_option(t.design, "task.design", block, rate)
-        unit = unit_size_of(c, block_for(design, block, c))
+        unit = unit_size_of(batch, block_for(design, block, batch))
         target, pilot = _planning(t, bool(cfg.get("resume")), unit)
         confirm = _confirming(t, unit)
+        if phases and (target is not None or confirm is not None):
+            raise SpectuneError("task.target_mde and task.confirm_prompts are invalid with workload.phases: each "
+                                "phase's token_budget decides its prompts (set both to null)")
         return cls(gammas, t.baseline, policy, c, rate, f.burstiness, t.warmup, repeats, t.noise_floor, slo,
-                   block_for(design, block, c), design, target, pilot, confirm)
+                   block_for(design, block, batch), design, target, pilot, confirm, phases)
 
     def methods(self) -> list[tuple[str, int]]:
         """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
@@ -180,7 +198,13 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
                                 f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
                                 "shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                arrival, prompt.task))
+                                arrival, prompt.task, prompt.sampling, prompt.phase))
+    if settings.phases:  # a unit of the intervals never spans two phases
+        for name, count in Counter(r.phase for r in requests).items():
+            if count % settings.unit_size:
+                raise SpectuneError(f"workload.phases: phase {name!r} has {count} requests, not a multiple of the "
+                                    f"unit ({settings.unit_size} prompts): raise its token_budget to a multiple of "
+                                    f"{settings.unit_size} x max_new_tokens ({workload.max_new_tokens})")
     return requests
 
 
@@ -227,7 +251,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         return run_design(engine, part, methods or settings.methods(), settings.repeats,
                           lambda _label, gamma: make_policy(settings.policy, gamma),
                           block_prompts=settings.block_prompts, concurrency=settings.concurrency,
-                          warmup=settings.warmup, max_context=max_context, done=done, on_point=write, what=what)
+                          warmup=settings.warmup, max_context=max_context, done=done, on_point=write, what=what,
+                          phases=settings.phases)
 
     fresh: list[Request] = []
     if settings.target_mde is None and settings.confirm_prompts is not None:  # keep the configured prompt count
@@ -248,6 +273,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     answers = target_answers(grid, models, workload.max_new_tokens)
     if per_task is not None:
         final["by_task"] = per_task
+    per_phase = by_phase(grid.frames()[0])
+    if per_phase:
+        final["by_phase"] = per_phase
     if answers is not None:
         final["answers_by_task"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
@@ -258,10 +286,15 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         _write(run_dir, workload.name, settings, grid, final)
 
     note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
+    batch = (f"phases={','.join(f'{n}(c{c})' for n, c in settings.phases.items())}" if settings.phases
+             else f"concurrency={settings.concurrency}")
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
-             f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
+             f"{batch}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
     _log_table(methods, ranking, grid.points, per_task, answers)
+    if per_phase:
+        log.info("per phase (each phase's own span; speed-up over ar in the same phase, a point estimate):\n%s",
+                 format_phase_table(per_phase))
     log.info(f"results: {run_dir}")
     return _exit_code(methods)
 

@@ -47,6 +47,7 @@ from spectune.progress import RunProgress
 from spectune.stats.compare import AA_LABEL, throughput_units
 from spectune.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
 from spectune.stats.units import speedup_interval, unit_size_of, units_of
+from workloads.regimes import refuse_phases
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = CoverageSettings.from_cfg(cfg)
+    refuse_phases(cfg.workload, "task=coverage")
     if settings.worker is not None:
         return _worker(cfg, run_dir, settings)
     return _parent(cfg, run_dir, settings)

@@ -45,6 +45,10 @@ def check_greedy_lookup(cfg: DictConfig) -> None:
     if float(temperature) != 0:
         raise SpectuneError(f"workload.sampling.temperature={temperature} is out of range for task=predict: its "
                             "replay is exact for greedy decoding only; allowed: 0")
+    mix = cfg.workload.get("sampling_mix") if cfg.get("workload") else None
+    if mix and any(float(entry.get("temperature", 0)) != 0 for entry in mix):
+        raise SpectuneError("workload.sampling_mix has a temperature above 0, out of range for task=predict: its "
+                            "replay is exact for greedy decoding only; allowed: null or temperature 0 throughout")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:

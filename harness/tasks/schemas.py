@@ -142,6 +142,7 @@ class VerifyReal:
     engine_concurrency: int = MISSING
     engine_gamma: int = MISSING
     engine_conditions: int = MISSING
+    engine_mix: Any = MISSING  # null or a list of {temperature[, top_k, top_p]}: the engine level on a mixed batch
 
 
 @dataclass

@@ -41,6 +41,7 @@ from spectune.metadata import base_metadata
 from spectune.options import as_list, integer
 from spectune.stats.goodput import parse_slo
 from spectune.vllm_export import vllm_form
+from workloads.regimes import refuse_phases
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = TuneSettings.from_cfg(cfg)
+    refuse_phases(cfg.workload, "task=tune")
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     from workloads.loader import load_workload  # heavy imports only once the config is valid
     from workloads.setup import engine_of, models_of

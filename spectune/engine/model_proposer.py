@@ -28,6 +28,7 @@ class DraftProposer:
     first_draft = None  # no shadow acceptance test: a model draft has no chain to test without drafting
 
     def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
+        # ``sampling``: the batch's law, one setting or one per slot (RowSampling); the session replaces it
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
         self.vocab_size = vocab_size
         # A head that declares its support (spectune.models.draft_vocab.ScatterHead): q is 0 outside those ids, so

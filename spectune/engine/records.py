@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from spectune.sampling import SamplingParams
+
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "numpy.percentile, method='linear'"
 DEFAULT_TASK = "chat-lines"  # workloads.task_sets.CHAT_LINES: the bundled dialogue lines, and the task of old runs
@@ -25,6 +27,8 @@ class Request:
     closed-loop client that sends the request when a slot frees, so its latency excludes queueing.
     ``task`` is what the prompt asks for (``workloads.task_sets``: chat-lines, chat, summarise, ...), carried into
     its record so that a run's tables can be broken down per task.
+    ``sampling`` is the request's own temperature, top-k and top-p (None: the engine's, a workload's settings), and
+    ``phase`` the workload phase it belongs to (None: a workload without phases); both go into its record.
     """
 
     request_id: int
@@ -34,6 +38,8 @@ class Request:
     max_new_tokens: int
     arrival_s: float | None = None
     task: str = DEFAULT_TASK
+    sampling: SamplingParams | None = None
+    phase: str | None = None
 
 
 @dataclass
@@ -44,6 +50,10 @@ class RequestRecord:
     prompt_tokens: int
     arrival_s: float | None
     task: str = DEFAULT_TASK
+    temperature: float | None = None  # the settings the request was sampled with (its own, or the engine's)
+    top_k: int | None = None
+    top_p: float | None = None
+    phase: str | None = None
     admitted_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
@@ -51,6 +61,13 @@ class RequestRecord:
     token_times_s: list[float] = field(default_factory=list)  # emission time of every output token
     status: str = "ok"
     error: str | None = None
+
+    @classmethod
+    def of(cls, request: Request, sampling: SamplingParams) -> RequestRecord:
+        """A request's record before it runs: who it is, and the settings it samples with (its own or the engine's)."""
+        return cls(request.request_id, request.prompt_id, request.language, len(request.input_ids), request.arrival_s,
+                   request.task, temperature=float(sampling.temperature), top_k=int(sampling.top_k),
+                   top_p=float(sampling.top_p), phase=request.phase)
 
     @property
     def output_tokens(self) -> int:

@@ -15,8 +15,15 @@ every row; the draft catches up on those tokens in its next first step (the prop
 
 Randomness is keyed by (seed, stream, request, position) (``randomness.py``), so a cycle's outcome at
 γ = k is the same whatever γ was chosen, and two policies run on the same requests are paired.
+
 Every clock read synchronises the device; inside a cycle the only host sync is reading the verdict
 (plus one per draft step for policies that stop rows early).
+
+Each request samples with its own settings (``Request.sampling``; None: the engine's). The batch's law is one
+:class:`~spectune.sampling.SamplingParams` while every busy row shares its settings (the path a uniform batch has
+always taken: no per-row tensor) and a :class:`~spectune.sampling.RowSampling` while they differ; it is rebuilt
+only when a slot's request changes, and both models' laws, every draw and so the exact rejection sampler (which
+works row by row on the laws it is given) follow each row's own settings.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from spectune.engine.proposer import EngineParts, Proposal, Proposer
 from spectune.engine.randomness import KeyedUniforms
 from spectune.engine.records import CycleRecord, Request, RequestRecord
 from spectune.engine.scorer import TargetScorer
-from spectune.sampling import draw
+from spectune.sampling import RowSampling, SamplingParams, batch_sampling, draw, select_rows
 
 DRAFT_BLOCK = 8  # draft uniforms gathered at a cycle's first step (widened when the cycle drafts deeper)
 
@@ -117,14 +124,18 @@ class Session:
         self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size, keep_features=features)
         self.proposer: Proposer | None = proposer_for(engine, concurrency) if self.speculative else None
-        self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
+        self.request_sampling = {r.request_id: r.sampling or engine.sampling for r in requests}
+        # Greedy draws need no random numbers; one request that samples needs the tables (greedy rows ignore them).
+        sampled = any(not s.greedy for s in self.request_sampling.values()) if requests else not engine.sampling.greedy
+        self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=sampled)
         if policy is not None and reset_policy:
             policy.reset()
         self.memory = MemoryTracker(self.device)
         self.waiting = deque(sorted(requests, key=lambda r: (r.arrival_s or 0.0, r.request_id)))
-        self.records = {r.request_id: RequestRecord(r.request_id, r.prompt_id, r.language, len(r.input_ids),
-                                                    r.arrival_s, r.task) for r in requests}
+        self.records = {r.request_id: RequestRecord.of(r, self.request_sampling[r.request_id]) for r in requests}
         self.slots: list[Request | None] = [None] * concurrency
+        self.slot_sampling: tuple[SamplingParams | None, ...] = (None,) * concurrency  # each busy slot's settings
+        self._law_stale = False  # a slot's request changed since the batch's law was built
         self.last = torch.zeros(concurrency, dtype=torch.long, device=self.device)
         self.position = torch.zeros(concurrency, dtype=torch.long, device=self.device)  # tokens emitted per row
         self.cycles: list[CycleRecord] = []
@@ -149,6 +160,7 @@ class Session:
         record = self.records[self.slots[row].request_id]
         record.finish_s = when
         self.slots[row] = None
+        self._law_stale = True
         self.scorer.kv.clear(row)
         if self.proposer is not None:
             self.proposer.clear(row)
@@ -181,6 +193,8 @@ class Session:
                     record.arrival_s = now
                 self.keys.load(row, request.request_id, request.max_new_tokens)
                 admitted.append(row)
+        if admitted or self._law_stale:
+            self._set_law()
         if not admitted:
             return admitted
         prompts = [self.slots[row].input_ids for row in admitted]
@@ -190,7 +204,7 @@ class Session:
                                   limits=[self.slots[row].max_new_tokens for row in admitted])
         rows = torch.tensor(admitted, device=self.device)
         position0 = torch.zeros(self.batch, dtype=torch.long, device=self.device)
-        first = draw(first_laws, self.sampling, uniforms=self.keys.at("target", position0)[rows])
+        first = draw(first_laws, select_rows(self.sampling, admitted), uniforms=self.keys.at("target", position0)[rows])
         self.last[rows] = first
         self.position[rows] = 1
         when = self.clock.now() - self.start
@@ -198,6 +212,21 @@ class Session:
             self.records[self.slots[row].request_id].first_token_s = when
             self._emit(row, [token], when)
         return admitted
+
+    def _set_law(self) -> None:
+        """The batch's law from its busy slots' settings, handed to the scorer and to a draft model's proposer (a
+        model-free draft proposes point masses and warps nothing). Host work only, and only when a slot changed.
+        Untimed so far: the per-row path's cost (a divide, a sort where any row filters, a where on greedy rows, per
+        warp) is what a run of mixed requests against the same requests sharing one setting would show."""
+        self._law_stale = False
+        self.slot_sampling = tuple(self.request_sampling[s.request_id] if s is not None else None for s in self.slots)
+        busy = [s for s in self.slot_sampling if s is not None]
+        law = batch_sampling(busy) if busy else self.engine.sampling
+        if isinstance(law, RowSampling):  # idle slots take any law: they are never verified
+            law = RowSampling.of([s or self.engine.sampling for s in self.slot_sampling], self.device)
+        self.sampling = self.scorer.sampling = law
+        if self.proposer is not None and hasattr(self.proposer, "sampling"):
+            self.proposer.sampling = law
 
     # -- one cycle, phase by phase ----------------------------------------------------------------------
     @torch.inference_mode()
@@ -265,7 +294,8 @@ class Session:
 
     def draft_state(self, signals: dict[str, torch.Tensor]) -> DraftStep:
         return DraftStep(step=self.proposer.gamma - 1, active=self.proposer.running, context_length=self._context,
-                         batch_size=self.batch, **{k: v for k, v in signals.items() if k not in ("x", "q")})
+                         batch_size=self.batch, busy_rows=len(self._rows), sampling=self.slot_sampling,
+                         **{k: v for k, v in signals.items() if k not in ("x", "q")})
 
     @torch.inference_mode()
     def verify(self, gamma: int | None = None, shadow: bool = False) -> CycleOutcome:
@@ -367,8 +397,12 @@ class Session:
         start = clock()
         rows = list(self._rows)
         context = self._context.tolist() if policy.reads_context else None  # a host read, only when asked for
-        policy.before_cycle(rows, [self.slots[row].request_id for row in rows],
-                            [context[row] for row in rows] if context is not None else None)
+        ids = [self.slots[row].request_id for row in rows]
+        contexts = [context[row] for row in rows] if context is not None else None
+        if policy.reads_sampling:  # host-side settings the session holds already: no device read
+            policy.before_cycle(rows, ids, contexts, sampling=[self.slot_sampling[row] for row in rows])
+        else:
+            policy.before_cycle(rows, ids, contexts)
         gamma = policy.begin_cycle(len(self._rows))
         outside = clock() - start
         inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)

@@ -141,8 +141,10 @@ def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: in
 
 
 def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
-    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``task``), in order."""
-    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, task=p.task)
+    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``task``, and its own ``sampling``
+    and ``phase`` where it has them), in order."""
+    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, task=p.task,
+                    sampling=getattr(p, "sampling", None), phase=getattr(p, "phase", None))
             for i, p in enumerate(prompts)]
 
 
@@ -180,9 +182,7 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     if warmup and not reset_policy:
         raise ValueError("measure_point: a run that keeps the policy's state takes no warm-up (warmup=0)")
     if warmup:
-        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens, task=r.task)
-                for i, r in enumerate(requests[:warmup])]
-        engine.run(warm, policy, concurrency)
+        warm_up(engine, requests, policy, concurrency, warmup)
     # Garbage left by the previous point is collected now, not inside this point's timing; what survives is frozen
     # (gc.freeze), so that a later collection, here or inside a timed run, walks only objects made since. Without
     # it every interleaved block paid a full walk of the loaded models' object graph (~0.1-0.5 s on 2 cores).
@@ -198,6 +198,14 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     req.insert(1, "gamma", gamma)
     cyc.insert(0, "method", label)  # cycles carry their own per-cycle `gamma` (the policy's choice)
     return req, cyc, summary
+
+
+def warm_up(engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
+            count: int) -> None:
+    """Generate the first ``count`` requests (with their settings) at ``concurrency`` and discard them: the batch
+    shapes a measured run will use are compiled (and cached) before it starts."""
+    warm = [replace(r, request_id=-1 - i, prompt_id="warmup", arrival_s=None) for i, r in enumerate(requests[:count])]
+    engine.run(warm, policy, concurrency)
 
 
 # -- repeats ----------------------------------------------------------------------------------------------

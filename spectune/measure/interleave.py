@@ -15,6 +15,12 @@ its state from block to block of a repeat (the caller builds it once per point a
 run. At concurrency > 1 each block drains its batch before the next starts (a block of ``k·concurrency``
 prompts keeps that tail small); at concurrency 1 a block changes nothing but when a prompt runs.
 
+A workload in phases (``workload.phases``: each its own concurrency) runs phase by phase inside every point: its
+requests come in run order, each tagged with its phase; a block never straddles two phases and runs at its phase's
+concurrency; in the blocked design a point is its phases run one after the other, merged like blocks. The policy
+keeps its state across phases (a controller must see the shift to react to it), and the warm-up before a point's
+first phase runs at every phase's concurrency.
+
 The order of the methods on each block follows a Williams design, not a rotation. A run leaves the process in
 some state: the allocator, the caches, garbage to collect. Under a rotation each method always follows the same
 predecessor, so that carry-over stays fixed on one method. Measured with a rotation on smollm2: AR against
@@ -25,7 +31,7 @@ itself, run right after AR, +4.6% [+1.8, +11.6]. Garbage is also collected befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -181,28 +187,76 @@ def merge_conditions(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+Phases = Mapping[str, int]  # a phased workload: each phase's name -> its concurrency
+
+
+def by_phase(requests: list[Request]) -> list[tuple[str | None, list[Request]]]:
+    """``requests`` cut where their phase changes (in run order; one part when they have no phases)."""
+    parts: list[tuple[str | None, list[Request]]] = []
+    for request in requests:
+        if not parts or parts[-1][0] != request.phase:
+            parts.append((request.phase, []))
+        parts[-1][1].append(request)
+    return parts
+
+
+def phase_blocks(requests: list[Request], size: int | None, phases: Phases) -> list[list[Request]]:
+    """Each phase's requests cut into blocks of ``size`` (None: one batch of the phase's concurrency)."""
+    return [block for name, part in by_phase(requests) for block in blocks_of(part, size or phases[name])]
+
+
+def _warm_shapes(engine: Any, requests: list[Request], policy: Any, warmup: int, phases: Phases | None,
+                 measured: int) -> None:
+    """Before a point's first phase: warm-up at every other phase's concurrency (``measured``'s is warmed up by
+    :func:`spectune.measure.measure_point` itself)."""
+    from spectune.measure import warm_up
+
+    for concurrency in sorted(set((phases or {}).values()) - {measured}):
+        warm_up(engine, requests, policy, concurrency, warmup)
+
+
 def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
-                 max_context: int | None, progress: RunProgress | None = None) -> BlockRun:
+                 max_context: int | None, progress: RunProgress | None = None,
+                 phases: Phases | None = None) -> BlockRun:
     """A :data:`BlockRun` that measures a block with :func:`spectune.measure.measure_point`: the policy ``make(label,
     γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
     the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`), each finished
-    request counted on ``progress`` (the run's one line)."""
+    request counted on ``progress`` (the run's one line). With ``phases`` a block runs at its phase's concurrency."""
     from spectune.conditions import Window
     from spectune.measure import measure_point
 
     policies: dict[tuple[str, int], Any] = {}
 
     def run(label: str, gamma: int, repeat: int, index: int, part: list[Request]) -> Frames:
+        batch = phases[part[0].phase] if phases else concurrency
         if index == 0:
             policies[label, repeat] = make(label, gamma) if gamma else None
+            if warmup:
+                _warm_shapes(engine, part, policies[label, repeat], warmup, phases, batch)
         with Window() as window:
             req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
-                                              concurrency=concurrency, warmup=warmup if index == 0 else 0,
+                                              concurrency=batch, warmup=warmup if index == 0 else 0,
                                               max_context=max_context, reset_policy=index == 0,
                                               progress=progress)
         return req, cyc, {**summary, "conditions": window.record}
 
     return run
+
+
+def phase_point(engine: Any, requests: list[Request], policy: Any, label: str, gamma: int, *, phases: Phases,
+                warmup: int, max_context: int | None, progress: RunProgress | None = None) -> Frames:
+    """One point of a phased workload in the blocked design: its phases one after the other, each at its
+    concurrency, the policy carried from phase to phase; merged into one run (:func:`merge_blocks`)."""
+    from spectune.measure import measure_point
+
+    parts = by_phase(requests)
+    if warmup:
+        _warm_shapes(engine, requests, policy, warmup, phases, phases[parts[0][0]])
+    frames = [measure_point(engine, part, policy, label, gamma, concurrency=phases[name],
+                            warmup=warmup if index == 0 else 0, max_context=max_context, reset_policy=index == 0,
+                            progress=progress)
+              for index, (name, part) in enumerate(parts)]
+    return merge_blocks(frames)
 
 
 def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[list[Request]],
@@ -266,12 +320,14 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
 def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, int]], repeats: int,
                make: Callable[[str, int], Any], *, block_prompts: int | None, concurrency: int, warmup: int,
                max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None,
-               what: str = "measuring") -> Grid:
+               what: str = "measuring", phases: Phases | None = None) -> Grid:
     """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
     block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
     rotated order (:func:`spectune.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
-    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive). The run shows one progress line on
-    stderr, ``what`` its first word (:class:`spectune.progress.RunProgress`)."""
+    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive). ``phases`` (each phase's concurrency,
+    the requests tagged with their phase in run order): every point runs phase by phase, and ``concurrency`` is
+    not read. The run shows one progress line on stderr, ``what`` its first word
+    (:class:`spectune.progress.RunProgress`)."""
     from spectune.conditions import watched
     from spectune.measure import measure_point, run_points, schedule
 
@@ -279,13 +335,16 @@ def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, in
     with RunProgress(what, points * len(requests), points=points) as progress:
         if block_prompts is None:
             def point(label: str, gamma: int) -> Frames:
-                return measure_point(engine, requests, make(label, gamma) if gamma else None, label, gamma,
-                                     concurrency=concurrency, warmup=warmup, max_context=max_context,
-                                     progress=progress)
+                policy = make(label, gamma) if gamma else None
+                if phases:
+                    return phase_point(engine, requests, policy, label, gamma, phases=phases, warmup=warmup,
+                                       max_context=max_context, progress=progress)
+                return measure_point(engine, requests, policy, label, gamma, concurrency=concurrency,
+                                     warmup=warmup, max_context=max_context, progress=progress)
 
             return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point,
                               progress=progress)
         block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context,
-                             progress=progress)
-        return run_interleaved(methods, repeats, blocks_of(requests, block_prompts), block, done=done,
-                               on_point=on_point, progress=progress)
+                             progress=progress, phases=phases)
+        blocks = phase_blocks(requests, block_prompts, phases) if phases else blocks_of(requests, block_prompts)
+        return run_interleaved(methods, repeats, blocks, block, done=done, on_point=on_point, progress=progress)
