@@ -18,7 +18,7 @@ import torch
 from spectune.engine.kv import SlotKV, prefill_slots
 from spectune.engine.policy import DRAFT_SIGNALS, draft_signals
 from spectune.engine.proposer import Proposal
-from spectune.sampling import SamplingParams, draw, warp
+from spectune.sampling import RowSampling, SamplingParams, draw, warp
 
 
 class DraftProposer:
@@ -145,6 +145,10 @@ class DraftProposer:
         self.pending = torch.cat([self.pending, last.unsqueeze(1)], dim=1)
         self.pending_valid = torch.cat([self.pending_valid, active.unsqueeze(1)], dim=1)
         self.any_pending = True
+
+    def use_sampling(self, sampling: SamplingParams | RowSampling) -> None:
+        """Warp the next steps' laws with ``sampling`` (one setting, or one per slot)."""
+        self.sampling = sampling
 
     def clear(self, row: int) -> None:
         self.kv.clear(row)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from spectune.engine.clock import DeviceClock
     from spectune.engine.kv import SlotKV
-    from spectune.sampling import SamplingParams
+    from spectune.sampling import RowSampling, SamplingParams
     from spectune.sampling.rejection import RejectionSampler
 
 
@@ -113,6 +113,10 @@ class Proposer(Protocol):
 
     def clear(self, row: int) -> None:
         """The request in slot ``row`` has finished: forget it."""
+
+    def use_sampling(self, sampling: SamplingParams | RowSampling) -> None:
+        """The batch's law changed (a slot took a request with other settings): a draft that samples warps its laws
+        with it from the next step on; a draft of point masses warps nothing and ignores it."""
 
 
 class EngineParts(Protocol):

@@ -225,8 +225,8 @@ class Session:
         if isinstance(law, RowSampling):  # idle slots take any law: they are never verified
             law = RowSampling.of([s or self.engine.sampling for s in self.slot_sampling], self.device)
         self.sampling = self.scorer.sampling = law
-        if self.proposer is not None and hasattr(self.proposer, "sampling"):
-            self.proposer.sampling = law
+        if self.proposer is not None:
+            self.proposer.use_sampling(law)
 
     # -- one cycle, phase by phase ----------------------------------------------------------------------
     @torch.inference_mode()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -94,6 +94,9 @@ class ChainProposer:
             self.budget[row] = (limits[i] - 1) if limits is not None else 1 << 30
         for row in rows:
             self.source.reset(row)
+
+    def use_sampling(self, sampling: Any) -> None:
+        """A point mass is the same law at any setting: nothing to warp."""
 
     def clear(self, row: int) -> None:
         self.history[row] = []
