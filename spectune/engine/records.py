@@ -7,12 +7,13 @@ Field names follow vLLM's `bench serve` where it has them. Percentiles use numpy
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from spectune.sampling import SamplingParams
+if TYPE_CHECKING:
+    from spectune.sampling import SamplingParams
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "numpy.percentile, method='linear'"
