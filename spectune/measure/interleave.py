@@ -25,14 +25,16 @@ itself, run right after AR, +4.6% [+1.8, +11.6]. Garbage is also collected befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from spectune.engine.records import Request, summarise
+from spectune.engine.records import Request, add_counters, summarise
 from spectune.errors import SpectuneError
 from spectune.measure import Frames, Grid, _tag
+from spectune.methods import Method
 from spectune.options import integer
 from spectune.stats.compare import rotation
 
@@ -151,8 +153,11 @@ def merge_blocks(parts: list[Frames]) -> Frames:
     req = pd.concat(requests, ignore_index=True)
     cyc = pd.concat(cycles, ignore_index=True)
     first = parts[0][2]
+    counters = add_counters([p[2].get("engine_counters") for p in parts])
     summary = {"method": first["method"], "gamma": first["gamma"], "status": "ok", "blocks": len(parts),
-               **summarise(req, cyc)}
+               **summarise(req, cyc, counters)}
+    if counters is not None:
+        summary["engine_counters"] = counters
     for key, value in first.items():  # peak memory: the highest block's
         if key.startswith("peak_") and all(key in p[2] for p in parts):
             summary[key] = max(p[2][key] for p in parts)
@@ -180,23 +185,17 @@ def merge_conditions(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
-                 max_context: int | None) -> BlockRun:
-    """A :data:`BlockRun` that measures a block with :func:`spectune.measure.measure_point`: the policy ``make(label,
-    γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
-    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`)."""
+def block_runner(engine: Any, methods: Mapping[str, Method], *, concurrency: int, warmup: int) -> BlockRun:
+    """A :data:`BlockRun` that measures a block on ``engine`` (a :class:`~spectune.engines.base.MeasuringEngine`):
+    the method of a label from ``methods``, its first block of a repeat ``first_block`` (a policy starts afresh, a
+    server starts clean) with the warm-up before it, its later blocks going on from there; each block's conditions
+    recorded (merged per point by :func:`merge_blocks`)."""
     from spectune.conditions import Window
-    from spectune.measure import measure_point
-
-    policies: dict[tuple[str, int], Any] = {}
 
     def run(label: str, gamma: int, repeat: int, index: int, part: list[Request]) -> Frames:
-        if index == 0:
-            policies[label, repeat] = make(label, gamma) if gamma else None
         with Window() as window:
-            req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
-                                              concurrency=concurrency, warmup=warmup if index == 0 else 0,
-                                              max_context=max_context, reset_policy=index == 0)
+            req, cyc, summary = engine.measure(part, methods[label], concurrency=concurrency,
+                                               warmup=warmup if index == 0 else 0, first_block=index == 0)
         return req, cyc, {**summary, "conditions": window.record}
 
     return run
@@ -254,21 +253,41 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
     return grid
 
 
-def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, int]], repeats: int,
-               make: Callable[[str, int], Any], *, block_prompts: int | None, concurrency: int, warmup: int,
-               max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
-    """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
-    block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
-    rotated order (:func:`spectune.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
-    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive)."""
+def run_design(engine: Any, requests: list[Request], methods: Sequence[Method], repeats: int, *,
+               block_prompts: int | None, concurrency: int, warmup: int, done: Any = None,
+               on_point: Callable[[Grid], None] | None = None) -> Grid:
+    """Every method of ``methods`` on ``requests``, ``repeats`` times, on ``engine`` (any
+    :class:`~spectune.engines.base.MeasuringEngine`: spectune's own, or a server per method), in the run's
+    design: interleaved block by block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on
+    all prompts at once in the rotated order (:func:`spectune.measure.run_points`), every point's conditions
+    recorded."""
     from spectune.conditions import watched
-    from spectune.measure import measure_point, run_points, schedule
+    from spectune.measure import run_points, schedule
 
+    by_label = {m.label: m for m in methods}
+    if len(by_label) != len(methods):
+        raise SpectuneError(f"two methods share a label: {[m.label for m in methods]}")
+    pairs = [(m.label, m.gamma) for m in methods]
     if block_prompts is None:
         def point(label: str, gamma: int) -> Frames:
-            return measure_point(engine, requests, make(label, gamma) if gamma else None, label, gamma,
-                                 concurrency=concurrency, warmup=warmup, max_context=max_context)
+            return engine.measure(requests, by_label[label], concurrency=concurrency, warmup=warmup, first_block=True)
 
-        return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point)
-    block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context)
-    return run_interleaved(methods, repeats, blocks_of(requests, block_prompts), block, done=done, on_point=on_point)
+        return run_points(schedule(pairs, repeats), watched(point), done=done, on_point=on_point)
+    block = block_runner(engine, by_label, concurrency=concurrency, warmup=warmup)
+    return run_interleaved(pairs, repeats, blocks_of(requests, block_prompts), block, done=done, on_point=on_point)
+
+
+def as_method(label: str, gamma: int, settings: Mapping[str, Any] | None = None) -> Method:
+    """The method a (label, γ) pair of a task names: the label parsed where it is one (``ar``, ``fixed:gamma=4``),
+    else a method tagged with it (a learned policy's own name, a duplicate such as ``fixed:gamma=4#2``), its name
+    the policy's (``settings["name"]``). ``settings``: the policy node."""
+    node = dict(settings or {})
+    try:
+        parsed = Method.parse(label)
+    except SpectuneError:
+        parsed = None
+    if parsed is not None and parsed.gamma == gamma:
+        return replace(parsed, settings=node)
+    if gamma == 0:
+        return Method(tag=label, settings=node)
+    return Method(str(node.get("name") or label), gamma, settings=node, tag=label)
