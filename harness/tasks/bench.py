@@ -267,7 +267,8 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
         plan = plan_prompts(measure(pilot, run_dir / "pilot"), settings, available=len(requests))
         _write(run_dir / "pilot", workload.name, settings, Grid(), {"plan": plan})
         requests, fresh = requests[:plan["prompts"]], requests[plan["prompts"]:]
-        rundir.METADATA.write(run_dir, {**metadata, "plan": plan})
+        metadata["plan"] = plan
+        rundir.METADATA.write(run_dir, metadata)
     grid = measure(requests, run_dir, done)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
     tp = ranking.get("output_throughput", {})
@@ -280,6 +281,8 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     if answers is not None:
         final["answers_by_task"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
+    metadata["engine"] = engine.describe()  # as it ended: a server's restarts, a server that failed
+    rundir.METADATA.write(run_dir, metadata)
     if settings.confirm_prompts is not None:
         final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
                                          lambda part, top: measure(part, run_dir / "confirm", methods=top))

@@ -6,6 +6,13 @@ its repeats and its intervals are the same on every engine. What a block returns
 ``token_times_s`` (ITL, TPOT), ``finish_s`` (E2E), ``output_ids``; acceptance where the engine counts it), the cycle
 rows (empty where the engine reports none: a server gives per-request totals at most) and the block's summary. What
 an engine cannot report is absent from its rows (a missing column, or None), never invented.
+
+Beside the protocol, each engine class gives the harness three class methods (``task=bench`` calls them through
+:func:`workloads.setup.measuring_engine`): ``method_name(cfg)`` (what names its speculative methods: the policy on
+spectune's engine, the speculative type on a server), ``check_config(cfg, methods)`` (every method valid as
+configured: one line before any model loads) and ``from_config(cfg, *, inprocess, make, max_context, sampling,
+slots, log_dir)`` (the engine, not yet opened). A server engine is a
+:class:`~spectune.engines.server.ServerEngine` over a small flavour (:class:`~spectune.engines.server.ServerFlavour`).
 """
 
 from __future__ import annotations

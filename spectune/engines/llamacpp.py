@@ -7,7 +7,7 @@ setting (this build compiles per-request speculative fields out, and ignores unk
 ================  ==============================================  ======================================
 spec type         γ is                                            what drafts
 ================  ==============================================  ======================================
-none (AR)         0                                               nothing
+none (AR)         0 (no ``--spec-type``: the server's default)    nothing
 draft-simple      ``--spec-draft-n-max``                          a draft model (``engine.draft_model``)
 ngram-simple      ``--spec-ngram-simple-size-m`` (1..1024)        the context's n-grams, looked up
 ngram-map-k       ``--spec-ngram-map-k-size-m`` (1..1024)         an n-gram map of the context
@@ -17,7 +17,8 @@ ngram-cache       fixed at 8 by this build                        an n-gram cach
 ================  ==============================================  ======================================
 
 ngram-mod drops a draft shorter than ``--spec-ngram-mod-n-min`` (``engine.ngram_mod_n_min``, default 1: any draft
-up to γ, as spectune's prompt lookup). Every flag was checked against this build's ``common/arg.cpp``; the types
+up to γ, as spectune's prompt lookup) and looks drafts up by the last ``--spec-ngram-mod-n-match`` tokens
+(``engine.ngram_mod_n_match``, the server's default 24). Every flag was checked against this build's ``common/arg.cpp``; the types
 it has that need a draft of their own kind (draft-eagle3, draft-mtp, draft-dflash, draft-dspark) are refused.
 
 Each server runs with ``--poll 0`` (an idle server busy-waits otherwise, and every method's server is up at once),
@@ -78,6 +79,7 @@ class LlamaCppConfig:
     weights: str = "shipped"
     draft_model: str | None = None
     ngram_mod_n_min: int = 1
+    ngram_mod_n_match: int = 24
     ctx_size: int | None = None
     port: int | None = None
     ready_timeout_s: float = 120.0
@@ -86,7 +88,7 @@ class LlamaCppConfig:
 
 
 def spec_types() -> list[str]:
-    """The speculative types a method may name (AR, ``--spec-type none``, is the baseline: task.baseline)."""
+    """The speculative types a method may name (AR, the server's default ``none``, is the baseline: task.baseline)."""
     return list(LENGTH_FLAG)
 
 
@@ -115,13 +117,12 @@ class LlamaCppFlavour:
             if LENGTH_FLAG[method.name]:
                 cmd += [LENGTH_FLAG[method.name], str(method.gamma)]
             if method.name == "ngram-mod":
-                cmd += ["--spec-ngram-mod-n-min", str(s.ngram_mod_n_min)]
+                cmd += ["--spec-ngram-mod-n-min", str(s.ngram_mod_n_min), "--spec-ngram-mod-n-match",
+                        str(s.ngram_mod_n_match)]
             if method.name == "draft-simple":
                 cmd += ["-md", str(self.draft)]
                 if threads:
                     cmd += ["-td", str(threads)]
-        else:
-            cmd += ["--spec-type", "none"]
         return [*cmd, *map(str, s.server_args)]
 
     def request(self, prompt_ids: list[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
@@ -194,6 +195,9 @@ def settings_of(cfg: Any) -> LlamaCppConfig:
                             "(the same weights dequantised by llama-quantize: what engine=spectune computes with)")
     if s.port is not None and not 1024 <= s.port <= 65535:
         raise SpectuneError(f"engine.port={s.port} is invalid: 1024..65535, or null (a free port per server)")
+    if not 1 <= s.ngram_mod_n_match <= MAX_NGRAM:
+        raise SpectuneError(f"engine.ngram_mod_n_match={s.ngram_mod_n_match} is invalid: 1..{MAX_NGRAM} (the n-gram "
+                            "a draft is looked up by; the server warns below 16)")
     if not s.ready_timeout_s > 0:
         raise SpectuneError(f"engine.ready_timeout_s={s.ready_timeout_s} is invalid: seconds > 0")
     return s

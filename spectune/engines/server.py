@@ -147,6 +147,7 @@ class ManagedServer:
         self.log_path, self.fixed_port, self.ready_timeout_s = log_path, port, ready_timeout_s
         self.port = 0
         self.command: list[str] = []
+        self.commands: list[list[str]] = []  # every distinct command it ran (a restart on another port adds one)
         self.proc: subprocess.Popen | None = None
         self.served = False  # measured requests since the last start
         self.starts = 0
@@ -156,11 +157,15 @@ class ManagedServer:
         return self.method.label
 
     def start(self) -> None:
-        """Start the server and wait until its health path answers 200 (:class:`ServerFailure` otherwise)."""
-        self.port = self.fixed_port or free_port()
+        """Start the server and wait until its health path answers 200 (:class:`ServerFailure` otherwise). A
+        restart takes its previous port again where it is free, so that its command stays the same."""
+        again = self.port and not self.fixed_port and not port_in_use(self.port)
+        self.port = self.fixed_port or (self.port if again else free_port())
         if port_in_use(self.port):
             raise ServerFailure(f"the server for {self.label} cannot start: port {self.port} on {HOST} is in use")
         self.command = self.flavour.command(self.method, self.port, self.threads, self.slots)
+        if self.command not in self.commands:
+            self.commands.append(self.command)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as out:
             out.write(f"$ {' '.join(self.command)}\n")
@@ -262,7 +267,8 @@ class ManagedServer:
         return " | ".join(kept[-lines:]) or "(empty log)"
 
     def describe(self) -> dict[str, Any]:
-        return {"command": self.command, "port": self.port, "log": str(self.log_path), "starts": self.starts}
+        return {"command": self.command, "port": self.port, "log": str(self.log_path), "starts": self.starts,
+                **({"commands": self.commands} if len(self.commands) > 1 else {})}
 
 
 # -- one request --------------------------------------------------------------------------------------------------
@@ -299,7 +305,11 @@ def stream(server: ManagedServer, path: str, body: dict, clock: Any, timeout_s: 
             data = text[5:].strip()
             if data == "[DONE]":
                 break
-            event = server.flavour.parse_event(json.loads(data))
+            obj = json.loads(data)
+            if isinstance(obj, dict) and "error" in obj:  # an error in the stream is an event of its own
+                detail = json.dumps(obj["error"])[:300]
+                raise ServerFailure(f"the server for {server.label} reported an error: {detail}")
+            event = server.flavour.parse_event(obj)
             events.append((now, event))
             if event.done:
                 break
@@ -338,6 +348,11 @@ def record_of(request: Request, got: Streamed) -> tuple[RequestRecord, dict[str,
         raise ServerFailure(f"the server evaluated {last.prompt_tokens} prompt tokens for prompt "
                             f"{request.prompt_id!r}, {len(request.input_ids)} were sent")
     return rec, counters
+
+
+def no_cycles() -> pd.DataFrame:
+    """A server's cycle rows: none (it reports per-request totals at most), keyed by method like every frame."""
+    return pd.DataFrame({"method": pd.Series([], dtype=object)})
 
 
 class _RssWatch:
@@ -403,8 +418,8 @@ class ServerEngine:
                 server.start()
                 self._warm(server, None)
             except ServerFailure as err:
-                self.failures[method.label] = err
-                log.error(f"error: {err}")
+                self.failures[method.label] = err  # its points fail, each with this line; the others go on
+                log.info(f"{err} (its points will fail)")
 
     def _warm(self, server: ManagedServer, requests: list[Request] | None, count: int = 1) -> None:
         """``count`` requests of one new token each (a prompt's prefill and one decode step): no generated text
@@ -460,7 +475,7 @@ class ServerEngine:
             summary["engine_counters"] = engine_counters
         req.insert(0, "method", method.label)
         req.insert(1, "gamma", method.gamma)
-        return req, pd.DataFrame(), summary
+        return req, no_cycles(), summary
 
     def _counters(self, server: ManagedServer) -> dict[str, float] | None:
         if self.flavour.metrics_path is None:
