@@ -18,8 +18,9 @@ ngram-cache       fixed at 8 by this build                        an n-gram cach
 
 ngram-mod drops a draft shorter than ``--spec-ngram-mod-n-min`` (``engine.ngram_mod_n_min``, default 1: any draft
 up to γ, as spectune's prompt lookup) and looks drafts up by the last ``--spec-ngram-mod-n-match`` tokens
-(``engine.ngram_mod_n_match``, the server's default 24). Every flag was checked against this build's ``common/arg.cpp``; the types
-it has that need a draft of their own kind (draft-eagle3, draft-mtp, draft-dflash, draft-dspark) are refused.
+(``engine.ngram_mod_n_match``, the server's default 24). Every flag was checked against this build's
+``common/arg.cpp``; the types it has that need a draft of their own kind (draft-eagle3, draft-mtp, draft-dflash,
+draft-dspark) are refused.
 
 Each server runs with ``--poll 0`` (an idle server busy-waits otherwise, and every method's server is up at once),
 ``-np`` = the run's concurrency, ``-t`` = ``hardware.threads``, ``--metrics`` and no RAM prompt cache

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 RSS_PERIOD_S = 0.1
 LOG_TAIL_LINES = 3
+DEATH_GRACE_S = 5.0  # how long a broken stream waits to tell a dead server from a live one
 
 
 class ServerFailure(RuntimeError):
@@ -207,8 +208,15 @@ class ManagedServer:
         finally:
             conn.close()
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def alive(self, grace_s: float = 0.0) -> bool:
+        """Whether the server process still runs; ``grace_s``: wait that long for one whose connection just broke
+        to finish dying (a killed server closes its sockets a moment before it can be reaped)."""
+        if self.proc is None:
+            return False
+        if grace_s:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
+        return self.proc.poll() is None
 
     def died(self) -> ServerFailure:
         """The one-line failure of a server that stopped answering."""
@@ -314,14 +322,14 @@ def stream(server: ManagedServer, path: str, body: dict, clock: Any, timeout_s: 
             if event.done:
                 break
     except (OSError, http.client.HTTPException, ValueError) as err:
-        if not server.alive():
+        if not server.alive(grace_s=DEATH_GRACE_S):
             raise server.died() from None
         raise ServerFailure(f"the request to the server for {server.label} failed: {type(err).__name__}: {err}") \
             from None
     finally:
         conn.close()
     if not events or not events[-1][1].done:
-        raise server.died() if not server.alive() else ServerFailure(
+        raise server.died() if not server.alive(grace_s=DEATH_GRACE_S) else ServerFailure(
             f"the server for {server.label} ended a stream without its last event: {server.log_tail()}")
     return Streamed(sent, events)
 
