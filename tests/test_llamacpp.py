@@ -37,6 +37,14 @@ def servers_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "metadata.json").read_text())["engine"]["servers"]
 
 
+def stopped(process: psutil.Process) -> bool:
+    """The process is gone (or only its exit status is left to collect)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def no_server_left(ports: list[int]) -> bool:
     """No process still serves one of ``ports`` (the servers were stopped, none orphaned)."""
     for proc in psutil.process_iter(["cmdline"]):
@@ -132,6 +140,30 @@ def test_a_killed_server_fails_its_point_in_one_line_and_keeps_what_was_written(
     req = pd.read_parquet(tmp_path / "requests.parquet")
     assert set(req["method"]) == {"ar"} and len(req) == 3
     assert no_server_left([s["port"] for s in servers_of(tmp_path).values()])
+
+
+@pytest.mark.llamacpp
+@pytest.mark.real_model
+@pytest.mark.slow(reason="starts a real bench through the CLI and stops it with SIGTERM")
+def test_sigterm_stops_every_server(tmp_path, llama_build):
+    """A SIGTERM (a Ctrl-C likewise) while the servers are up: the harness exits 143 and leaves no server."""
+    args = [sys.executable, "-m", "harness", *SMOKE, "gamma=[4,8]", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        servers: list[psutil.Process] = []
+        deadline = time.monotonic() + 300
+        while len(servers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            servers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                       if "llama-server" in " ".join(c.cmdline()[:1])]
+            time.sleep(0.05)
+        assert len(servers) >= 2, "the servers never started"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert all(stopped(server) for server in servers)
 
 
 def _engine(tmp_path: Path, model: Path, **settings: object) -> LlamaCppEngine:
