@@ -270,6 +270,7 @@ def test_a_port_in_use_fails_in_one_line(tmp_path, llama_build):
     (["engine.weights=q8"], "engine.weights='q8' is invalid"),
     (["policy=confidence"], "policy=confidence is invalid with engine=llamacpp"),
     (["task=tune"], "task=tune runs on engine=spectune only"),
+    (["models=tiny"], "engine=llamacpp needs a GGUF target"),
 ])
 def test_bad_llamacpp_input_fails_before_any_model_loads(harness_in_process, tmp_path, overrides, phrase,
                                                          monkeypatch):

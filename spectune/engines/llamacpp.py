@@ -237,11 +237,13 @@ class LlamaCppEngine(ServerEngine):
 
     @classmethod
     def check_config(cls, cfg: Any, methods: Sequence[Method]) -> None:
-        """Every method runs on llama-server as configured (spec type, draft length): one line otherwise, before
-        any model loads or any server starts."""
+        """Every method runs on llama-server as configured (spec type, draft length), the target is a GGUF and
+        llama.cpp is built: one line otherwise, before any model loads or any server starts."""
         settings = settings_of(cfg)
         for method in methods:
             check_method(method, settings)
+        gguf_of(str(cfg.models.target.name_or_path), "target (models.target.name_or_path)")
+        build.server_binary(settings.version)  # one line naming the build command when it is not built
 
     @classmethod
     def from_config(cls, cfg: Any, *, sampling: Any, slots: int, log_dir: Path, **_: Any) -> LlamaCppEngine:
