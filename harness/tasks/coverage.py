@@ -33,6 +33,7 @@ from harness.tasks.schemas import CoverageFile
 from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
+from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.io import write_json
 from spectune.measure import (
@@ -40,7 +41,7 @@ from spectune.measure import (
     repeats_option,
     requests_of,
 )
-from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
 from spectune.metadata import base_metadata
 from spectune.options import integer
 from spectune.progress import RunProgress
@@ -112,6 +113,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = CoverageSettings.from_cfg(cfg)
+    from workloads.setup import require_in_process
+
+    require_in_process(cfg, "coverage")  # before any model loads
     refuse_phases(cfg.workload, "task=coverage")
     if settings.worker is not None:
         return _worker(cfg, run_dir, settings)
@@ -135,9 +139,9 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
                                                                                             models.device),
                                     "workload": workload.describe(), "sampling": vars(workload.sampling),
                                     "config": OmegaConf.to_container(cfg, resolve=True)})
-    grid = run_design(engine, requests, order, s.repeats, lambda label, gamma: make_policy(nodes[label], gamma),
-                      block_prompts=s.block_prompts, concurrency=s.concurrency, warmup=s.warmup,
-                      max_context=models.max_context)
+    measured = SpectuneEngine(engine, lambda m: make_policy(nodes[m.label], m.gamma), models.max_context)
+    grid = run_design(measured, requests, [as_method(label, gamma, nodes[label]) for label, gamma in order],
+                      s.repeats, block_prompts=s.block_prompts, concurrency=s.concurrency, warmup=s.warmup)
     req, cyc = grid.frames()
     rundir.REQUESTS.write(run_dir, req)
     rundir.CYCLES.write(run_dir, cyc)

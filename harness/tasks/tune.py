@@ -29,6 +29,7 @@ from spectune import conditions, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine import proposers
+from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
@@ -121,6 +122,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = TuneSettings.from_cfg(cfg)
     refuse_phases(cfg.workload, "task=tune")
+    from workloads.setup import require_in_process
+
+    require_in_process(cfg, "tune")  # before any model loads
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     from workloads.loader import load_workload  # heavy imports only once the config is valid
     from workloads.setup import engine_of, models_of
@@ -150,10 +154,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             def write(grid: Grid, tag: dict[str, Any] = tag) -> None:
                 _write(run_dir, frames, grid, tag, cells)
 
-            grid = run_design(engine, requests, bench.methods(), settings.repeats,
-                              lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
-                              block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
-                              max_context=max_context, on_point=write, what=f"tune {workload.name} c={c}")
+            measured = SpectuneEngine(engine, lambda m, b=bench: make_policy(b.policy, m.gamma), max_context)
+            grid = run_design(measured, requests, bench.methods(), settings.repeats,
+                              block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup, on_point=write,
+                              what=f"tune {workload.name} c={c}")
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             per_task = task_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,

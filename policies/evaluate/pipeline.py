@@ -47,9 +47,10 @@ from policies.train.schema import TrainConfig
 from policies.train.tuning import tunable
 from spectune import conditions, rundir
 from spectune.config import typed
+from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.measure import Grid, aggregate, repeats_option
-from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
 from spectune.metadata import finished_metadata
 from spectune.options import as_list, integer
 from spectune.stats.by_task import by_task, durations_of, several_tasks
@@ -275,8 +276,9 @@ def _measure(engine: Any, requests: list, methods: list[tuple[str, int, dict]], 
     if block_prompts is not None:
         blocks = -(-len(requests) // block_prompts)
         log.info("interleaving %d methods over %d blocks of <= %d prompts", len(order), blocks, block_prompts)
-    return run_design(engine, requests, order, repeats, lambda label, gamma: make_policy(nodes[label], gamma),
-                      block_prompts=block_prompts, concurrency=concurrency, warmup=warmup, max_context=max_context)
+    measured = SpectuneEngine(engine, lambda m: make_policy(nodes[m.label], m.gamma), max_context)
+    return run_design(measured, requests, [as_method(label, gamma, nodes[label]) for label, gamma in order], repeats,
+                      block_prompts=block_prompts, concurrency=concurrency, warmup=warmup)
 
 
 def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurrency: int, max_context: int | None,

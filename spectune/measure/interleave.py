@@ -31,14 +31,16 @@ itself, run right after AR, +4.6% [+1.8, +11.6]. Garbage is also collected befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from spectune.engine.records import Request, summarise
+from spectune.engine.records import Request, add_counters, summarise
 from spectune.errors import SpectuneError
 from spectune.measure import Frames, Grid, _tag
+from spectune.methods import Method
 from spectune.options import integer
 from spectune.progress import RunProgress
 from spectune.stats.compare import rotation
@@ -158,8 +160,11 @@ def merge_blocks(parts: list[Frames]) -> Frames:
     req = pd.concat(requests, ignore_index=True)
     cyc = pd.concat(cycles, ignore_index=True)
     first = parts[0][2]
+    counters = add_counters([p[2].get("engine_counters") for p in parts])
     summary = {"method": first["method"], "gamma": first["gamma"], "status": "ok", "blocks": len(parts),
-               **summarise(req, cyc)}
+               **summarise(req, cyc, counters)}
+    if counters is not None:
+        summary["engine_counters"] = counters
     for key, value in first.items():  # peak memory: the highest block's
         if key.startswith("peak_") and all(key in p[2] for p in parts):
             summary[key] = max(p[2][key] for p in parts)
@@ -205,56 +210,47 @@ def phase_blocks(requests: list[Request], size: int | None, phases: Phases) -> l
     return [block for name, part in by_phase(requests) for block in blocks_of(part, size or phases[name])]
 
 
-def _warm_shapes(engine: Any, requests: list[Request], policy: Any, warmup: int, phases: Phases | None,
+def _warm_shapes(engine: Any, requests: list[Request], method: Method, warmup: int, phases: Phases | None,
                  measured: int) -> None:
-    """Before a point's first phase: warm-up at every other phase's concurrency (``measured``'s is warmed up by
-    :func:`spectune.measure.measure_point` itself)."""
-    from spectune.measure import warm_up
+    """Before a point's first phase: warm-up at every other phase's concurrency (``measured``'s is warmed up by the
+    engine's own first block). Phases run on an engine that warms shapes (spectune's, in process)."""
+    others = sorted(set((phases or {}).values()) - {measured})
+    if others:
+        engine.warm_shapes(requests, method, others, warmup)
 
-    for concurrency in sorted(set((phases or {}).values()) - {measured}):
-        warm_up(engine, requests, policy, concurrency, warmup)
 
-
-def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
-                 max_context: int | None, progress: RunProgress | None = None,
-                 phases: Phases | None = None) -> BlockRun:
-    """A :data:`BlockRun` that measures a block with :func:`spectune.measure.measure_point`: the policy ``make(label,
-    γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
-    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`), each finished
-    request counted on ``progress`` (the run's one line). With ``phases`` a block runs at its phase's concurrency."""
+def block_runner(engine: Any, methods: Mapping[str, Method], *, concurrency: int, warmup: int,
+                 progress: RunProgress | None = None, phases: Phases | None = None) -> BlockRun:
+    """A :data:`BlockRun` that measures a block on ``engine`` (a :class:`~spectune.engines.base.MeasuringEngine`):
+    the method of a label from ``methods``, its first block of a repeat ``first_block`` (a policy starts afresh, a
+    server starts clean) with the warm-up before it, its later blocks going on from there; each block's conditions
+    recorded (merged per point by :func:`merge_blocks`), each finished request counted on ``progress`` (the run's one
+    line). With ``phases`` a block runs at its phase's concurrency."""
     from spectune.conditions import Window
-    from spectune.measure import measure_point
-
-    policies: dict[tuple[str, int], Any] = {}
 
     def run(label: str, gamma: int, repeat: int, index: int, part: list[Request]) -> Frames:
         batch = phases[part[0].phase] if phases else concurrency
-        if index == 0:
-            policies[label, repeat] = make(label, gamma) if gamma else None
-            if warmup:
-                _warm_shapes(engine, part, policies[label, repeat], warmup, phases, batch)
+        if index == 0 and warmup and phases:
+            _warm_shapes(engine, part, methods[label], warmup, phases, batch)
         with Window() as window:
-            req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
-                                              concurrency=batch, warmup=warmup if index == 0 else 0,
-                                              max_context=max_context, reset_policy=index == 0,
-                                              progress=progress)
+            req, cyc, summary = engine.measure(part, methods[label], concurrency=batch,
+                                               warmup=warmup if index == 0 else 0, first_block=index == 0,
+                                               progress=progress)
         return req, cyc, {**summary, "conditions": window.record}
 
     return run
 
 
-def phase_point(engine: Any, requests: list[Request], policy: Any, label: str, gamma: int, *, phases: Phases,
-                warmup: int, max_context: int | None, progress: RunProgress | None = None) -> Frames:
-    """One point of a phased workload in the blocked design: its phases one after the other, each at its
-    concurrency, the policy carried from phase to phase; merged into one run (:func:`merge_blocks`)."""
-    from spectune.measure import measure_point
-
+def phase_point(engine: Any, requests: list[Request], method: Method, *, phases: Phases, warmup: int,
+                progress: RunProgress | None = None) -> Frames:
+    """One point of a phased workload in the blocked design: its phases one after the other on ``engine``, each at
+    its concurrency, an adaptive method carrying what it learned from phase to phase; merged into one run
+    (:func:`merge_blocks`)."""
     parts = by_phase(requests)
     if warmup:
-        _warm_shapes(engine, requests, policy, warmup, phases, phases[parts[0][0]])
-    frames = [measure_point(engine, part, policy, label, gamma, concurrency=phases[name],
-                            warmup=warmup if index == 0 else 0, max_context=max_context, reset_policy=index == 0,
-                            progress=progress)
+        _warm_shapes(engine, requests, method, warmup, phases, phases[parts[0][0]])
+    frames = [engine.measure(part, method, concurrency=phases[name], warmup=warmup if index == 0 else 0,
+                             first_block=index == 0, progress=progress)
               for index, (name, part) in enumerate(parts)]
     return merge_blocks(frames)
 
@@ -317,34 +313,53 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
     return grid
 
 
-def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, int]], repeats: int,
-               make: Callable[[str, int], Any], *, block_prompts: int | None, concurrency: int, warmup: int,
-               max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None,
-               what: str = "measuring", phases: Phases | None = None) -> Grid:
-    """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
-    block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
-    rotated order (:func:`spectune.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
-    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive). ``phases`` (each phase's concurrency,
-    the requests tagged with their phase in run order): every point runs phase by phase, and ``concurrency`` is
-    not read. The run shows one progress line on stderr, ``what`` its first word
-    (:class:`spectune.progress.RunProgress`)."""
+def run_design(engine: Any, requests: list[Request], methods: Sequence[Method], repeats: int, *,
+               block_prompts: int | None, concurrency: int, warmup: int, done: Any = None,
+               on_point: Callable[[Grid], None] | None = None, what: str = "measuring",
+               phases: Phases | None = None) -> Grid:
+    """Every method of ``methods`` on ``requests``, ``repeats`` times, on ``engine`` (any
+    :class:`~spectune.engines.base.MeasuringEngine`: spectune's own, or a server per method), in the run's
+    design: interleaved block by block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on
+    all prompts at once in the rotated order (:func:`spectune.measure.run_points`), every point's conditions
+    recorded. ``phases`` (each phase's concurrency, the requests tagged with their phase in run order): every point
+    runs phase by phase, and ``concurrency`` is not read. The run shows one progress line on stderr, ``what`` its
+    first word (:class:`spectune.progress.RunProgress`)."""
     from spectune.conditions import watched
-    from spectune.measure import measure_point, run_points, schedule
+    from spectune.measure import run_points, schedule
 
+    by_label = {m.label: m for m in methods}
+    if len(by_label) != len(methods):
+        raise SpectuneError(f"two methods share a label: {[m.label for m in methods]}")
+    pairs = [(m.label, m.gamma) for m in methods]
     points = len(methods) * repeats
     with RunProgress(what, points * len(requests), points=points) as progress:
         if block_prompts is None:
             def point(label: str, gamma: int) -> Frames:
-                policy = make(label, gamma) if gamma else None
                 if phases:
-                    return phase_point(engine, requests, policy, label, gamma, phases=phases, warmup=warmup,
-                                       max_context=max_context, progress=progress)
-                return measure_point(engine, requests, policy, label, gamma, concurrency=concurrency,
-                                     warmup=warmup, max_context=max_context, progress=progress)
+                    return phase_point(engine, requests, by_label[label], phases=phases, warmup=warmup,
+                                       progress=progress)
+                return engine.measure(requests, by_label[label], concurrency=concurrency, warmup=warmup,
+                                      first_block=True, progress=progress)
 
-            return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point,
+            return run_points(schedule(pairs, repeats), watched(point), done=done, on_point=on_point,
                               progress=progress)
-        block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context,
-                             progress=progress, phases=phases)
+        block = block_runner(engine, by_label, concurrency=concurrency, warmup=warmup, progress=progress,
+                             phases=phases)
         blocks = phase_blocks(requests, block_prompts, phases) if phases else blocks_of(requests, block_prompts)
-        return run_interleaved(methods, repeats, blocks, block, done=done, on_point=on_point, progress=progress)
+        return run_interleaved(pairs, repeats, blocks, block, done=done, on_point=on_point, progress=progress)
+
+
+def as_method(label: str, gamma: int, settings: Mapping[str, Any] | None = None) -> Method:
+    """The method a (label, γ) pair of a task names: the label parsed where it is one (``ar``, ``fixed:gamma=4``),
+    else a method tagged with it (a learned policy's own name, a duplicate such as ``fixed:gamma=4#2``), its name
+    the policy's (``settings["name"]``). ``settings``: the policy node."""
+    node = dict(settings or {})
+    try:
+        parsed = Method.parse(label)
+    except SpectuneError:
+        parsed = None
+    if parsed is not None and parsed.gamma == gamma:
+        return replace(parsed, settings=node)
+    if gamma == 0:
+        return Method(tag=label, settings=node)
+    return Method(str(node.get("name") or label), gamma, settings=node, tag=label)
