@@ -77,8 +77,10 @@ class DraftProposer:
         self._drafted.append(x)
         self._laws.append(q)
         self._uncounted += 1
-        out = draft_signals(q, x, signals, self._cum_prob, self.support)
-        self._cum_prob = out.get("cum_prob", self._cum_prob)
+        out: dict[str, torch.Tensor] = {}
+        if signals:  # most policies read none: no call, no lookups on the step's path
+            out = draft_signals(q, x, signals, self._cum_prob, self.support)
+            self._cum_prob = out.get("cum_prob", self._cum_prob)
         self._feed = self._next_feed(x)
         return x, q, out
 

@@ -199,6 +199,12 @@ class DraftLengthPolicy(ABC):
         return None
 
     @property
+    def reads_steps(self) -> bool:
+        """Whether this policy overrides :meth:`continue_drafting` (otherwise the drafting loop neither calls it nor
+        builds the :class:`DraftStep` it would be shown)."""
+        return type(self).continue_drafting is not DraftLengthPolicy.continue_drafting
+
+    @property
     def reads_last_step(self) -> bool:
         """Whether this policy overrides :meth:`end_drafting` (only then is the last step's signals computed)."""
         return type(self).end_drafting is not DraftLengthPolicy.end_drafting
@@ -248,13 +254,14 @@ def draft_cycle(policy: DraftLengthPolicy, gamma: int, drafter: Drafter,
     the seconds spent in the policy's calls."""
     wanted = frozenset(policy.signals)
     final = policy.reads_last_step
+    decides = policy.reads_steps  # False: continue_drafting is the default's (all rows go on): not called
     inside = 0.0
     state = None
     for step in range(gamma):
         last = step == gamma - 1
         state = drafter.draft(wanted if final or not last else frozenset())
-        if last:  # no continue/stop decision after the last draft
-            break
+        if last or not decides:  # no continue/stop decision after the last draft, nor by a policy that makes none
+            continue
         start = clock()
         keep = policy.continue_drafting(state)
         inside += clock() - start

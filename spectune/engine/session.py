@@ -263,18 +263,24 @@ class Session:
     @torch.inference_mode()
     def draft_step(self, signals: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
         """One draft step for every slot; returns the drafted tokens ``x``, their law ``q`` and ``signals``."""
-        assert self._open and self.proposer is not None
-        gamma = self.gamma
-        if not self._started:
+        return self._draft_step(signals)
+
+    def _draft_step(self, signals: frozenset[str]) -> dict[str, torch.Tensor]:
+        """:meth:`draft_step` without entering inference mode (:meth:`step` is in it for the whole cycle: entering
+        it per draft step cost a context manager's construction, entry and exit on every step's path)."""
+        assert self._open
+        if self._started:
+            gamma = self.proposer.gamma
+        else:
             self.proposer.begin(self.last)
-            self._started = True
+            self._started, gamma = True, 0
         uniforms = None
         if self.keys.enabled:
-            # The cycle's draft uniforms in one gather at its first step (positions fixed while drafting), a column
-            # per later step: a lookup per step cost four tensor ops on the step's critical path.
-            if gamma == 0 or gamma >= self._draft_u.shape[1]:
-                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * gamma))
-            uniforms = self._draft_u[:, gamma]
+            # The cycle's draft uniforms in one gather at its first step (positions fixed while drafting), split into
+            # one column per step there: a later step picks its column from a tuple, with no tensor op.
+            if gamma == 0 or gamma >= len(self._draft_u):
+                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * gamma)).unbind(1)
+            uniforms = self._draft_u[gamma]
         x, q, out = self.proposer.step(uniforms, signals)
         self._marks.append(self.clock.mark())
         return {"x": x, "q": q, **out}
@@ -385,6 +391,7 @@ class Session:
         return out
 
     # -- one cycle with the session's policy ------------------------------------------------------------
+    @torch.inference_mode()
     def step(self) -> CycleOutcome | None:
         """One cycle driven by the session's policy (None: nothing was in flight). The policy's host time is
         recorded per cycle (``policy_s``; ``policy_outside_s`` of it falls outside the cycle's timed spans)."""
@@ -405,7 +412,7 @@ class Session:
             policy.before_cycle(rows, ids, contexts)
         gamma = policy.begin_cycle(len(self._rows))
         outside = clock() - start
-        inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)
+        inside = draft_cycle(policy, gamma, _LiveCycle(self, policy.reads_steps or policy.reads_last_step), clock)
         first = len(self.cycles)
         outcome = self.verify(gamma, shadow=policy.shadow_trials)
         rows = outcome.rows
@@ -424,11 +431,14 @@ class Session:
 class _LiveCycle:
     """The session's open cycle as :func:`~spectune.engine.policy.draft_cycle` drives it."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, session: Session, shown: bool = True) -> None:
+        self.session, self.shown = session, shown
 
-    def draft(self, signals: frozenset[str]) -> DraftStep:
-        return self.session.draft_state(self.session.draft_step(signals))
+    def draft(self, signals: frozenset[str]) -> DraftStep | None:
+        # Session.step is in inference mode already. ``shown`` False: the policy reads no step (fixed γ), so none is
+        # built (a DraftStep is a 14-field frozen dataclass: microseconds per step).
+        out = self.session._draft_step(signals)
+        return self.session.draft_state(out) if self.shown else None
 
     def stop(self, keep: torch.Tensor) -> bool:
         # One host read of the decision, judged on the busy rows only: a slot without a request drafts in lockstep

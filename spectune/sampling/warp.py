@@ -107,7 +107,8 @@ def warp(logits: torch.Tensor, params: SamplingParams | RowSampling,
     ``allowed`` (bool, broadcastable to ``logits``) masks tokens out *before* normalisation.
     ``params`` may be a :class:`RowSampling`: the rows of ``logits [B, ..., V]`` then take their own settings.
     """
-    logits = logits.float()
+    if logits.dtype != torch.float32:  # a float32 input is used as it is (.float() would return it, after a dispatch)
+        logits = logits.float()
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
     if isinstance(params, RowSampling):
@@ -181,7 +182,9 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     A zero-probability index never has its cumulative mass exceed the one before it, so it is never drawn.
     """
     cdf = torch.cumsum(probs, -1, dtype=torch.float64)
-    point = (uniforms.double() * cdf[..., -1]).unsqueeze(-1)
+    if uniforms.dtype != torch.float64:  # the keyed tables are float64 already
+        uniforms = uniforms.double()
+    point = (uniforms * cdf[..., -1]).unsqueeze(-1)
     index = torch.searchsorted(cdf, point, right=True).squeeze(-1)
     return index.clamp(max=probs.shape[-1] - 1)
 
