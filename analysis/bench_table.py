@@ -207,10 +207,22 @@ def task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
 
 
 def format_task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> str:
-    """The per-task table with the line that says how to read it."""
+    """The per-task table with the line that says how to read it. Columns that say nothing in this table are left
+    out: ``requests`` where every row's is its prompts times one number (no request failed; the line gives the
+    number), ``no-prop %`` where no cycle went without a proposal (a draft model always proposes)."""
     table = task_table(rows)
     if table.empty:
         return ""
-    return ("per task (Spec-Bench style): tokens and seconds summed over repeats, the 'all' row their sums; wall s: "
-            "each request's share of its run's duration; decode s: E2EL - TTFT; speedup: paired vs ar over the "
-            "task's prompts; no-prop %: cycles that asked for drafts and got no proposal\n" + format_table(table))
+    notes = ["tokens and seconds summed over repeats, the 'all' row their sums",
+             "wall s: each request's share of its run's duration", "decode s: E2EL - TTFT",
+             "speedup: paired vs ar over the task's prompts"]
+    per_prompt = {round(float(r) / float(p), 9) for r, p in zip(table["requests"], table["prompts"], strict=True)}
+    if len(per_prompt) == 1 and float(next(iter(per_prompt))).is_integer():
+        table = table.drop(columns="requests")
+        runs = int(next(iter(per_prompt)))
+        notes.insert(1, f"every prompt ran {runs} time{'s' if runs != 1 else ''} per method (requests)")
+    if table["no-prop %"].fillna(0).eq(0).all():
+        table = table.drop(columns="no-prop %")
+    else:
+        notes.append("no-prop %: cycles that asked for drafts and got no proposal")
+    return "per task (Spec-Bench style): " + "; ".join(notes) + "\n" + format_table(table)

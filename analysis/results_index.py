@@ -11,14 +11,16 @@ tables is read from the run's own files (``summary.json``, ``recommendation.json
 
 - ``bench/results/README.md``: the whole index (date, machine, pair, proposer, task and workload, command,
   headline figures with their 95% intervals, link);
-- ``README.md`` and ``docs/results.md``: the short table of the same runs;
-- ``bench/results/archive/README.md``: one line per archived entry.
+- ``README.md``: the headline table, one row per question the current runs answer, and the conclusion, every
+  sentence of it composed from the runs (:mod:`analysis.headlines`);
+- ``docs/results.md``: the same, and the short table of every run;
+- ``bench/results/archive/README.md``: one line per archived entry and one per probe that left
+  ``bench/`` (``archive/probes.json``; :mod:`analysis.results_archive`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Iterable
@@ -26,8 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.headlines import REGISTERED_SUFFIX, conclusion, headline_table, interval, machine, pct, speedup
+from analysis.results_archive import archive_page
 from spectune import rundir
+from spectune.engine import proposers
 from spectune.errors import SpectuneError
+from spectune.methods import Method, is_label
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +42,8 @@ RESULTS = Path("bench/results")
 ARCHIVE = "archive"
 BEGIN = "<!-- results-index:begin (python -m analysis.results_index writes this table) -->"
 END = "<!-- results-index:end -->"
+HEADLINE_BEGIN = "<!-- results-headline:begin (python -m analysis.results_index writes this table and conclusion) -->"
+HEADLINE_END = "<!-- results-headline:end -->"
 COMMANDS = {"evaluate": "python -m policies.evaluate", "train": "python -m policies.train"}
 RUN_FILES = (rundir.METADATA.name, rundir.ACCEPTANCE.name)
 
@@ -73,20 +81,6 @@ def find_runs(root: Path) -> list[Path]:
     return out
 
 
-def _pct(x: float) -> str:
-    return f"{x:+.1f}%"
-
-
-def _interval(lo: Any, hi: Any, fmt: str) -> str:
-    if lo is None or hi is None or lo != lo or hi != hi:  # missing or NaN
-        return ""
-    return f" [{format(lo, fmt)}, {format(hi, fmt)}]"
-
-
-def _speedup(value: float, lo: Any, hi: Any) -> str:
-    return f"{value:.2f}×{_interval(lo, hi, '.2f')}"
-
-
 def _overrides(run: Path) -> list[str] | None:
     for name in (".hydra/overrides.yaml", "overrides.yaml"):
         path = run / name
@@ -96,35 +90,8 @@ def _overrides(run: Path) -> list[str] | None:
     return None
 
 
-def _machine(hardware: dict[str, Any], host: dict[str, Any]) -> str:
-    device = str(hardware.get("device", "cpu"))
-    threads = hardware.get("torch_threads", host.get("torch_threads"))
-    path = hardware.get("execution_path") or ("compiled" if hardware.get("compile") else "eager")
-    dtype = hardware.get("dtype", "?")
-    if device.startswith("cuda"):
-        name = hardware.get("device_name") or hardware.get("gpu_name") or "GPU (name not recorded)"
-        return f"{name}, {dtype}, {path}"
-    cores = host.get("cpu_count", "?")
-    if "cpu_model" in hardware:
-        recorded = hardware.get("cpu_flags")
-        vector = " ".join(recorded) if isinstance(recorded, list) else hardware.get("cpu_capability", "?")
-        flags = f"{vector}; bf16 {hardware.get('cpu_bf16', '?')}"
-        cpu = f"{cores}-vCPU {hardware['cpu_model']} ({flags})"
-    else:
-        cpu = f"{cores}-vCPU {host.get('processor', '?')} (CPU model and flags not recorded)"
-    return f"{cpu}, {dtype}, {threads} thread{'' if threads == 1 else 's'}, {path}"
-
-
 def _proposer(models: dict[str, Any], config: dict[str, Any] | None = None) -> str:
-    node = (config or {}).get("proposer") or {}
-    if node.get("name") == "lookup":
-        return f"prompt lookup (max_n {node.get('max_n')}, min_n {node.get('min_n')})"
-    if node.get("name") == "suffix":
-        return f"suffix decoding (depth {node.get('max_tree_depth')}, corpus {node.get('corpus')})"
-    draft = models.get("draft") or {}
-    where = str(draft.get("name_or_path", "?"))
-    kind = "feature draft" if "feature" in where or draft.get("reads_target_features") else "draft"
-    return f"{kind} `{where}`"
+    return proposers.label((config or {}).get("proposer"), models)
 
 
 def _workload(meta: dict[str, Any]) -> str:
@@ -146,9 +113,8 @@ def _bench(run: Path) -> tuple[str, str]:
     if best is None:
         raise SpectuneError(f"{run / rundir.SUMMARY.name} has no method marked best: not a finished bench run")
     like = [m["method"] for m in methods if m.get("indistinguishable_from_best") and m is not best]
-    ratio = _speedup(best["speedup"], best.get("speedup_ci95_lo"), best.get("speedup_ci95_hi"))
     resolved = ((summary.get("ranking") or {}).get("output_throughput") or {}).get("best_resolved", True)
-    fig = f"{'best' if resolved else 'top (not resolved)'} {best['method']}: {ratio} AR"
+    fig = _best(best, methods, resolved)
     full = f"{fig}; indistinguishable: {', '.join(like) or 'none'}; repeats {summary.get('repeats')}"
     floor = summary.get("noise_floor_pct")
     if floor is not None:
@@ -160,6 +126,25 @@ def _bench(run: Path) -> tuple[str, str]:
     return full, fig
 
 
+def _ratio(method: dict[str, Any]) -> str:
+    return f"{speedup(method['speedup'], method.get('speedup_ci95_lo'), method.get('speedup_ci95_hi'))} AR"
+
+
+def _best(best: dict[str, Any], methods: list[dict[str, Any]], resolved: bool) -> str:
+    """The bench's top method; where that is AR, the fastest speculative method's speed-up beside it (a loss is a
+    result too)."""
+    rank = "best" if resolved else "top (not resolved)"
+    if not is_label(best["method"]) or Method.parse(best["method"]).speculative:
+        return f"{rank} {best['method']}: {_ratio(best)}"
+    spec = [m for m in methods if is_label(m["method"]) and Method.parse(m["method"]).speculative]
+    if not spec:
+        return f"{rank} {best['method']}: no speculative method ran"
+    top = max(spec, key=lambda m: m["speedup"])
+    if resolved:
+        return f"no speculative method beats AR: best {top['method']} {_ratio(top)}"
+    return f"top (not resolved) AR; best speculative {top['method']} {_ratio(top)}"
+
+
 def _tune(run: Path) -> tuple[str, str]:
     rec = rundir.RECOMMENDATION.read(run)
     cells = []
@@ -168,7 +153,7 @@ def _tune(run: Path) -> tuple[str, str]:
             cells.append(f"c{r['concurrency']} {r.get('status')}")
             continue
         g = r["best_gamma"]
-        ratio = _speedup(r["speedup"], r.get("speedup_ci95_lo"), r.get("speedup_ci95_hi"))
+        ratio = speedup(r["speedup"], r.get("speedup_ci95_lo"), r.get("speedup_ci95_hi"))
         what = "AR" if g == 0 else f"γ = {g} {ratio}"
         cells.append(f"c{r['concurrency']} {what}")
     vllm = [f"{lang}: `{v['speculative_config']['num_speculative_tokens_per_batch_size']}`"
@@ -192,8 +177,8 @@ def _evaluate(run: Path) -> tuple[str, str]:
         full, short = [head], [head]
         aa = by.get("ar (A/A)")
         if aa is not None:
-            note = (f"A/A {_pct(aa['decode_vs_ar_pct'])}"
-                    f"{_interval(aa['decode_vs_ar_pct_ci95_lo'], aa['decode_vs_ar_pct_ci95_hi'], '+.1f')}")
+            note = (f"A/A {pct(aa['decode_vs_ar_pct'])}"
+                    f"{interval(aa['decode_vs_ar_pct_ci95_lo'], aa['decode_vs_ar_pct_ci95_hi'], '+.1f')}")
             full.append(note)
             short.append(note)
         skip = {"ar", "ar (A/A)", "best fixed γ"}
@@ -214,21 +199,39 @@ def _evaluate(run: Path) -> tuple[str, str]:
 
 def _vs_best(row: dict[str, Any]) -> str:
     """A policy's decode tok/s against the best fixed γ, % with its paired interval."""
-    ci = _interval(row["decode_vs_best_fixed_pct_ci95_lo"], row["decode_vs_best_fixed_pct_ci95_hi"], "+.1f")
-    return f"{_pct(row['decode_vs_best_fixed_pct'])}{ci}"
+    ci = interval(row["decode_vs_best_fixed_pct_ci95_lo"], row["decode_vs_best_fixed_pct_ci95_hi"], "+.1f")
+    return f"{pct(row['decode_vs_best_fixed_pct'])}{ci}"
 
 
-def _coverage(run: Path) -> tuple[str, str]:
-    """task=coverage: the share of no-difference intervals that contained it, with its exact binomial interval,
-    beside the old (repeat, prompt) unit on the same runs."""
-    result = rundir.COVERAGE.read(run)
-    summary = result.get("summary") or {}
+def registered(run: Path, root: Path) -> bool:
+    """Whether the run's readings were registered before it ran: a REGISTERED.md in its folder or one above it,
+    up to the results folder."""
+    return any((folder / "REGISTERED.md").is_file() for folder in (run, *run.parents)
+               if folder == root or root in folder.parents)
+
+
+def _coverage_reading(summary: dict[str, Any], where: Path) -> tuple[str, dict[str, Any]]:
     name = next((k for k in summary if k.startswith("no difference")), next(iter(summary), None))
     if name is None:
-        raise SpectuneError(f"{run / rundir.COVERAGE.name} has no comparison: not a finished coverage run")
+        raise SpectuneError(f"{where} has no comparison: not a finished coverage run")
     r = summary[name]
-    cov = f"{r['contain_no_difference']}/{r['comparisons']} contain 0"
-    fig = f"{name}: {cov}{_interval(100 * r['coverage_ci95'][0], 100 * r['coverage_ci95'][1], '.0f')}%"
+    ci = interval(100 * r["coverage_ci95"][0], 100 * r["coverage_ci95"][1], ".0f")
+    return f"{name}: {r['contain_no_difference']}/{r['comparisons']} contain 0{ci}%", r
+
+
+def _coverage(run: Path, root: Path) -> tuple[str, str]:
+    """task=coverage: the share of no-difference intervals that contained it, with its exact binomial interval,
+    beside the old (repeat, prompt) unit on the same runs. A registered run's reading says so; where the run was
+    read again later (its ``coverage.at-registration.json`` is the registered reading), the later reading is
+    labelled exploratory."""
+    summary = rundir.COVERAGE.read(run).get("summary") or {}
+    fig, r = _coverage_reading(summary, run / rundir.COVERAGE.name)
+    first = run / rundir.COVERAGE.name.replace(".json", f"{REGISTERED_SUFFIX}.json")
+    if first.is_file():
+        then, _ = _coverage_reading(rundir.read_json(first).get("summary") or {}, first)
+        fig = f"registered: {then}; exploratory (an interval developed after these data were seen): {fig}"
+    elif registered(run, root):
+        fig = f"registered: {fig}"
     full = (f"{fig}; units only {r.get('units_only_contain', '?')}/{r['comparisons']}; old unit "
             f"{r['old_unit_contain']}/{r['comparisons']}; median width {r['median_width_pct']:.1f}%, MDE "
             f"{r['median_mde_pct']:.1f}%")
@@ -256,7 +259,7 @@ def _predict(run: Path) -> tuple[str, str]:
 
 def _acceptance(result: dict[str, Any]) -> tuple[str, str]:
     ci = result.get("alpha_ci95_over_prompts") or {}
-    fig = f"α {result['alpha']:.3f}{_interval(ci.get('lo', ci.get('low')), ci.get('hi', ci.get('high')), '.3f')}"
+    fig = f"α {result['alpha']:.3f}{interval(ci.get('lo', ci.get('low')), ci.get('hi', ci.get('high')), '.3f')}"
     steps = result.get("alpha_by_draft_step") or []
     full = fig + " (95% CI over prompts)"
     if len(steps) > 1:
@@ -281,7 +284,7 @@ def describe(run: Path, root: Path) -> Run:
             full, short = _predict(run)
         elif task == "coverage":
             meta = {**meta, **(rundir.COVERAGE.read(run).get("workers") or {})}  # the workers measured
-            full, short = _coverage(run)
+            full, short = _coverage(run, root)
         else:
             full = short = f"no headline rule for task {task!r}: read the run's files"
     else:
@@ -299,7 +302,7 @@ def describe(run: Path, root: Path) -> Run:
     return Run(
         path=run.relative_to(root).as_posix(),
         date=str(meta.get("created_utc", "?"))[:10],
-        machine=_machine(meta.get("hardware") or {}, meta.get("host") or {}),
+        machine=machine(meta.get("hardware") or {}, meta.get("host") or {}),
         pair=str(models.get("name", "?")),
         proposer=_proposer(models, meta.get("config")),
         task=task,
@@ -333,10 +336,12 @@ def index_page(runs: Iterable[Run]) -> str:
         "One row per run directory below this folder, written by `python -m analysis.results_index` from each",
         "run's own files (`metadata.json` or `acceptance.json`, and `summary.json`, `recommendation.json` or",
         "`comparison.parquet`); `tests/test_results_index.py` fails when this page and the runs disagree. Intervals",
-        "are 95%; a speed-up is over autoregressive decoding (AR) on the same prompts; `c1`… is the concurrency.",
-        "A command marked † was rebuilt from the run's recorded config (the run kept no overrides file).",
-        "Superseded explorations: [`archive/`](archive/README.md). To add a result, copy its run directory here as the",
-        "product wrote it, less `tensorboard/`, large trace files and intermediate checkpoints, and rerun the command.",
+        "are 95%; a speed-up is over autoregressive decoding (AR) on the same prompts (a bench or tune row's: pooled",
+        "output throughput; an evaluate row's: decode tok/s); `c1`… is the concurrency. A command marked † was",
+        "rebuilt from the run's recorded config (the run kept no overrides file). Paths are the repository's; the",
+        "records are compacted (no per-token times or inter-token latencies, no cycle start times: the summaries hold",
+        "those figures). Superseded explorations: [`archive/`](archive/README.md). To add a result:",
+        "[docs/results.md](../../docs/results.md), Adding a result.",
         "",
         "| date | machine | pair | proposer | task, workload | command | headline (95% CI) | run |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -358,56 +363,6 @@ def short_table(runs: Iterable[Run], link_prefix: str | None) -> str:
     return "\n".join(lines)
 
 
-def archive_page(archive: Path) -> str:
-    """``archive/README.md``: one line per archived entry (a page's title, else the file's name)."""
-    lines = [
-        "# Archive: superseded explorations",
-        "",
-        "Kept for the record, not current results. Their bulky records (parquet files, policy files) left the tree",
-        "on 2026-12-04 and are in git history: `git checkout 27cbd87 -- bench/results/<name>` restores one.",
-        "Every interval here treated each (repeat, prompt) cell as independent: too narrow (docs/statistics.md).",
-        "Written by `python -m analysis.results_index`.",
-        "",
-    ]
-    for entry in sorted(p for p in archive.iterdir() if p.name != "README.md"):
-        lines.append(f"- [`{entry.name}`]({entry.name}{'/' if entry.is_dir() else ''}): {_what(entry)}")
-    return "\n".join(lines) + "\n"
-
-
-def _what(entry: Path) -> str:
-    if entry.is_dir():
-        pages = sorted(p for p in entry.rglob("*") if p.suffix in {".md", ".txt"})
-        titles = [_title(p) for p in pages if p.suffix == ".md"]
-        return ("; ".join(t for t in titles if t) or f"{len(pages)} text file(s)") + " (records in git history)"
-    if entry.suffix == ".md":
-        return _title(entry) or "notes"
-    if entry.suffix == ".json":
-        try:
-            data = json.loads(entry.read_text(encoding="utf-8"))
-        except ValueError:
-            return "JSON (unreadable)"
-        if not isinstance(data, dict):
-            return "JSON record"
-        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-        date = str(meta.get("created_utc") or data.get("created_utc") or "")[:10]
-        if isinstance(data.get("command"), str):
-            what = f"JSON record of `{data['command'].strip()}`"
-        elif isinstance(data.get("task"), str):
-            what = f"JSON record of task `{data['task']}`"
-        else:
-            what = "JSON record"
-        return what + (f", {date}" if date else "")
-    return {".csv": "table (CSV)", ".png": "figure", ".txt": "console output", ".jsonl": "JSON lines"}.get(
-        entry.suffix, "file")
-
-
-def _title(page: Path) -> str:
-    for line in page.read_text(encoding="utf-8").splitlines():
-        if line.startswith("# "):
-            return line[2:].strip()
-    return ""
-
-
 def splice(text: str, block: str, where: Path, begin: str = BEGIN, end: str = END) -> str:
     """``text`` with the part between the markers (the index's, or ``begin`` ... ``end``) replaced by ``block``."""
     if begin not in text or end not in text:
@@ -426,9 +381,17 @@ def outputs(repo: Path = REPO) -> dict[Path, str]:
     out = {root / "README.md": index_page(runs)}
     if (root / ARCHIVE).is_dir():
         out[root / ARCHIVE / "README.md"] = archive_page(root / ARCHIVE)
-    for page, prefix in ((repo / "README.md", f"{RESULTS.as_posix()}/"), (repo / "docs" / "results.md", None)):
-        out[page] = splice(page.read_text(encoding="utf-8"), short_table(runs, prefix), page)
+    readme, docs = repo / "README.md", repo / "docs" / "results.md"
+    out[readme] = splice(readme.read_text(encoding="utf-8"), front(root, f"{RESULTS.as_posix()}/"), readme,
+                         HEADLINE_BEGIN, HEADLINE_END)
+    text = splice(docs.read_text(encoding="utf-8"), short_table(runs, None), docs)
+    out[docs] = splice(text, front(root, None), docs, HEADLINE_BEGIN, HEADLINE_END)
     return out
+
+
+def front(root: Path, link_prefix: str | None) -> str:
+    """The headline table (one row per question) and the conclusion, both from the runs under ``root``."""
+    return f"{headline_table(root, link_prefix)}\n\n{conclusion(root)}"
 
 
 def main(argv: list[str] | None = None) -> int:

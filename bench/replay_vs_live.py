@@ -25,7 +25,7 @@ import pandas as pd
 
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
-from policies.evaluate import learned_files, learned_profile, policy_node
+from policies.evaluate.pipeline import learned_files, learned_profile, policy_node
 from policies.registry import make_policy
 from spectune import rundir
 

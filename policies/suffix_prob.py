@@ -1,8 +1,8 @@
 """Verify a suffix-decoding chain only as far as its scores stay high: the threshold rule a learned policy on
 suffix-decoding traces must beat.
 
-A suffix-decoding chain (:mod:`spectune.engine.suffix`) is found whole at its first draft step and comes with a score
-per token, count(child)/count(node), and their running product (``MATCH_SIGNALS``' ``suffix_score`` and
+A suffix-decoding chain (:mod:`spectune.engine.proposers.suffix`) is found whole at its first draft step and comes
+with a score per token, count(child)/count(node), and their running product (``MATCH_SIGNALS``' ``suffix_score`` and
 ``suffix_prob``). SuffixDecoding (Oliaro et al.) grows the chain while that product stays at or above
 ``min_token_prob`` (0.1 by default, ``proposer.min_token_prob``) and caps it at ⌊``max_spec_factor`` · match length⌋
 (``proposer.adaptive``); both happen inside the proposer, before it picks the best-scoring chain. This policy raises

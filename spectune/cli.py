@@ -2,12 +2,14 @@
 
 Two kinds of application share them:
 
-- Hydra applications (``python -m harness``, ``python -m policies.train``, ``python -m policies.evaluate``)::
+- Hydra applications: ``python -m harness`` (the front door: every task, ``task=train`` and ``task=evaluate``
+  included; the console script ``spectune``) and its aliases ``python -m policies.train`` and
+  ``python -m policies.evaluate``, which run one task of conf/config.yaml::
 
-      @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
-      def main(cfg): return cli.run_job(run, cfg)
+      @hydra.main(config_path=str(cli.CONF), config_name="config", version_base="1.3")
+      def main(cfg): return cli.run_job(train_policies, cfg)
 
-      if __name__ == "__main__": cli.hydra_entry(main, "train")
+      if __name__ == "__main__": cli.task_alias(main, "train", "python -m policies.train")
 
 - argparse applications (``python -m analysis.report``, ``analysis.costmodel``, ``analysis.comparison``,
   ``policies.train.fit_classifier``)::
@@ -202,6 +204,25 @@ def hydra_entry(main: Callable[[], Any], config_name: str, resumable: bool = Fal
     if resumable and not under_submitit():
         install_handlers()
     main()
+
+
+def task_alias(main: Callable[[], Any], task: str, alias: str) -> None:
+    """``if __name__ == "__main__"`` of an alias of one task (``python -m policies.train`` for ``python -m harness
+    task=train``): the command line with ``task=<task>`` among its overrides, then :func:`hydra_entry`. Another
+    ``task=...`` is one error line; ``--help`` says first that ``python -m harness task=<task>`` is the front door."""
+    from hydra._internal.utils import get_args_parser
+
+    argv = [arg for arg in sys.argv[1:] if arg != f"task={task}"]
+    other = next((arg for arg in argv if arg.lstrip("+~").startswith("task=")), None)
+    if other is not None:
+        fail(f"{other} is invalid with {alias}: it runs task={task} (python -m harness {other} runs that task)")
+    if "--help" in argv or "-h" in argv:
+        print(f"{alias} is an alias of `python -m harness task={task}`, the front door (the same keys and outputs; "
+              f"the console script `spectune task={task}` after pip install -e .).\n")
+    overrides = get_args_parser().parse_known_args(argv)[0].overrides
+    at = argv.index(overrides[0]) if overrides else len(argv)  # Hydra reads the overrides as one run of arguments
+    sys.argv[1:] = [*argv[:at], f"task={task}", *argv[at:]]
+    hydra_entry(main, "config")
 
 
 def run_job(job: Callable[[DictConfig, Path], int], cfg: DictConfig, resumable: bool = False) -> int:

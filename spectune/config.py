@@ -12,11 +12,12 @@ them (no hardware or models key is a list that could be null, which a schema mer
 A value or a list of values (``gamma=4`` or ``gamma=[1,2]``) is ``Any``: OmegaConf's unions hold scalars only; such
 items, ranges and rules across keys are checked in code, where the values are read.
 
-This module holds the library's schemas (the workload, hardware, models and proposer groups, and conf/config.yaml's
-own keys: :class:`RootConfig`, an open root) and the helpers; the applications keep theirs beside them
+This module holds the library's schemas (the workload, hardware and models groups, and conf/config.yaml's own keys:
+:class:`RootConfig`, an open root) and the helpers; the applications keep theirs beside them
 (harness/tasks/schemas.py, policies/train/schema.py, policies/evaluate/schema.py) and register them all when their
-entry module is imported, before Hydra composes (:func:`register` here, theirs there). A new proposer's schema:
-see :data:`PROPOSERS`.
+entry module is imported, before Hydra composes (:func:`register` here, theirs there). A proposer's schema is its
+settings dataclass, in its own module: :func:`spectune.engine.proposers.register_schemas` stores them all (this layer
+sits below the engine, so the applications call it beside :func:`register`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class WorkloadConfig:
     task_prompt_tokens: list[int] | None = MISSING
     task_max_new_tokens: int | None = MISSING
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)  # `field` is a key here
+    sampling_mix: Any = MISSING  # null or a list of {temperature, share[, top_k, top_p]} (workloads/regimes.py)
+    phases: Any = MISSING  # null or a list of phases (workloads/regimes.py checks their keys)
+    phase_order: str = MISSING  # listed or shuffled
     seed: int = MISSING
     name: str = MISSING
     language: str = MISSING
@@ -123,9 +127,10 @@ class ModelsConfig:
 
 @dataclass
 class ProfiledModelsConfig(ModelsConfig):
-    """``models=tiny``: a pair that chooses its task prompt sets' profile (workloads/task_sets.py)."""
+    """``models=tiny``: a pair that chooses its task prompt sets' profile and answer budget (workloads/task_sets.py)."""
 
     prompt_profile: str = MISSING
+    task_max_new_tokens: int | None = MISSING
 
 
 @dataclass
@@ -133,50 +138,6 @@ class NotedModelsConfig(ModelsConfig):
     """``models=smollm2|smollm2-eagle``: a pair whose weights are not the release's, as its reports say."""
 
     weights_note: str = MISSING
-
-
-@dataclass
-class ModelProposerConfig:
-    """``proposer=model``: the pair's draft model drafts; it has no settings (spectune.measure.draft_of)."""
-
-    name: str = MISSING
-
-
-@dataclass
-class LookupProposerConfig:
-    """``proposer=lookup``: prompt lookup (spectune/engine/lookup.py); its n-gram lengths, max_n down to min_n."""
-
-    name: str = MISSING
-    max_n: int = MISSING
-    min_n: int = MISSING
-
-
-class Corpus(enum.Enum):
-    """``proposer.corpus`` of suffix decoding: its frozen global trie from the workload's training-split prompts,
-    or none (per-request tries only). workloads.setup reads it."""
-
-    train = "train"
-    none = "none"
-
-
-@dataclass
-class SuffixProposerConfig:
-    """``proposer=suffix``: suffix decoding (spectune/engine/suffix.py); its tries' depth and its chains' rule."""
-
-    name: str = MISSING
-    max_tree_depth: int = MISSING
-    max_gamma: int | None = MISSING
-    max_spec_factor: float = MISSING
-    min_token_prob: float = MISSING
-    adaptive: bool = MISSING
-    corpus: Corpus = MISSING  # checked while composing: before any model loads
-
-
-# proposer=<name> -> its schema, stored as /schema/proposer/<name>. To add a proposer's schema: write a dataclass
-# of conf/proposer/<name>.yaml's keys in its order, add it here, and list `- /schema/proposer/<name>@_here_` before
-# `_self_` in the file's defaults (as conf/proposer/lookup.yaml does).
-PROPOSERS: dict[str, type] = {"model": ModelProposerConfig, "lookup": LookupProposerConfig,
-                               "suffix": SuffixProposerConfig}
 
 
 @dataclass
@@ -200,16 +161,15 @@ class RootConfig:
 
 def register() -> None:
     """Store the library's schemas where the YAML files name them: /schema/workload, /schema/workload_mix,
-    /schema/hardware, /schema/models (and models_profiled, models_noted), /schema/proposer/<name>, and
-    /schema/config (conf/config.yaml's own keys). Every application's own ``register`` calls this first."""
+    /schema/hardware, /schema/models (and models_profiled, models_noted) and /schema/config (conf/config.yaml's own
+    keys). Every application's own ``register`` calls this first, and the proposers' (/schema/proposer/<name>:
+    :func:`spectune.engine.proposers.register_schemas`)."""
     store("workload", WorkloadConfig)
     store("workload_mix", MixWorkloadConfig)
     store("hardware", HardwareConfig)
     store("models", ModelsConfig)
     store("models_profiled", ProfiledModelsConfig)
     store("models_noted", NotedModelsConfig)
-    for name, schema in PROPOSERS.items():
-        store(f"proposer/{name}", schema)
     store("config", RootConfig, root=True)
 
 
@@ -217,7 +177,7 @@ def register() -> None:
 
 def store(name: str, schema: type, *, root: bool = False) -> None:
     """Store ``schema`` in Hydra's ConfigStore as /schema/<name>. ``root``: the schema types top-level keys of the
-    config (a task file in the ``_global_`` package, train.yaml, evaluate.yaml) and is stored as :func:`open_root`."""
+    config (a task file in the ``_global_`` package) and is stored as :func:`open_root`."""
     from hydra.core.config_store import ConfigStore
 
     group, _, leaf = f"{SCHEMA_GROUP}/{name}".rpartition("/")

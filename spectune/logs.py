@@ -4,7 +4,7 @@ Tasks log their progress lines and tables with ``logging.getLogger(__name__).inf
 (conf/hydra/job_logging/spectune.yaml) sends records below WARNING to stdout as ``%(message)s`` (so the console
 looks as it did when tasks printed, and the README transcripts stay true), WARNING and above to stderr (so
 ``error: ...`` lines stay one line on stderr), and everything to ``<run dir>/__main__.log`` with a timestamp.
-tqdm bars write to the terminal directly and never reach the log.
+A measuring run's progress line (:mod:`spectune.progress`) writes to stderr directly and never reaches the log.
 """
 
 from __future__ import annotations

@@ -40,8 +40,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return (os.cpu_count() or 1) + 1
 
 
-# The smallest real bench: three English prompts, eight new tokens, one warm-up request.
-SMALL_BENCH = ["+workload=en", "workload.num_prompts=3", "workload.max_new_tokens=8", "task.warmup=1", "task.repeats=1"]
+# The smallest real bench: three English dialogue lines (the main job's default is the task sets), eight new tokens,
+# one warm-up request.
+SMALL_BENCH = ["+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=3", "workload.max_new_tokens=8",
+               "task.warmup=1", "task.repeats=1"]
 
 CLI = Callable[..., subprocess.CompletedProcess]
 
@@ -69,19 +71,30 @@ def real_model_missing() -> str | None:
     return f"reading the GGUF model needs {', '.join(missing)}" if missing else None
 
 
+def llamacpp_missing() -> str | None:
+    """Why no llama-server can run here (None when the pinned build is cached, or SPECTUNE_BUILD_LLAMACPP=1 lets
+    the ``llama_build`` fixture build it: about 10 minutes on two cores)."""
+    from spectune.engines import llamacpp_build
+
+    if llamacpp_build.find_build() is not None or os.environ.get("SPECTUNE_BUILD_LLAMACPP") == "1":
+        return None
+    return ("llama.cpp is not built: run `python -m spectune.engines.llamacpp_build` (or set "
+            "SPECTUNE_BUILD_LLAMACPP=1 to build it in the test run)")
+
+
 def cluster_missing() -> str | None:
     """Why no SLURM cluster can be reached from here (None when ``sbatch`` is on PATH)."""
     return None if shutil.which("sbatch") else "no SLURM cluster here (sbatch is not on PATH)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Fail the collection on a bare ``slow`` marker; skip (never pass) ``real_model`` / ``cluster`` tests, with
-    the reason, where the model or the cluster is missing."""
+    """Fail the collection on a bare ``slow`` marker; skip (never pass) ``real_model`` / ``cluster`` / ``llamacpp``
+    tests, with the reason, where the model, the cluster or the llama.cpp build is missing."""
     bare = [item.nodeid for item in items for mark in item.iter_markers("slow") if slow_reason(mark) is None]
     if bare:
         raise pytest.UsageError("a slow test must say why in its marker, @pytest.mark.slow(reason=\"...\"): "
                                 + ", ".join(sorted(set(bare))))
-    missing = {"real_model": real_model_missing(), "cluster": cluster_missing()}
+    missing = {"real_model": real_model_missing(), "cluster": cluster_missing(), "llamacpp": llamacpp_missing()}
     for item in items:
         for name, reason in missing.items():
             if reason and item.get_closest_marker(name) is not None:
@@ -100,6 +113,20 @@ def run_cli(*args: str, run_dir: Path | None = None, module: str = "harness", cw
 def cli() -> CLI:
     """The harness CLI runner (see :func:`run_cli`)."""
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def llama_build() -> dict:
+    """The cached llama.cpp build (spectune.engines.llamacpp_build): found, or built once here when
+    SPECTUNE_BUILD_LLAMACPP=1 (a lock makes parallel workers take turns; the second finds the first's build)."""
+    from spectune.engines import llamacpp_build
+
+    found = llamacpp_build.find_build()
+    if found is None and os.environ.get("SPECTUNE_BUILD_LLAMACPP") == "1":
+        found = llamacpp_build.build()
+    if found is None:
+        pytest.skip(llamacpp_missing() or "llama.cpp is not built")
+    return found
 
 
 @pytest.fixture(scope="module")

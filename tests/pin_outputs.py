@@ -5,14 +5,14 @@ builder, typed structured configs) and finally renames the draft-length columns.
 what users read: this module computes it, ``tests/test_pinned_outputs.py`` compares it with what was recorded.
 
 - ``configs/<name>.yaml``: the composed job config (``--cfg job``'s text, unresolved, as the application would
-  print it) of every task of conf/task/ with ``models=tiny`` and ``+workload=en``, and of ``policies.train`` and
-  ``policies.evaluate``;
+  print it) of every task of conf/task/ (``task=train`` and ``task=evaluate`` among them) with ``models=tiny`` and
+  ``+workload=en``;
 - ``outputs.json`` ``runs``: for small real runs of every task on the embedded tiny pair, the file names each
   writes, the sorted key paths of every JSON file (``/a/b``, ``[]`` for a list's items, ``*`` where the keys are
   data such as a host or a method name) and the column names and dtypes of every Parquet and CSV file. Values are
   not pinned: most read the clock;
 - ``tables/<name>.txt``: the exact text of the printed tables (bench's table and ranking lines, tune's
-  recommendation, ``policies.evaluate``'s comparison, ``analysis.comparison``'s report, ``analysis.acceptance``'s
+  recommendation, ``task=evaluate``'s comparison, ``analysis.comparison``'s report, ``analysis.acceptance``'s
   line) computed from committed inputs (``inputs/`` here: two bench summaries of ``tests/data/tiny_sweep``;
   ``bench/results/...``);
 - ``outputs.json`` ``policies``: every committed SB3 policy file read by the product's loader (its spaces, network,
@@ -50,10 +50,9 @@ CONFIGS = PINS / "configs"
 TABLES = PINS / "tables"
 WORKLOAD = "+workload=en"
 TASKS = tuple(sorted(p.stem for p in (REPO / "conf" / "task").glob("*.yaml")))
-APPLICATIONS = {"train": "policies.train", "evaluate": "policies.evaluate"}  # config name -> module
 
 # Small real runs, one per task, each a few seconds on the tiny pair: (config, overrides, slow).
-SMALL = ("+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=4")
+SMALL = ("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=2", "workload.max_new_tokens=4")
 PROFILE = "tiny-cpu-2core-vm"  # a shipped profile: training reads it instead of measuring one
 TRAIN = ("train.train_prompts=2", "train.heldout_prompts=2", "train.max_gamma=2", "train.validation=0.5",
          "train.timesteps=64", "train.eval_every=64", "train.ppo.n_steps=32", "train.ppo.batch_size=32",
@@ -72,10 +71,10 @@ RUNS: dict[str, tuple[str, tuple[str, ...], bool]] = {
                            "task.gammas=[1,2]", f"task.profile={PROFILE}", "task.allow_profile_mismatch=true"), False),
     "coverage": ("config", ("task=coverage", *SMALL, "task.warmup=0", "task.repeats=2", "task.comparisons=2",
                             "task.pairs=[ar]"), True),
-    "train": ("train", (WORKLOAD, "workload.max_new_tokens=4", *TRAIN, f"train.profile={PROFILE}",
-                        "train.allow_profile_mismatch=true"), True),
-    "evaluate": ("evaluate", (WORKLOAD, "workload.max_new_tokens=4", *TRAIN, "evaluate.repeats=2",
-                              "evaluate.warmup=0", "evaluate.concurrency=[1]", "evaluate.policies=[confidence,ppo]"),
+    "train": ("config", ("task=train", WORKLOAD, "workload.max_new_tokens=4", *TRAIN, f"train.profile={PROFILE}",
+                         "train.allow_profile_mismatch=true"), True),
+    "evaluate": ("config", ("task=evaluate", WORKLOAD, "workload.max_new_tokens=4", *TRAIN, "evaluate.repeats=2",
+                            "evaluate.warmup=0", "evaluate.concurrency=[1]", "evaluate.policies=[confidence,ppo]"),
                  True),
 }
 # Key paths whose keys are data (a host, a CPU model, a package, a method, a language), not names of the format.
@@ -97,7 +96,7 @@ DISTILLED = {"thresholds": [0.3, 0.5, 0.7], "start_threshold": None}  # the comm
 
 
 def compose(config: str, *overrides: str) -> Any:
-    """Hydra's composition, as ``python -m harness`` / ``policies.train`` / ``policies.evaluate`` does it."""
+    """Hydra's composition, as ``python -m harness`` (and its aliases) does it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
@@ -111,9 +110,8 @@ def compose(config: str, *overrides: str) -> Any:
 # ---- 1. composed configs ------------------------------------------------------------------------------------
 
 def config_overrides() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Name -> (config name, overrides) of every pinned composition: each task, then the two applications."""
-    return {**{f"task-{task}": ("config", (f"task={task}", WORKLOAD)) for task in TASKS},
-            **{name: (name, (WORKLOAD,)) for name in APPLICATIONS}}
+    """Name -> (config name, overrides) of every pinned composition: each task's."""
+    return {f"task-{task}": ("config", (f"task={task}", WORKLOAD)) for task in TASKS}
 
 
 def job_yaml(config: str, *overrides: str) -> str:
@@ -183,14 +181,9 @@ def run(name: str, run_dir: Path) -> dict[str, Any]:
         done = run_cli(*overrides, run_dir=run_dir)
         assert done.returncode == 0, f"{name} exited {done.returncode}: {done.stderr[-2000:]}"
         return describe_run_dir(run_dir)
-    cfg = compose(config, *overrides)
-    if config == "train":
-        from policies.train.pipeline import train_policies as job
-    elif config == "evaluate":
-        from policies.evaluate import run as job
-    else:
-        from harness.tasks import run_task as job
-    code = job(cfg, run_dir)
+    from harness.tasks import run_task
+
+    code = run_task(compose(config, *overrides), run_dir)
     assert code == 0, f"{name} exited {code}"
     return describe_run_dir(run_dir)
 

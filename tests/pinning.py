@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "pinning" / "golden.json"
 PROFILE = "tiny-cpu-2core-vm"
 MAX_GAMMA = 4
-WORKLOAD = ("+workload=en", "workload.num_prompts=4", "workload.max_new_tokens=12")
+WORKLOAD = ("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=4", "workload.max_new_tokens=12")
 TIMING = ("draft_s", "verify_s")  # trace columns read from the clock
 # The live runs pinned: (label, policy node, γ) at concurrency 1 and 2 (the bandit reads the clock: replay only).
 ENGINE_POLICIES = (("ar", None, 0, (1,)), ("fixed3", {"name": "fixed"}, 3, (1, 2)),
@@ -154,11 +154,11 @@ def replay(frame: pd.DataFrame, gamma_zip: Path) -> dict[str, Any]:
 
 
 def train(run_dir: Path) -> dict[str, Any]:
-    """``policies.train`` in process: traces of the split, the shipped profile, γ PPO, size rounds at
+    """``task=train`` in process: traces of the split, the shipped profile, γ PPO, size rounds at
     concurrency 2, live fine-tuning with the profile's costs. The weights and the replay curves."""
     from policies.train.pipeline import train_policies
 
-    cfg = compose("train", WORKLOAD[0], "workload.max_new_tokens=10", *TRAIN)
+    cfg = compose("config", "task=train", WORKLOAD[0], "workload.max_new_tokens=10", *TRAIN)
     assert train_policies(cfg, run_dir) == 0
     curves = pd.read_csv(run_dir / "curves.csv")
     record = json.loads((run_dir / "train.json").read_text(encoding="utf-8"))

@@ -163,3 +163,17 @@ def test_a_task_the_target_does_not_perform_is_named():
     assert len(lines) == 2
     assert lines[0].startswith("qa (it): the target does not seem to perform this task (0% of answers in the")
     assert lines[1].startswith("code (it):") and "repetition 0.65" in lines[1]
+
+
+def test_the_printed_table_leaves_out_the_columns_that_say_nothing(mixed_run):
+    """A draft model always proposes and no request failed: no-prop % is 0 everywhere and requests are the prompts
+    times the repeats, so neither is printed (the line says the repeats). Where they say something they stay."""
+    from analysis.bench_table import format_task_table
+
+    rows = rundir.SUMMARY.read(mixed_run)["by_task"]
+    header, columns = format_task_table(rows).splitlines()[:2]
+    assert "every prompt ran 2 times per method" in header and "no-prop" not in header
+    assert "requests" not in columns and "no-prop %" not in columns and "prompts" in columns and "95% CI" in columns
+    rows[1] = {**rows[1], "requests": rows[1]["requests"] - 1, "no_proposal_share": 0.25}
+    header, columns = format_task_table(rows).splitlines()[:2]
+    assert "requests" in columns and "no-prop %" in columns and "no-prop %: cycles that asked" in header

@@ -1,14 +1,20 @@
 """The two front doors (spectune.cli), as a user meets them: real subprocesses of every command line with bad input.
 
-Hydra applications (python -m harness, policies.train, policies.evaluate) and argparse ones (analysis.report,
-analysis.costmodel, analysis.comparison, policies.train.fit_classifier) answer bad input the same way: one line
-``error: ...`` on stderr, exit code 2, nothing written; in a multirun, ``error.json`` in the failed job's
-directory, the other jobs run, and the sweep exits 2.
+The Hydra application (python -m harness, the console script ``spectune``, and the aliases python -m policies.train
+and policies.evaluate of its tasks train and evaluate) and the argparse ones (analysis.report, analysis.costmodel,
+analysis.comparison, policies.train.fit_classifier) answer bad input the same way: one line ``error: ...`` on
+stderr, exit code 2, nothing written; in a multirun, ``error.json`` in the failed job's directory, the other jobs
+run, and the sweep exits 2.
 """
 
 from __future__ import annotations
 
+import importlib
+import shutil
 import subprocess
+import sys
+import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -25,6 +31,13 @@ HYDRA_APPS = [
      "error: workload.num_prompts=2 cannot be set while +workload=... is swept"),
     pytest.param("policies.train", ["train.validation=1.5"],
                  "error: train.validation=1.5 is invalid: a fraction in (0, 1)"),
+    ("harness", ["task=train", "train.max_deph=4"], "error: train.max_deph is not a key of the config"),
+    ("harness", ["task=evaluate", "+workload=en", "evaluate.hindsight=maybe"],
+     "error: evaluate.hindsight='maybe' is invalid: must be true or false"),
+    ("harness", ["task=train", "+workload=en", "resume=true"],  # raised inside the job, before any model loads
+     "error: resume=true is invalid with task=train: it does not resume"),
+    ("policies.train", ["task=bench"],
+     "error: task=bench is invalid with python -m policies.train: it runs task=train"),
 ]
 
 
@@ -100,3 +113,51 @@ def test_the_sweep_callback_lists_failed_jobs_and_exits_2(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "harness.sweeps"]
     assert lines == ["error: job 1 (gamma=0): gamma=0 is invalid: must be >= 1",
                      f"error: 1 job(s) of the sweep failed; the others' results are in {tmp_path}"]
+
+
+@pytest.mark.parametrize("task", ["train", "evaluate"])
+def test_the_aliases_help_names_the_front_door(cli, task):
+    """``python -m policies.train|evaluate --help`` says first that ``python -m harness task=...`` is the front door,
+    then prints Hydra's help of the composed config (its groups, the task group among them)."""
+    done = cli("--help", module=f"policies.{task}", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"python -m policies.{task} is an alias of `python -m harness task={task}`, the "
+                                  "front door"), done.stdout[:500]
+    assert "task: " in done.stdout and "Powered by Hydra" in done.stdout
+
+
+CONSOLE = "import sys; from harness.__main__ import entry; sys.argv[0] = 'spectune'; entry()"
+
+
+def test_the_console_script_is_the_front_door(tmp_path):
+    """pyproject.toml's ``spectune`` script names ``harness.__main__:entry``. Called as an installed script calls it (a
+    real process that imports the function and calls it with the command line, ``python -c``: this checkout's code,
+    nothing reinstalled), it runs a task into its run directory with the job log of ``python -m harness``, prints
+    the pinned config for ``--cfg job``, and answers bad input in one line with exit code 2."""
+    from tests import pin_outputs
+
+    scripts = tomllib.loads((pin_outputs.REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    module, _, function = scripts["spectune"].partition(":")
+    assert (module, function) == ("harness.__main__", "entry") and callable(getattr(importlib.import_module(module),
+                                                                                    function))
+
+    def spectune(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", CONSOLE, *args], cwd=pin_outputs.REPO, capture_output=True,
+                              text=True, timeout=300)
+
+    done = spectune("task=costmodel", "task.plot=false", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert rundir.COSTMODEL_JSON.exists(tmp_path / "run") and (tmp_path / "run" / "__main__.log").is_file()
+    _, overrides = pin_outputs.config_overrides()["task-evaluate"]
+    done = spectune(*overrides, "--cfg", "job")
+    assert done.returncode == 0 and done.stdout == pin_outputs.read_recorded()["configs"]["task-evaluate"]
+    _one_error_line(spectune("task=costmodel", "task.alfas=[0.5]"), "error: task.alfas is not a key of the config")
+
+
+@pytest.mark.skipif(not entry_points(group="console_scripts", name="spectune") or not shutil.which("spectune"),
+                    reason="the installed spectune predates its [project.scripts] entry: pip install -e . installs it")
+def test_the_installed_console_script_runs_the_front_door(tmp_path):
+    """The script pip installed, as a user types it (where the environment's install has it)."""
+    done = subprocess.run([shutil.which("spectune"), "task=costmodel", "task.plot=false",
+                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and rundir.COSTMODEL_JSON.exists(tmp_path), done.stderr[-2000:]

@@ -1,6 +1,6 @@
-"""Typed configs: every YAML file of the task, workload, hardware, models and proposer groups, conf/config.yaml's own
-keys, train.yaml and evaluate.yaml have a dataclass schema (spectune/config.py, harness/tasks/schemas.py,
-policies/train/schema.py, policies/evaluate/schema.py), so that a value
+"""Typed configs: every YAML file of the task, workload, hardware, models and proposer groups and conf/config.yaml's
+own keys have a dataclass schema (spectune/config.py, harness/tasks/schemas.py, and for task/train.yaml and
+task/evaluate.yaml policies/train/schema.py and policies/evaluate/schema.py), so that a value
 of the wrong type or an unknown key fails as Hydra composes: one ``error:`` line naming the key, the value and what is
 allowed, exit code 2, before the job starts (so before any model loads). The schemas add types only: the composed
 configs are the YAML files' (tests/test_pinned_outputs.py pins their text).
@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from spectune.cli import hydra_entry
+from spectune.cli import hydra_entry, task_alias
 from spectune.config import (
-    PROPOSERS,
     HardwareConfig,
     MixWorkloadConfig,
     ModelsConfig,
@@ -33,6 +32,7 @@ from spectune.config import (
     describe,
     typed,
 )
+from spectune.engine import proposers
 from spectune.errors import SpectuneError
 from tests.conftest import REPO
 
@@ -41,6 +41,8 @@ KEYS_PER_GROUP = 2  # wrong-typed keys drawn per group (and one unknown key each
 # conf/models/<file> -> its schema: a key only some pairs have is a subclass's (spectune.config.ModelsConfig)
 MODELS = {"tiny": ProfiledModelsConfig, "smollm2": NotedModelsConfig, "smollm2-eagle": NotedModelsConfig,
           "llama3-8b-1b": ModelsConfig, "qwen2.5-7b-0.5b": ModelsConfig, "vicuna-7b-68m": ModelsConfig}
+# conf/proposer/<file> -> its schema: each proposer's settings, from the registry (spectune/engine/proposers/)
+PROPOSERS = {name: proposers.entry(name).settings for name in proposers.names()}
 
 
 def _leaves(schema: type, prefix: str) -> list[tuple[str, Any]]:
@@ -81,8 +83,8 @@ def _cases() -> list[Any]:
         "workload": ("harness", "config", ["+workload=mix"], _leaves(MixWorkloadConfig, "workload.")),
         "hardware": ("harness", "config", [f"hardware={rng.choice(['cpu', 'cpu-static', 'cuda', 'cuda-compiled'])}"],
                      _leaves(HardwareConfig, "hardware.")),
-        "train": ("policies.train", "train", [], _leaves(TrainFile, "")),
-        "evaluate": ("policies.evaluate", "evaluate", [], _leaves(EvaluateFile, "")),
+        "train": ("policies.train", "config", ["task=train"], _leaves(TrainFile, "")),
+        "evaluate": ("policies.evaluate", "config", ["task=evaluate"], _leaves(EvaluateFile, "")),
     }
     models = rng.choice(sorted(MODELS))
     groups["models"] = ("harness", "config", [f"models={models}"], _leaves(MODELS[models], "models."))
@@ -123,10 +125,11 @@ def test_a_wrong_type_or_an_unknown_key_fails_in_one_line_with_exit_2_before_the
     ("harness", ["+workload=en", "workload.num_prompts=abc"],
      "error: workload.num_prompts='abc' is invalid: must be an integer or null"),
     ("policies.train", ["train.ppo.n_steps=1.5"], "error: train.ppo.n_steps=1.5 is invalid: must be an integer"),
+    ("harness", ["task=train", "train.ppo.n_steps=1.5"], "error: train.ppo.n_steps=1.5 is invalid: must be an integer"),
     ("policies.evaluate", ["+workload=en", "evaluate.hindsight=maybe"],
      "error: evaluate.hindsight='maybe' is invalid: must be true or false"),
     ("harness", ["slo.ttft_ms=x"], "error: slo.ttft_ms='x' is invalid: must be a number or null"),
-    ("policies.train", ["models.target.revision=[1,2]"],  # train.yaml composes the models group too
+    ("policies.train", ["models.target.revision=[1,2]"],  # the alias composes the models group too
      "error: models.target.revision=[1, 2] is invalid: must be a string or null"),
 ])
 def test_each_application_registers_its_schemas_at_import_and_fails_in_one_line(cli, tmp_path, module, overrides,
@@ -162,23 +165,26 @@ def test_the_root_models_and_proposer_keys_fail_in_these_lines(monkeypatch, caps
     assert capsys.readouterr().err.strip() == message
 
 
-@pytest.mark.parametrize("config", ["config", "train", "evaluate"])
+@pytest.mark.parametrize("task", ["bench", "train", "evaluate"])
 @pytest.mark.parametrize("spelling", ["proposer=lookup", "+proposer=lookup"])
-def test_every_application_takes_the_proposer_as_the_harness_does(monkeypatch, config, spelling):
-    """harness, policies.train and policies.evaluate default to the pair's draft model and take proposer=lookup;
-    ``+proposer=lookup``, as commands written before train.yaml had that default spell it, means the same."""
+def test_every_task_takes_the_proposer_as_the_harness_does(monkeypatch, task, spelling):
+    """Every task defaults to the pair's draft model and takes proposer=lookup; ``+proposer=lookup``, as commands
+    written for python -m policies.train|evaluate before their config had that default spell it, means the same
+    (through the aliases: task=train and task=evaluate)."""
     from hydra import compose, initialize_config_dir
 
-    from policies.evaluate import schema as evaluate_schema
-
-    evaluate_schema.register()  # train's schemas with it
     seen = []
     monkeypatch.setattr(sys, "argv", ["app", "+workload=en", spelling])
-    hydra_entry(lambda: seen.append(sys.argv[1:]), config)
-    assert seen == [["+workload=en", "proposer=lookup"]]
+    if task == "bench":
+        hydra_entry(lambda: seen.append(sys.argv[1:]), "config")
+        want = ["+workload=en", "proposer=lookup"]
+    else:
+        task_alias(lambda: seen.append(sys.argv[1:]), task, f"python -m policies.{task}")
+        want = [f"task={task}", "+workload=en", "proposer=lookup"]
+    assert seen == [want]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        assert compose(config_name=config, overrides=seen[0]).proposer.name == "lookup"
-        assert compose(config_name=config, overrides=["+workload=en"]).proposer.name == "model"
+        assert compose(config_name="config", overrides=seen[0]).proposer.name == "lookup"
+        assert compose(config_name="config", overrides=[f"task={task}", "+workload=en"]).proposer.name == "model"
 
 
 def _options(group: str) -> str:
@@ -198,10 +204,18 @@ def test_an_unknown_option_of_a_group_fails_in_one_line_listing_its_options(monk
     started = []
     monkeypatch.setattr(sys, "argv", [module, override])
     with pytest.raises(SystemExit) as stop:
-        hydra_entry(lambda: started.append(True), "config" if module == "harness" else module.split(".")[-1])
+        _entry(module, lambda: started.append(True))
     assert stop.value.code == 2 and not started
     assert capsys.readouterr().err.strip() == f"error: {group}='nope' is unknown: choose one of {_options(group)}"
     assert "tiny" in _options("models") and {"model", "lookup"} <= set(_options("proposer").split(", "))
+
+
+def _entry(module: str, main: Any) -> None:
+    """What ``python -m MODULE`` does before its job, in this process: the front door's checks, or an alias's."""
+    if module == "harness":
+        hydra_entry(main, "config")
+    else:
+        task_alias(main, module.split(".")[-1], f"python -m {module}")
 
 
 @pytest.mark.parametrize("module", ["harness", "policies.evaluate"])
@@ -209,16 +223,15 @@ def test_an_unknown_launcher_fails_in_one_line_listing_hydras_options(monkeypatc
     """Hydra's own groups are checked too: the options it finds, the project's SLURM launcher and the submitit
     plugin's among them; a known one passes the check."""
     started = []
-    config = "config" if module == "harness" else "evaluate"
     monkeypatch.setattr(sys, "argv", [module, "-m", "hydra/launcher=slrum", "+workload=en"])
     with pytest.raises(SystemExit) as stop:
-        hydra_entry(lambda: started.append(True), config)
+        _entry(module, lambda: started.append(True))
     err = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and not started and len(err.splitlines()) == 1, err
     assert err.startswith("error: hydra/launcher='slrum' is unknown: choose one of basic, "), err
     assert {"slurm", "submitit_local", "submitit_slurm"} <= set(err.split("choose one of ")[1].split(", ")), err
     monkeypatch.setattr(sys, "argv", [module, "-m", "hydra/launcher=basic", "+workload=en"])
-    hydra_entry(lambda: started.append(True), config)
+    _entry(module, lambda: started.append(True))
     assert started == [True]
 
 
@@ -236,12 +249,11 @@ def test_a_later_value_of_a_sweep_with_the_wrong_type_fails_before_any_job(monke
 
 def test_every_schema_key_has_its_value_in_the_yaml_files(compose_config):
     """The schemas carry no defaults: every key they type is set by its YAML file (no ``???`` after composing),
-    for each task, hardware and bundled workload, and for train.yaml and evaluate.yaml."""
-    from hydra import compose, initialize_config_dir
+    for each task, hardware and bundled workload."""
+    from harness.tasks.schemas import SCHEMAS
 
-    from tests.conftest import REPO
-
-    for task in ("bench", "tune", "coverage", "trace", "profile", "acceptance", "costmodel", "verify"):
+    assert sorted(SCHEMAS) == _options("task").split(", ")  # every task's file is typed
+    for task in SCHEMAS:
         for hardware in ("cpu", "cpu-static", "cuda", "cuda-compiled"):
             assert not OmegaConf.missing_keys(compose_config(f"task={task}", f"hardware={hardware}", "+workload=mix"))
     for workload in ("en", "es", "it", "zh"):
@@ -252,9 +264,6 @@ def test_every_schema_key_has_its_value_in_the_yaml_files(compose_config):
         cfg = compose_config(f"proposer={name}")
         assert OmegaConf.get_type(cfg.proposer) is schema and not OmegaConf.missing_keys(cfg)
     assert sorted(MODELS) == _options("models").split(", ")  # every pair's file is typed
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        for name in ("train", "evaluate"):
-            assert not OmegaConf.missing_keys(compose(config_name=name, overrides=["+workload=en"]))
 
 
 @pytest.mark.parametrize("group", ["models", "proposer"])

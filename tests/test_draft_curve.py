@@ -5,8 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from workloads.build.distil import LANGS
 from workloads.build.draft_curve import figure, table
-from workloads.build.train_draft import LANGS, OUT
+from workloads.build.train_draft import OUT
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
-"""`python -m policies.evaluate`: the two-prompt smoke run of the whole comparison (train, grid search on the
-training prompts, every policy live on the held-out prompts, the oracle in replay), reuse of trained policies,
-and bad input in one line."""
+"""`python -m harness task=evaluate`: the two-prompt smoke run of the whole comparison (train, grid search on the
+training prompts, every policy live on the held-out prompts, the oracle in replay) through the front door; reuse of
+trained policies and bad input in one line through its alias `python -m policies.evaluate`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from analysis.policy_table import COLUMNS
 
-pytestmark = pytest.mark.slow(reason="python -m policies.evaluate subprocesses: the smoke run trains PPO and runs the "
-                                     "whole comparison; each bad-input run imports torch and SB3 and loads the models")
+pytestmark = pytest.mark.slow(reason="task=evaluate subprocesses: the smoke run trains PPO and runs the whole "
+                                     "comparison; each bad-input run imports torch and SB3 and loads the models")
 
 # Two training and two held-out English prompts, eight new tokens, γ ceiling 2, a few hundred PPO steps.
 SMOKE = ["+workload=en", "workload.max_new_tokens=8", "train.train_prompts=2", "train.heldout_prompts=2",
@@ -28,7 +28,7 @@ def smoke(tmp_path_factory) -> Path:
     from tests.conftest import run_cli
 
     run_dir = tmp_path_factory.mktemp("evaluate") / "run"
-    done = run_cli(*SMOKE, module="policies.evaluate", run_dir=run_dir, timeout=1800)  # loaded 2-core VM: > 10 min
+    done = run_cli("task=evaluate", *SMOKE, run_dir=run_dir, timeout=1800)  # loaded 2-core VM: > 10 min
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir
 

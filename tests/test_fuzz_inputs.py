@@ -91,7 +91,8 @@ def test_bench_settings_accept_or_fail_in_one_line(bench_cfg, tmp_path, key, val
 
 @pytest.fixture(scope="module")
 def workload_cfg():
-    return _compose("+workload=en", "workload.num_prompts=null", "workload.prompt_tokens=null").workload
+    return _compose("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=null",
+                    "workload.prompt_tokens=null").workload
 
 
 def _load(workload_cfg, tokenizer, path: Path, **over: Any):
@@ -176,7 +177,7 @@ def test_a_utf8_bom_mixed_ids_and_a_huge_line_load(workload_cfg, tokenizer, tmp_
 def test_a_workload_key_missing_from_the_yaml_is_a_one_line_error(workload_cfg, tokenizer, key):
     from workloads.loader import load_workload
 
-    spec = OmegaConf.to_container(workload_cfg)
+    spec = OmegaConf.to_container(workload_cfg, resolve=True)  # a plain dict, as the composed node resolves
     del spec[key]
     with pytest.raises(SpectuneError, match=rf"workload\.{key} is missing") as err:
         load_workload(spec, tokenizer)

@@ -170,26 +170,27 @@ def test_merge_combines_the_conditions_of_its_windows(engine):
 def test_bad_interleave_options_fail_in_one_line(override, message):
     from hydra import compose, initialize_config_dir
 
-    from policies.evaluate import EvaluateSettings
+    from policies.evaluate.pipeline import EvaluateSettings
     from spectune import cli
     from spectune.errors import SpectuneError
     from tests.conftest import REPO
 
     with pytest.raises(SpectuneError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        cli.check_keys_exist([override], "evaluate")  # a value of the wrong type: the schema, as Hydra composes
+        cli.check_keys_exist(["task=evaluate", override])  # a value of the wrong type: the schema, as Hydra composes
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(config_name="evaluate", overrides=[override])
+            cfg = compose(config_name="config", overrides=["task=evaluate", override])
         EvaluateSettings.from_cfg(cfg)
 
 
 def test_a_block_size_that_every_concurrency_divides_is_accepted():
     from hydra import compose, initialize_config_dir
 
-    from policies.evaluate import EvaluateSettings
+    from policies.evaluate.pipeline import EvaluateSettings
     from tests.conftest import REPO
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="evaluate", overrides=["evaluate.block_prompts=8", "evaluate.noise_floor=true"])
+        cfg = compose(config_name="config", overrides=["task=evaluate", "evaluate.block_prompts=8",
+                                                       "evaluate.noise_floor=true"])
     settings = EvaluateSettings.from_cfg(cfg)
     assert settings.block_prompts == 8 and settings.noise_floor
 
@@ -208,3 +209,23 @@ def test_block_size_is_one_rule_for_bench_and_evaluate():
     for bad in (0, 2.5, "four", True):
         with pytest.raises(SpectuneError, match=r"task\.block_prompts="):
             block_size(bad, "task.block_prompts", [1], "concurrency=1")
+
+
+def test_a_run_of_one_prompt_blocks_shows_one_progress_line_not_a_bar_per_block(engine, capsys):
+    """3 methods x 2 repeats x 6 prompts, each prompt a block: 36 blocks. Stderr (not a terminal here) gets the run's
+    one progress line, at most 10 + elapsed / LOG_EVERY_S lines (spectune.progress), the last with every point and
+    request done, and no carriage return (no bar)."""
+    import time
+
+    from spectune.measure.interleave import run_design
+    from spectune.progress import LOG_EVERY_S
+
+    start = time.monotonic()
+    grid = run_design(engine, random_requests(6, max_new=4), METHODS, 2, _policy, block_prompts=1, concurrency=1,
+                      warmup=0, max_context=None)
+    elapsed = time.monotonic() - start
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line]
+    assert len(grid.points) == 6 and "\r" not in err
+    assert all(line.startswith("measuring: ") for line in lines) and 1 <= len(lines) <= 10 + elapsed / LOG_EVERY_S
+    assert lines[-1].startswith("measuring: points 6/6, requests 36/36 (100%), elapsed ")

@@ -108,7 +108,7 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
     private = []
     for module, path in known.items():
         for name, _ in imports_of(module, path):
-            sibling = f"{module.rpartition('.')[0]}.{name}"  # a script's `import env_speed` beside it (bench/)
+            sibling = f"{module.rpartition('.')[0]}.{name}"  # a script's `import gpu_check` beside it (bench/)
             if module.startswith("bench.") and name.split(".")[0] not in PACKAGES \
                     and _resolve(sibling, known) not in (None, "bench"):
                 name = sibling

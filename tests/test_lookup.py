@@ -1,10 +1,9 @@
-"""Prompt lookup, a draft without a model (spectune/engine/lookup.py): the same drafts as transformers'
+"""Prompt lookup, a draft without a model (spectune/engine/proposers/lookup.py): the same drafts as transformers'
 PromptLookupCandidateGenerator, greedy output equal to autoregressive decoding at every length, chains clipped at
 stop tokens and at the length limit, and a point-mass proposal verified exactly at T > 0."""
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
@@ -12,13 +11,21 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from spectune.engine import Engine, Request
-from spectune.engine.lookup import LookupProposer, PromptLookup, clip, copyable_fraction, lookup, replay_greedy
+from spectune.engine import Engine
 from spectune.engine.policy import FixedGamma
+from spectune.engine.proposers.lookup import PromptLookup
+from spectune.engine.proposers.ngram import clip, lookup
+from spectune.engine.proposers.replay import copyable_fraction, replay_greedy
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import assert_point_mass_draft_is_exact, tiny_llama
+from tests.tiny_models import (
+    assert_chains_stop_at_stop_ids_and_the_length_limit,
+    assert_point_mass_draft_is_exact,
+    copying_target,
+    greedy_runs,
+    repetitive_requests,
+)
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -56,56 +63,20 @@ def test_lookup_finds_the_earliest_longest_match_and_nothing_without_one():
         PromptLookup(max_n=2, min_n=3)
 
 
-def repetitive_requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
-    """Prompts that repeat a random phrase (so the lookup matches), except every third: random (no match)."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(count):
-        phrase = torch.randint(0, vocab, (3 + i % 4,), generator=gen).tolist()
-        prompt = phrase * 3 if i % 3 else torch.randint(0, vocab, (9,), generator=gen).tolist()
-        out.append(Request(i, f"p{i}", "en", prompt, max_new))
-    return out
-
-
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(vocab=64, hidden=32, layers=2, seed=3, init=0.1)
+    return copying_target()
 
 
 def test_greedy_lookup_equals_autoregressive_at_every_length(target):
     """γ 1, 4 × concurrency 1, 3, 7 × max_new_tokens 1, 2, 3, 5, 9, 16: the outputs of plain decoding."""
-    lookup_engine = Engine(target, PromptLookup(max_n=3), sampling=GREEDY, sampler=get_sampler("exact"),
-                           device="cpu", seed=0)
-    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
-    accepted = mixed = 0
-    for max_new in (1, 2, 3, 5, 9, 16):
-        requests = repetitive_requests(7, max_new)
-        reference = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
-        assert all(len(ids) == max_new for ids in reference.values())
-        for gamma, concurrency in itertools.product((1, 4), (1, 3, 7)):
-            result = lookup_engine.run(requests, FixedGamma(gamma), concurrency)
-            assert {r.request_id: r.output_ids for r in result.requests} == reference, (max_new, gamma, concurrency)
-            accepted += sum(c.accepted for c in result.cycles)
-            by_cycle: dict[int, list[int]] = {}
-            for c in result.cycles:
-                assert c.num_drafts <= gamma and c.accepted <= c.num_drafts
-                by_cycle.setdefault(c.cycle, []).append(c.num_drafts)
-            mixed += sum(1 for drafts in by_cycle.values() if 0 in drafts and max(drafts) > 0)
+    accepted, mixed = greedy_runs(target, PromptLookup(max_n=3), (1, 2, 3, 5, 9, 16), (1, 4), (1, 3, 7))
     assert accepted > 50, "the repeated phrases should be matched and accepted, or this test exercises little"
     assert mixed > 10, "rows with and without a match should share cycles (padding of the verification)"
 
 
 def test_chains_stop_before_stop_ids_and_at_the_length_limit():
-    proposer = LookupProposer(PromptLookup(max_n=2, stop_ids=(9,)), batch=2, vocab_size=16, device="cpu", eos=[8])
-    proposer.prefill([0, 1], [[1, 2, 3, 4, 1, 2], [5, 6, 9, 7, 5]], limits=[64, 64])
-    proposer.begin(torch.tensor([3, 6]))  # row 0 context ...1, 2, 3: match → 4, 1, 2, 3; row 1: 9 is a stop id
-    assert proposer._chains == [[4, 1, 2, 3], []]
-    proposer.prefill([0], [[1, 2, 3, 4, 1, 2]], limits=[3])  # 3 new tokens: the first is ``last``, so 2 remain,
-    proposer.begin(torch.tensor([3, 6]))  # and one of them is the verification's own token: 1 draft at most
-    assert proposer._chains[0] == [4]
-    proposer.prefill([0], [[1, 2, 8, 4, 1, 2]], limits=[64])  # EOS ends the chain
-    proposer.begin(torch.tensor([3, 6]))
-    assert proposer._chains[0] == []
+    assert_chains_stop_at_stop_ids_and_the_length_limit(PromptLookup(max_n=2, stop_ids=(9,)))
 
 
 @pytest.mark.slow(reason="three engines × 400 requests at T = 1: about 30 s on two quiet cores")

@@ -19,8 +19,8 @@ from policies.envs.replay import replay_gammas
 from policies.match_length import MIN_MATCHES
 from policies.registry import make_policy
 from spectune.engine import Engine
-from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import SIGNALS, FixedGamma
+from spectune.engine.proposers.lookup import PromptLookup
 from spectune.errors import SpectuneError
 from spectune.profile import load_profile
 from spectune.sampling import SamplingParams

@@ -11,9 +11,12 @@ import pytest
 import torch
 
 from spectune.engine import Engine, Request
-from spectune.engine.lookup import Chain, LookupProposer, PromptLookup, lookup, lookup_chain, occurrences
 from spectune.engine.policy import DRAFT_SIGNALS, MATCH_SIGNALS, SIGNALS, DraftStep, FixedGamma
-from spectune.engine.suffix import SuffixDrafting, SuffixProposer, SuffixTrie, speculate
+from spectune.engine.proposers.chain import ChainProposer
+from spectune.engine.proposers.lookup import PromptLookup
+from spectune.engine.proposers.ngram import Chain, lookup, lookup_chain, occurrences
+from spectune.engine.proposers.suffix import SuffixDrafting
+from spectune.engine.proposers.suffix_tree import SuffixTrie, speculate
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
@@ -70,7 +73,7 @@ def _steps(proposer, count: int, names=frozenset(MATCH_SIGNALS)) -> list[dict[st
 def test_the_lookup_proposer_reports_its_match_at_every_step_and_scores_only_where_it_drafts():
     """Row 0: ... 4 5 6 occurs twice before (→ 7 8, clipped at the length limit to 2 tokens); row 1: no match;
     row 2: idle. Four steps: the match at every step, score 1 and running product 1 while the row drafts, 0 after."""
-    proposer = LookupProposer(PromptLookup(max_n=3), batch=3, vocab_size=16, device="cpu")
+    proposer = ChainProposer(PromptLookup(max_n=3), batch=3, vocab_size=16, device="cpu")
     proposer.prefill([0, 1], [[4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 4, 5], [1, 2, 3]], limits=[4, 64])
     proposer.begin(torch.tensor([6, 9, 0]))
     assert proposer._chains == [[7, 8], [], []]
@@ -92,7 +95,7 @@ def test_the_suffix_proposer_reports_the_matched_nodes_occurrences_followed_by_a
     assert (draft.match_length, draft.matches) == (5, 1)
     one = speculate(SuffixTrie.of([context], 24), context[-2:], 5, adaptive=False)
     assert (one.match_length, one.matches) == (1, 3)
-    proposer = SuffixProposer(SuffixDrafting(adaptive=False, max_gamma=5), batch=2, vocab_size=16, device="cpu")
+    proposer = ChainProposer(SuffixDrafting(adaptive=False, max_gamma=5), batch=2, vocab_size=16, device="cpu")
     proposer.prefill([0, 1], [context[:-1], [5, 6, 7, 8]], limits=[64, 64])
     proposer.begin(torch.tensor([2, 9]))
     rows = _steps(proposer, 5)

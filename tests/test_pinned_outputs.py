@@ -31,7 +31,7 @@ OPTIONAL = {("tune", "recommendation.json"): ("/vllm",)}
 
 # ---- 1. composed configs ------------------------------------------------------------------------------------
 
-def test_every_task_and_application_has_a_pinned_config():
+def test_every_task_has_a_pinned_config():
     assert set(RECORDED["configs"]) == set(pin_outputs.config_overrides())
 
 
@@ -41,11 +41,12 @@ def test_the_composed_config_is_the_recorded_text(name):
     assert pin_outputs.job_yaml(config, *overrides) == RECORDED["configs"][name]
 
 
-@pytest.mark.slow(reason="a python -m subprocess per application (imports torch, transformers, SB3)")
-@pytest.mark.parametrize(("module", "name"), [("harness", "task-bench"), ("policies.train", "train"),
-                                              ("policies.evaluate", "evaluate")])
+@pytest.mark.slow(reason="a python -m subprocess per front door (imports torch, transformers, SB3)")
+@pytest.mark.parametrize(("module", "name"), [("harness", "task-bench"), ("harness", "task-evaluate"),
+                                              ("policies.train", "task-train"), ("policies.evaluate", "task-evaluate")])
 def test_the_cli_prints_the_pinned_config(module, name):
-    """``--cfg job`` prints exactly what the in-process composition pinned (so the pins hold for the CLI)."""
+    """``--cfg job`` prints exactly what the in-process composition pinned (so the pins hold for the CLI), through the
+    front door and through the aliases of task=train and task=evaluate (given ``task=...`` too, as it is pinned)."""
     _, overrides = pin_outputs.config_overrides()[name]
     done = subprocess.run([sys.executable, "-m", module, *overrides, "--cfg", "job"], cwd=pin_outputs.REPO,
                           capture_output=True, text=True, timeout=300)

@@ -402,8 +402,9 @@ def test_ppo_policy_in_the_engine_keeps_greedy_output_and_drafts_as_its_actor_sa
 
 def test_a_policy_file_notes_a_typed_configs_choices_by_name(trained, tmp_path):
     """The profile a policy was trained for carries the measured setup's config, where suffix decoding's corpus is
-    an enum member (spectune.config.Corpus): the file stores it by name, as every run file does, and reads back."""
-    from spectune.config import Corpus
+    an enum member (spectune.engine.proposers.suffix.Corpus): the file stores it by name, as every run file does,
+    and reads back."""
+    from spectune.engine.proposers.suffix import Corpus
 
     source, _ = trained
     path = tmp_path / "gamma.zip"

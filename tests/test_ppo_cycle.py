@@ -217,7 +217,7 @@ def test_the_pipeline_writes_a_cycle_policy_that_runs_in_the_engine(pair, tmp_pa
     from policies.train.pipeline import train_policies
     from tests.pinning import compose
 
-    cfg = compose("train", "+workload=en", "workload.max_new_tokens=10", "train.train_prompts=5",
+    cfg = compose("config", "task=train", "+workload=en", "workload.max_new_tokens=10", "train.train_prompts=5",
                   "train.heldout_prompts=1", "train.max_gamma=4", f"train.profile={PROFILE}",
                   "train.allow_profile_mismatch=true", "train.timesteps=64", "train.eval_every=64",
                   "train.ppo.n_steps=64", "train.ppo.batch_size=32", "train.ppo.n_epochs=1",

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from spectune.cycle import CycleCost
-from spectune.engine.lookup import PromptLookup
-from spectune.measure.prediction import GreedyOutput, by_task, price, replay
+from spectune.engine.proposers.lookup import PromptLookup
+from spectune.engine.proposers.replay import GreedyOutput, replay
+from spectune.measure.prediction import by_task, price
 
 
 class LinearCosts(CycleCost):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spectune.errors import SpectuneError
-from spectune.sampling import SamplingParams, sample, warp
+from spectune.sampling import RowSampling, SamplingParams, batch_sampling, draw, inverse_cdf, sample, select_rows, warp
 
 LOGITS = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
 
@@ -101,3 +101,47 @@ def test_sample_is_reproducible_with_a_generator() -> None:
     a = sample(probs, torch.Generator().manual_seed(3))
     b = sample(probs, torch.Generator().manual_seed(3))
     assert torch.equal(a, b) and a.shape == (100,)
+
+
+ROW_SETTINGS = [SamplingParams(temperature=0), SamplingParams(temperature=1.0),
+                SamplingParams(temperature=0.7, top_k=5, top_p=0.9), SamplingParams(temperature=0.7, top_p=0.8),
+                SamplingParams(temperature=1.3, top_k=3), SamplingParams(temperature=0, top_k=4, top_p=0.5)]
+
+
+@pytest.mark.parametrize("shape", [(6, 50), (6, 3, 50)], ids=["one-position", "three-positions"])
+def test_per_row_settings_give_each_row_the_law_it_has_alone(shape: tuple[int, ...]) -> None:
+    """A batch mixing greedy, T = 1, T = 0.7 with top-k/top-p, top-p alone and top-k alone: row b of the batched
+    warp is, bit for bit, warp of row b alone with its own settings (at every position of a [B, n, V] block)."""
+    logits = 3 * torch.randn(*shape, generator=torch.Generator().manual_seed(11))
+    law = batch_sampling(ROW_SETTINGS)
+    assert isinstance(law, RowSampling)
+    batched = warp(logits, law)
+    for row, settings in enumerate(ROW_SETTINGS):
+        assert torch.equal(batched[row], warp(logits[row], settings)), settings
+    assert torch.equal(batched[0].sum(-1), torch.ones(shape[1:-1]))  # greedy rows stay one-hot
+
+
+def test_a_batch_that_shares_one_law_takes_the_one_law_path() -> None:
+    """Rows that agree give back the shared SamplingParams itself (no per-row tensors); greedy rows agree whatever
+    their top-k and top-p (the argmax ignores them); a selection of rows is again one law where they agree."""
+    hot = SamplingParams(temperature=1.0)
+    assert batch_sampling([hot, SamplingParams(temperature=1.0), hot]) is hot
+    greedy = batch_sampling([SamplingParams(temperature=0), SamplingParams(temperature=0, top_k=4)])
+    assert isinstance(greedy, SamplingParams) and greedy.greedy
+    mixed = batch_sampling([hot, SamplingParams(temperature=0), hot])
+    assert isinstance(mixed, RowSampling) and select_rows(mixed, [0, 2]) is hot
+    assert select_rows(mixed, [1, 0]).rows == (SamplingParams(temperature=0), hot)
+    assert select_rows(hot, [0, 5]) is hot
+
+
+def test_per_row_draw_takes_the_argmax_on_greedy_rows_and_the_uniform_elsewhere() -> None:
+    """Mixed rows share one draw: a greedy row's one-hot law gives its argmax for every uniform in [0, 1) (here
+    0, 0.5 and 1 − 2⁻⁵³), a sampled row the inverse-CDF draw of its uniform."""
+    logits = torch.randn(4, 20, generator=torch.Generator().manual_seed(12))
+    law = batch_sampling([SamplingParams(temperature=0), SamplingParams(temperature=1.0)] * 2)
+    probs = warp(logits, law)
+    for u in (0.0, 0.5, 1 - 2**-53):
+        uniforms = torch.full((4,), u, dtype=torch.float64)
+        drawn = draw(probs, law, uniforms=uniforms)
+        assert drawn[0] == logits[0].argmax() and drawn[2] == logits[2].argmax()
+        assert torch.equal(drawn[[1, 3]], inverse_cdf(probs[[1, 3]], uniforms[[1, 3]]))

@@ -1,22 +1,30 @@
-"""Suffix decoding, a draft without a model (spectune/engine/suffix.py): known chains on hand-made sequences (most
-frequent child, scores, the min_token_prob cut, the adaptive length, the per-request/global choice), the global trie
-frozen, greedy output equal to autoregressive decoding at every length with rows with and without a chain in the
-same cycle, chains clipped at stop ids and the length limit, and the point-mass proposal verified exactly at T = 1."""
+"""Suffix decoding, a draft without a model (spectune/engine/proposers/suffix.py): known chains on hand-made sequences
+(most frequent child, scores, the min_token_prob cut, the adaptive length, the per-request/global choice), the
+global trie frozen, greedy output equal to autoregressive decoding at every length with rows with and without a
+chain in the same cycle, chains clipped at stop ids and the length limit, and the point-mass proposal verified
+exactly at T = 1."""
 
 from __future__ import annotations
-
-import itertools
 
 import pytest
 import torch
 
 from spectune.engine import Engine, Request
 from spectune.engine.policy import MATCH_SIGNALS, FixedGamma
-from spectune.engine.suffix import SuffixDrafting, SuffixProposer, SuffixTrie, speculate
+from spectune.engine.proposers.chain import ChainProposer
+from spectune.engine.proposers.suffix import SuffixDrafting
+from spectune.engine.proposers.suffix_tree import SuffixTrie, speculate
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
-from tests.tiny_models import assert_point_mass_draft_is_exact, tiny_llama
+from tests.tiny_models import (
+    assert_chains_stop_at_stop_ids_and_the_length_limit,
+    assert_point_mass_draft_is_exact,
+    copying_target,
+    greedy_runs,
+    repetitive_requests,
+    tiny_llama,
+)
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -98,11 +106,11 @@ def test_the_higher_scoring_trie_wins_and_is_recorded():
 def test_the_proposer_reports_scores_and_match_lengths_and_rows_without_a_chain_draft_nothing():
     """Two rows in one cycle: row 0's context ends with a repeat (chain 4 1 2 3 1), row 1's has none; the signals
     asked for by name are the chain's scores, running products and match length, 0 where a row drafts nothing."""
-    proposer = SuffixProposer(SuffixDrafting(adaptive=False, max_gamma=5), batch=2, vocab_size=16, device="cpu")
+    proposer = ChainProposer(SuffixDrafting(adaptive=False, max_gamma=5), batch=2, vocab_size=16, device="cpu")
     proposer.prefill([0, 1], [[1, 2, 3, 1, 2, 4, 1, 2, 3, 1], [5, 6, 7, 8]], limits=[64, 64])
     proposer.begin(torch.tensor([2, 9]))
     assert proposer._chains == [[4, 1, 2, 3, 1], []]
-    assert [d.source for d in proposer.drafts] == ["request", "none"] and proposer.sources["none"] == 1
+    assert [d.source for d in proposer.source.drafts] == ["request", "none"] and proposer.source.sources["none"] == 1
     rows = []
     for _ in range(5):
         _, q, out = proposer.step(None, frozenset(MATCH_SIGNALS) | {"token_prob"})
@@ -115,60 +123,16 @@ def test_the_proposer_reports_scores_and_match_lengths_and_rows_without_a_chain_
     # two accepted: they, ``last`` and row 1's ``last`` join the histories, and the tries catch up at the next begin
     proposer.rollback(torch.tensor([11, 5]), torch.tensor([2, 0]), proposal, torch.tensor([True, True]), [2, 0])
     proposer.begin(torch.tensor([7, 5]))
-    assert proposer.trees[0].size == 10 + 3 + 1 and proposer.trees[1].size == 4 + 1 + 1
+    assert proposer.source.trees[0].size == 10 + 3 + 1 and proposer.source.trees[1].size == 4 + 1 + 1
 
 
 def test_chains_stop_before_stop_ids_and_at_the_length_limit():
-    spec = SuffixDrafting(adaptive=False, stop_ids=(9,))
-    proposer = SuffixProposer(spec, batch=2, vocab_size=16, device="cpu", eos=[8])
-    proposer.prefill([0, 1], [[1, 2, 3, 4, 1, 2], [5, 6, 9, 7, 5]], limits=[64, 64])
-    proposer.begin(torch.tensor([3, 6]))  # row 0: ... 1 2 3 → 4 1 2 3; row 1: 5 6 → 9, a stop id
-    assert proposer._chains == [[4, 1, 2, 3], []]
-    proposer.prefill([0], [[1, 2, 3, 4, 1, 2]], limits=[3])  # 2 tokens left after ``last``, one the target's own
-    proposer.begin(torch.tensor([3, 6]))
-    assert proposer._chains[0] == [4]
-    proposer.prefill([0], [[1, 2, 3, 8, 1, 2]], limits=[64])  # EOS ends the chain
-    proposer.begin(torch.tensor([3, 6]))
-    assert proposer._chains[0] == []
-
-
-def repetitive_requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
-    """Prompts that repeat a random phrase (so the per-request trie matches), except every third: random."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(count):
-        phrase = torch.randint(0, vocab, (3 + i % 4,), generator=gen).tolist()
-        prompt = phrase * 3 if i % 3 else torch.randint(0, vocab, (9,), generator=gen).tolist()
-        out.append(Request(i, f"p{i}", "en", prompt, max_new))
-    return out
+    assert_chains_stop_at_stop_ids_and_the_length_limit(SuffixDrafting(adaptive=False, stop_ids=(9,)))
 
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(vocab=64, hidden=32, layers=2, seed=3, init=0.1)
-
-
-def greedy_runs(target, spec: SuffixDrafting, lengths: tuple[int, ...], gammas: tuple[int, ...],
-                concurrencies: tuple[int, ...]) -> tuple[int, int]:
-    """Each (max_new_tokens, γ, concurrency): the engine's greedy outputs with ``spec`` equal plain decoding's, and
-    no row drafts past γ; returns (drafts accepted, cycles where rows with and without a chain shared the batch)."""
-    plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
-    engine = Engine(target, spec, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)
-    accepted = mixed = 0
-    for max_new in lengths:
-        requests = repetitive_requests(7, max_new)
-        reference = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
-        assert all(len(ids) == max_new for ids in reference.values())
-        for gamma, concurrency in itertools.product(gammas, concurrencies):
-            result = engine.run(requests, FixedGamma(gamma), concurrency)
-            assert {r.request_id: r.output_ids for r in result.requests} == reference, (max_new, gamma, concurrency)
-            by_cycle: dict[int, list[int]] = {}
-            for c in result.cycles:
-                assert c.num_drafts <= gamma and c.accepted <= c.num_drafts
-                by_cycle.setdefault(c.cycle, []).append(c.num_drafts)
-            accepted += sum(c.accepted for c in result.cycles)
-            mixed += sum(1 for drafts in by_cycle.values() if 0 in drafts and max(drafts) > 0)
-    return accepted, mixed
+    return copying_target()
 
 
 def test_greedy_suffix_equals_autoregressive_at_every_length(target):
@@ -207,7 +171,7 @@ def test_both_tries_propose_in_a_run_and_the_sources_are_counted(target):
     session = engine.session(requests, FixedGamma(4), 3)
     while not session.done:
         session.step()
-    sources = session.proposer.sources
+    sources = session.proposer.source.sources
     assert sources["global"] > 0 and sources["request"] > 0 and sources["none"] > 0, sources
 
 
@@ -247,8 +211,8 @@ def test_greedy_replay_predicts_the_engines_suffix_cycles():
     """From autoregressive outputs alone, the replay with a per-request trie (request_chains) gives every cycle's
     (drafted, accepted) that the engine then runs with suffix decoding, greedy, concurrency 1, γ 1 and 4, 7 requests
     of 16 tokens, with and without a global trie."""
-    from spectune.engine.lookup import replay_greedy
-    from spectune.engine.suffix import request_chains
+    from spectune.engine.proposers.replay import replay_greedy
+    from spectune.engine.proposers.suffix import request_chains
 
     target = tiny_llama(seed=3)
     plain = Engine(target, None, sampling=GREEDY, sampler=get_sampler("exact"), device="cpu", seed=0)

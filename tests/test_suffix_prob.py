@@ -19,7 +19,7 @@ from policies.registry import make_policy
 from policies.suffix_prob import MIN_PROBS
 from spectune.engine import Engine
 from spectune.engine.policy import SIGNALS, FixedGamma
-from spectune.engine.suffix import SuffixDrafting
+from spectune.engine.proposers.suffix import SuffixDrafting
 from spectune.errors import SpectuneError
 from spectune.profile import load_profile
 from spectune.sampling import SamplingParams

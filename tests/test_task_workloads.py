@@ -15,8 +15,12 @@ from workloads.loader import load_workload
 from workloads.task_sets import check_workload
 
 
-def test_default_workload_is_the_chat_lines_unchanged(compose_config, tokenizer):
-    wl = load_workload(compose_config("+workload=it").workload, tokenizer)
+@pytest.mark.parametrize("overrides", [["workload.tasks=[chat-lines]"], ["task=tune"], ["task=acceptance"]])
+def test_the_chat_lines_are_unchanged_where_asked_for_and_in_every_task_but_the_bench(compose_config, tokenizer,
+                                                                                     overrides):
+    """The main job (task=bench) measures the task sets by default (tests/test_main_job.py); the dialogue lines stay
+    one override away, and stay the default of the other tasks."""
+    wl = load_workload(compose_config("+workload=it", *overrides).workload, tokenizer)
     assert {p.task for p in wl.prompts} == {"chat-lines"} and {p.split for p in wl.prompts} == {None}
     assert wl.max_new_tokens == 48 and wl.describe()["source"]["tasks"] == ["chat-lines"]
     assert all(24 <= len(p.input_ids) <= 48 for p in wl.prompts)
@@ -27,7 +31,7 @@ def test_two_tasks_alternate_and_every_prefix_has_equal_shares(compose_config, t
     assert cfg.workload.profile == "short"  # the tiny pair (a base model) gets the short profile
     wl = load_workload(cfg.workload, tokenizer)
     assert [p.task for p in wl.prompts] == ["summarise", "qa"] * 20
-    assert wl.max_new_tokens == 128 and all(p.language == "it" for p in wl.prompts)
+    assert wl.max_new_tokens == 32 and all(p.language == "it" for p in wl.prompts)  # the tiny pair's answer budget
     assert all(64 <= len(p.input_ids) <= 368 for p in wl.prompts)
     assert set(wl.describe()["prompt_tokens_by_task"]) == {"summarise", "qa"}
     again = load_workload(cfg.workload, tokenizer)  # seeded
@@ -41,7 +45,9 @@ def test_a_mix_interleaves_languages_and_tasks(compose_config, tokenizer):
     for row in rounds:
         assert [(p.language, p.task) for p in row] == list(itertools.product(["it", "en", "zh", "es"],
                                                                               ["chat-lines", "code"]))
-    assert wl.max_new_tokens == 128  # a workload with a task set answers with the task budget
+    assert wl.max_new_tokens == 32  # a workload with a task set answers with the task budget (the tiny pair's)
+    unset = compose_config("+workload=mix", "workload.tasks=[chat-lines,code]", "workload.task_max_new_tokens=null")
+    assert load_workload(unset.workload, tokenizer).max_new_tokens == 128  # null: the short profile's budget
 
 
 def test_all_prompts_of_several_tasks_keep_equal_shares(compose_config, tokenizer):
@@ -102,6 +108,11 @@ def test_a_multirun_sweeps_languages_and_task_lists(compose_config, tokenizer):
     (["workload.tasks=[qa]", "workload.task_prompt_tokens=[2000,3000]"],
      "qa (en, profile short, splits ['train', 'select', 'evaluate']) yields no prompt in the band [2000, 3000]"),
     (["workload.tasks=[qa]", "workload.task_max_new_tokens=0"], "workload.task_max_new_tokens=0 is invalid"),
+    (["workload.path=/my/prompts.jsonl"], "workload.path='/my/prompts.jsonl' holds chat-line prompts, which "
+     "workload.tasks=['chat', 'summarise', 'qa', 'translate', 'rewrite', 'code'] does not read: add "
+     "workload.tasks=[chat-lines]"),
+    (["workload.tasks=[qa]", "workload.source=hf", "workload.path=someone/prompts"],
+     "workload.source=hf gives chat-line prompts, which workload.tasks=['qa'] does not read"),
 ])
 def test_bad_selections_are_one_line_before_any_tokenizer(compose_config, tokenizer, overrides, message):
     cfg = compose_config("+workload=en", *overrides)

@@ -1,5 +1,5 @@
 """PPO training in replay: the hindsight oracle is the best per-cycle choice, the replay scores are the
-environment's accounting, and `python -m policies.train` writes a policy file that `policy=ppo` loads."""
+environment's accounting, and `python -m harness task=train` writes a policy file that `policy=ppo` loads."""
 
 from __future__ import annotations
 
@@ -140,12 +140,13 @@ def test_an_empty_or_too_large_split_fails_in_one_line():
     assert split_requests(list(range(10)), 6, 3) == ([0, 1, 2, 3, 4, 5], [6, 7, 8])
 
 
-@pytest.mark.slow(reason="trains a PPO γ policy through python -m policies.train")
+@pytest.mark.slow(reason="trains a PPO γ policy through python -m harness task=train")
 def test_train_cli_writes_a_policy_that_policy_ppo_loads(cli, tmp_path):
-    """The whole app on the embedded pair, tiny: trace 5 prompts, measure the profile, 256 PPO steps."""
-    result = cli("+workload=en", "train.train_prompts=5", "train.heldout_prompts=1", "train.timesteps=256",
-                 "train.eval_every=128", "train.max_gamma=4", "train.profile_repeats=1", "workload.max_new_tokens=12",
-                 run_dir=tmp_path, module="policies.train")
+    """The whole task on the embedded pair, tiny, through the front door: trace 5 prompts, measure the profile, 256
+    PPO steps; bad input through its alias python -m policies.train."""
+    result = cli("task=train", "+workload=en", "train.train_prompts=5", "train.heldout_prompts=1",
+                 "train.timesteps=256", "train.eval_every=128", "train.max_gamma=4", "train.profile_repeats=1",
+                 "workload.max_new_tokens=12", run_dir=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     for name in ("gamma.zip", "curves.csv", "curves.png", "train.json", "traces.parquet", "profile.json"):
         assert (tmp_path / name).is_file(), name

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from spectune.models.draft_vocab import target_to_draft_map
+from workloads.build.distil import bucket_losses, choose_vocab
 from workloads.build.teacher_data import Sequence
-from workloads.build.train_draft import bucket_losses, choose_vocab
 
 # A 6-id target vocabulary; the draft keeps ids 1, 3, 4 (rows 0, 1, 2).
 D2T = torch.tensor([1, 3, 4])

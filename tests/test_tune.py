@@ -13,8 +13,9 @@ from omegaconf import OmegaConf
 
 from harness.tasks.tune import TuneSettings, _workload_cfgs
 from spectune import cli
+from spectune.engine.proposers import vllm_method
 from spectune.errors import SpectuneError
-from spectune.vllm_export import VLLM_VERSION, vllm_form, vllm_schedule
+from spectune.vllm_export import VLLM_VERSION, VllmMethod, vllm_form, vllm_schedule
 from tests.conftest import REPO
 
 # every field of vLLM v0.34.0's SpeculativeConfig, read from its wheel (tests/data/engines/README.md)
@@ -28,14 +29,16 @@ def test_vllm_schedule_covers_every_batch_size_from_1_and_merges_equal_k():
 
 
 def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
-    form = vllm_form({1: 4, 4: 2, 8: 0}, "org/draft")
+    form = vllm_form({1: 4, 4: 2, 8: 0}, vllm_method(None, "org/draft"))
     config = form["speculative_config"]
     assert form["vllm_version"] == VLLM_VERSION and "dynamic_speculative_decoding" in form["docs"]
     assert config == {"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 4,
                       "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 4, 2], [5, 8, 0]]}
     assert json.loads(form["cli"].split("'")[1]) == config
-    off = vllm_form({1: 0, 4: 0}, "org/draft")
+    off = vllm_form({1: 0, 4: 0}, vllm_method(None, "org/draft"))
     assert off["speculative_config"] is None and "speculation off" in off["cli"]
+    none = vllm_form({1: 4}, None)  # a proposer whose entry names no vLLM method
+    assert none["speculative_config"] is None and "vLLM has no speculative method" in none["cli"]
 
 
 @hypothesis_settings(derandomize=True, max_examples=200, deadline=None)
@@ -43,7 +46,7 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
 def test_the_vllm_table_keeps_the_rules_vllm_0_34_checks(best_k):
     """vllm/v1/spec_decode/dynamic/utils.py (v0.34.0) accepts ranges that are positive, sorted, non-overlapping and
     start at 1, with K >= 0; every K <= num_speculative_tokens (the docs); each measured concurrency gets its K."""
-    form = vllm_form(best_k, "org/draft")
+    form = vllm_form(best_k, VllmMethod({"method": "draft_model", "model": "org/draft"}))
     if max(best_k.values()) == 0:
         assert form["speculative_config"] is None
         return
@@ -71,7 +74,7 @@ def test_the_vllm_table_keeps_the_rules_vllm_0_34_checks(best_k):
 def test_a_model_free_drafts_vllm_form_names_vllms_method_and_its_settings(proposer, method):
     """A γ map tuned for prompt lookup or suffix decoding is exported as vLLM's ngram or suffix method with the
     measured settings, not as the pair's draft model; the notes say where vLLM's method differs."""
-    form = vllm_form({1: 8, 4: 3}, "org/draft", proposer)
+    form = vllm_form({1: 8, 4: 3}, vllm_method(proposer, "org/draft"))
     assert form["speculative_config"] == {**method, "num_speculative_tokens": 8,
                                           "num_speculative_tokens_per_batch_size": [[1, 1, 8], [2, 4, 3]]}
     assert json.loads(form["cli"].split("'")[1]) == form["speculative_config"]
@@ -89,7 +92,7 @@ def test_suffix_decodings_vllm_form_caps_k_at_the_chain_ceiling_that_ran(max_gam
     ceiling; equal K of adjacent concurrencies merge after the cap."""
     proposer = {"name": "suffix", "max_tree_depth": depth, "max_gamma": max_gamma, "max_spec_factor": 1.0,
                 "min_token_prob": 0.1, "adaptive": True, "corpus": "train"}
-    config = vllm_form({1: 32, 4: 3}, "org/draft", proposer)["speculative_config"]
+    config = vllm_form({1: 32, 4: 3}, vllm_method(proposer, "org/draft"))["speculative_config"]
     assert config["num_speculative_tokens_per_batch_size"] == want
     assert config["num_speculative_tokens"] == max(k for _, _, k in want)
 

@@ -7,6 +7,7 @@ p-value > 1e-3, no p=0 hit), on the cells of :func:`spectune.audit.bins.make_bin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ def real() -> tuple:
     from workloads.loader import load_workload
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["+workload=en"])
+        cfg = compose(config_name="config", overrides=["+workload=en", "workload.tasks=[chat-lines]"])
     pair = load_pair(cfg.models, cfg.hardware)
     return pair, load_workload(cfg.workload, pair.tokenizer)
 
@@ -135,4 +136,38 @@ def test_models_mode_end_to_end(harness_in_process, tmp_path: Path, caplog) -> N
 def test_models_mode_without_workload_is_a_one_line_error(harness_in_process, tmp_path: Path) -> None:
     with pytest.raises(SpectuneError, match="needs a workload") as err:
         harness_in_process(tmp_path, "task=verify", "task.source=models")
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow(reason="the engine level twice over on the model pair: one setting, then a batch of three mixed")
+def test_models_mode_audits_a_mixed_batch_row_by_row(harness_in_process, tmp_path: Path) -> None:
+    """``task.real.engine_mix``: 96 requests per sampler at concurrency 48, greedy / T = 1 / T = 0.7 with top-k 50
+    and top-p 0.9 in turn (32 each, every batch mixing the three), each setting's law of token 2 given token 1 judged
+    against its own laws with the audit's rule (seed 20260923). The exact sampler passes every setting; on the greedy
+    rows every sampler emits the argmax (each is right where p is one-hot), so a wrong one can only show on the
+    rows that sample."""
+    code = harness_in_process(tmp_path, "task=verify", "task.source=models", "+workload=en", "task.real.prompts=1",
+                              "task.real.trials=500", "task.real.engine_requests=96",
+                              "task.real.engine_concurrency=48",
+                              "task.real.engine_mix=[{temperature:0},{temperature:1.0},"
+                              "{temperature:0.7,top_k:50,top_p:0.9}]")
+    assert code == 0
+    mixed = json.loads((tmp_path / "verify.json").read_text())["models_audit"]["mixed_batch"]
+    assert mixed["requests"] == 96 and [s["temperature"] for s in mixed["settings"]] == [0, 1.0, 0.7]
+    exact = mixed["variants"]["exact"]
+    assert exact["passed"] and [s["sampling"]["top_k"] for s in exact["by_setting"]] == [0, 0, 50]
+    assert all(s["n"] + s["ended_at_eos"] == 32 for s in exact["by_setting"])
+    for variant in mixed["variants"].values():
+        assert variant["by_setting"][0]["not_the_argmax"] == 0 and variant["by_setting"][0]["passed"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[{temperature:0}]", "task.real.engine_mix=[{'temperature': 0}] is invalid: a list of at least two"),
+    ("[{temperature:0},{temperature:1,top_n:3}]", "task.real.engine_mix[1].top_n is not a key of a setting"),
+])
+def test_a_bad_engine_mix_is_a_one_line_error_before_any_model(harness_in_process, tmp_path: Path, value: str,
+                                                                message: str) -> None:
+    with pytest.raises(SpectuneError, match=re.escape(message)) as err:
+        harness_in_process(tmp_path, "task=verify", "task.source=models", "+workload=en",
+                           f"task.real.engine_mix={value}")
     assert "\n" not in str(err.value) and not list(tmp_path.iterdir())

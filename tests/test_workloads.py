@@ -19,8 +19,9 @@ LANGS = ("it", "en", "zh", "es")
 
 
 def composed(*overrides: str):
+    """The bundled chat-line files (``workload.tasks=[chat-lines]``: the main job's default is the task sets)."""
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=["workload.tasks=[chat-lines]", *overrides])
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -121,6 +121,74 @@ def assert_point_mass_draft_is_exact(draft, requests: int = 400, new_tokens: int
         assert chisquare(counts, expected * counts.sum()).pvalue < 1e-6, (wrong, counts)
 
 
+def copying_target() -> LlamaForCausalLM:
+    """The model-free drafts' greedy tests' target (tests/test_lookup.py, tests/test_suffix.py): peaked laws (weight
+    scale 0.1), so that greedy outputs repeat and the drafts find matches."""
+    return tiny_llama(vocab=64, hidden=32, layers=2, seed=3, init=0.1)
+
+
+def repetitive_requests(count: int, max_new: int, vocab: int = 64, seed: int = 0) -> list[Request]:
+    """Prompts that repeat a random phrase (so a model-free draft matches), except every third: random (no match)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        phrase = torch.randint(0, vocab, (3 + i % 4,), generator=gen).tolist()
+        prompt = phrase * 3 if i % 3 else torch.randint(0, vocab, (9,), generator=gen).tolist()
+        out.append(Request(i, f"p{i}", "en", prompt, max_new))
+    return out
+
+
+def greedy_runs(target, spec, lengths: tuple[int, ...], gammas: tuple[int, ...],
+                concurrencies: tuple[int, ...]) -> tuple[int, int]:
+    """Each (max_new_tokens, γ, concurrency) over 7 :func:`repetitive_requests`: the engine's greedy outputs with the
+    model-free draft ``spec`` equal plain decoding's, and no row drafts past γ; returns (drafts accepted, cycles where
+    rows with and without a chain shared the batch)."""
+    import itertools
+
+    from spectune.engine import Engine
+    from spectune.engine.policy import FixedGamma
+    from spectune.sampling import SamplingParams
+    from spectune.sampling.rejection import get_sampler
+
+    greedy = SamplingParams(temperature=0)
+    plain = Engine(target, None, sampling=greedy, sampler=get_sampler("exact"), device="cpu", seed=0)
+    engine = Engine(target, spec, sampling=greedy, sampler=get_sampler("exact"), device="cpu", seed=0)
+    accepted = mixed = 0
+    for max_new in lengths:
+        requests = repetitive_requests(7, max_new)
+        reference = {r.request_id: r.output_ids for r in plain.run(requests, None, 1).requests}
+        assert all(len(ids) == max_new for ids in reference.values())
+        for gamma, concurrency in itertools.product(gammas, concurrencies):
+            result = engine.run(requests, FixedGamma(gamma), concurrency)
+            assert {r.request_id: r.output_ids for r in result.requests} == reference, (max_new, gamma, concurrency)
+            by_cycle: dict[int, list[int]] = {}
+            for c in result.cycles:
+                assert c.num_drafts <= gamma and c.accepted <= c.num_drafts
+                by_cycle.setdefault(c.cycle, []).append(c.num_drafts)
+            accepted += sum(c.accepted for c in result.cycles)
+            mixed += sum(1 for drafts in by_cycle.values() if 0 in drafts and max(drafts) > 0)
+    return accepted, mixed
+
+
+def assert_chains_stop_at_stop_ids_and_the_length_limit(spec) -> None:
+    """The model-free draft ``spec`` (whose stop ids hold 9; EOS is 8), through its session proposer over two rows:
+    row 0's context ``1 2 3 4 1 2 | 3`` repeats ``2 3``, so its chain is ``4 1 2 3``; row 1's ``5 6 9 7 5 | 6`` would
+    go on with 9, a stop id, so it has none. With 3 new tokens allowed (the first is ``last``, one is the
+    verification's own) the chain is cut to 1 token; a chain that would go on with EOS is empty."""
+    from spectune.engine.proposers.chain import ChainProposer
+
+    proposer = ChainProposer(spec, batch=2, vocab_size=16, device="cpu", eos=[8])
+    proposer.prefill([0, 1], [[1, 2, 3, 4, 1, 2], [5, 6, 9, 7, 5]], limits=[64, 64])
+    proposer.begin(torch.tensor([3, 6]))
+    assert proposer._chains == [[4, 1, 2, 3], []]
+    proposer.prefill([0], [[1, 2, 3, 4, 1, 2]], limits=[3])
+    proposer.begin(torch.tensor([3, 6]))
+    assert proposer._chains[0] == [4]
+    proposer.prefill([0], [[1, 2, 3, 8, 1, 2]], limits=[64])  # EOS ends the chain
+    proposer.begin(torch.tensor([3, 6]))
+    assert proposer._chains[0] == []
+
+
 LOOKUP_MAX_NEW = 12  # new tokens per request of record_lookup
 
 
@@ -130,7 +198,7 @@ def record_lookup(pair, gamma: int, slots: int, draft=None):
     4 requests whose prompts repeat a random phrase three times, LOOKUP_MAX_NEW new tokens each, drafted to ``gamma``
     every cycle at ``slots`` rows — the model-free recording the match-signal tests read."""
     from spectune.engine import Engine
-    from spectune.engine.lookup import PromptLookup
+    from spectune.engine.proposers.lookup import PromptLookup
     from spectune.engine.traces import record
     from spectune.sampling import SamplingParams
     from spectune.sampling.rejection import get_sampler

@@ -4,15 +4,17 @@
 
 - ``jsonl``: a JSON-lines file with one object per line and a text field (``field``, default
   ``prompt``; ``id`` optional). Bundled sets are such files. Point any workload at your own file with
-  ``+workload=en workload.path=/my/prompts.jsonl`` (relative paths: the current directory first, then
-  the repo root; set ``workload.language`` and ``workload.prompt_tokens=null`` as needed).
+  ``+workload=en 'workload.tasks=[chat-lines]' workload.path=/my/prompts.jsonl`` (relative paths: the current
+  directory first, then the repo root; set ``workload.language`` and ``workload.prompt_tokens=null`` as needed).
 - ``hf``: ``datasets.load_dataset(path, subset, split=split)`` and the column ``field`` — any hub or local
-  dataset (``+workload=en workload.source=hf workload.path=... workload.split=test workload.field=text``).
+  dataset (``+workload=en 'workload.tasks=[chat-lines]' workload.source=hf workload.path=... workload.split=test
+  workload.field=text``).
   The dataset config name is the key ``subset`` because ``name`` is the workload's own name.
 - ``mix``: the bundled files of ``languages``, interleaved so every language gets an equal share.
 
-Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts ask for. The default,
-``[chat-lines]``, is the prompts of ``source`` above (the bundled chat-line files); ``chat``, ``summarise``,
+Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts ask for. ``chat-lines`` is the
+prompts of ``source`` above (the bundled chat-line files, or the user's: only this task reads them), the default of
+every task but the bench (the main job: the six task sets, ``conf/task/bench.yaml``); ``chat``, ``summarise``,
 ``qa``, ``translate``, ``rewrite`` and ``code`` are the task sets of ``workloads/tasks/`` in the workload's
 language(s): ``+workload=it 'workload.tasks=[summarise,qa]'``. Several tasks (and languages) are interleaved so
 that every prefix of the workload holds each (language, task) in equal shares, each shuffled with the seed
@@ -40,7 +42,7 @@ import json
 import os
 import random
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
+from workloads.regimes import Regimes, assign, read_regimes
 from workloads.task_sets import CHAT_LINES, TaskSelection, check_tasks, task_languages, task_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +66,8 @@ class Prompt:
     language: str
     task: str = CHAT_LINES  # what the prompt asks for (workloads.task_sets); records can carry it
     split: str | None = None  # train / select / evaluate for the task sets; None for chat lines
+    sampling: SamplingParams | None = None  # its own settings, from a sampling mix (None: the workload's)
+    phase: str | None = None  # the workload phase it runs in (workloads.regimes; None: no phases)
 
 
 @dataclass
@@ -77,6 +82,7 @@ class Workload:
     seed: int
     source: dict[str, Any] = field(default_factory=dict)
     chat_template: dict[str, Any] = field(default_factory=dict)  # the setting and whether it was applied
+    regimes: Regimes = field(default_factory=Regimes)  # per-request sampling mix and phases (workloads.regimes)
 
     def describe(self) -> dict[str, Any]:
         """Metadata for result files: source, settings and the prompt-length distribution in tokens."""
@@ -86,7 +92,7 @@ class Workload:
             "sampling": {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
                          "top_p": self.sampling.top_p},
             "seed": self.seed, "prompt_tokens": length_stats([len(p.input_ids) for p in self.prompts]),
-            "chat_template": self.chat_template,
+            "chat_template": self.chat_template, **self.regimes.describe(),
         }
         for key, attr in (("language", "language"), ("task", "task")):
             values = list(dict.fromkeys(getattr(p, attr) for p in self.prompts))
@@ -287,6 +293,7 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     for key in ("tasks", "profile", "splits", "task_prompt_tokens", "task_max_new_tokens"):
         _require(spec, key)
     sel = check_tasks(spec)  # names, profile, splits, and a prompt in the band for every task: no tokenizer needed
+    regimes = read_regimes(spec, sampling, sel.tasks)
 
     lines: dict[str, list[tuple[str, str]]] = {}  # the chat-line prompts by language
     src: dict[str, Any] = {}
@@ -330,9 +337,11 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
                             + (f" ({dropped} outside the token band)" if dropped else "")
                             + (" (several tasks: each as many as the one with fewest)" if len(sel.tasks) > 1 else ""))
     src.update(available=len(merged), dropped_by_length=dropped, prompt_tokens_band=list(band) if band else None)
-    return Workload(name=name, language=language, prompts=merged[:num] if num else merged,
-                    max_new_tokens=int(max_new), sampling=sampling, seed=seed, source=src,
-                    chat_template={"setting": template_setting, "applied": templated})
+    chosen = [replace(merged[a.index], sampling=a.sampling, phase=a.phase)
+              for a in assign([p.task for p in merged], regimes, int(max_new), seed, num)]
+    return Workload(name=name, language=language, prompts=chosen, max_new_tokens=int(max_new), sampling=sampling,
+                    seed=seed, source=src, chat_template={"setting": template_setting, "applied": templated},
+                    regimes=regimes)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Task prompt sets: which tasks a workload takes, read from ``workloads/tasks/{lang}.jsonl`` and checked.
 
-``workload.tasks`` lists tasks: ``chat-lines`` (the short dialogue lines of ``workloads/prompts/``, the
-default) and the task sets built by ``python -m workloads.build.tasks``: ``chat`` (multi-turn), ``summarise``,
+``workload.tasks`` lists tasks: ``chat-lines`` (the short dialogue lines of ``workloads/prompts/``, or the user's
+own file; the default of every Hydra task but the bench, whose default is the six task sets) and the task sets built
+by ``python -m workloads.build.tasks``: ``chat`` (multi-turn), ``summarise``,
 ``qa`` (questions over given documents), ``translate``, ``rewrite`` (proofread, change the register, make a
 list) and ``code`` (edit a function). ``workload.profile`` picks their length profile (``long``: 200–1,500
 SmolLM2 tokens as rendered, for instruct targets; ``short``: ≤ 368 tiny-pair tokens, for base models; the
@@ -22,6 +23,7 @@ from typing import Any
 from spectune.errors import SpectuneError
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
+PROMPT_DIR = TASK_DIR.parent / "prompts"  # the bundled chat-line files
 CHAT_LINES = "chat-lines"
 TASKS = ("chat", "summarise", "qa", "translate", "rewrite", "code")
 LANGUAGES = ("it", "en", "zh", "es")
@@ -146,9 +148,33 @@ def check_workload(workload_cfg: Any) -> None:
         check_tasks(spec)
 
 
+def check_own_prompts_read(spec: dict[str, Any], sel: TaskSelection) -> None:
+    """``workload.source=hf`` or a ``workload.path`` other than the bundled file are chat-line prompts: only the
+    chat-lines task reads them. Without it in ``workload.tasks`` (the main job's default is the task sets) they
+    would be ignored in silence; this says so in one line instead."""
+    if CHAT_LINES in sel.tasks:
+        return
+    source, path = spec.get("source"), spec.get("path")
+    if source == "hf":
+        raise SpectuneError(f"workload.source=hf gives chat-line prompts, which workload.tasks={list(sel.tasks)} "
+                            f"does not read: add workload.tasks=[{CHAT_LINES}]")
+    if source == "jsonl" and path is not None and not _is_bundled(str(path)):
+        raise SpectuneError(f"workload.path={path!r} holds chat-line prompts, which workload.tasks={list(sel.tasks)} "
+                            f"does not read: add workload.tasks=[{CHAT_LINES}]")
+
+
+def _is_bundled(path: str) -> bool:
+    """Whether ``path`` (absolute, or relative to the current directory or the repository) is a bundled chat-line
+    file (``workloads/prompts/``)."""
+    given = Path(path).expanduser()
+    candidates = [given] if given.is_absolute() else [Path.cwd() / given, PROMPT_DIR.parents[1] / given]
+    return any(c.resolve().parent == PROMPT_DIR.resolve() for c in candidates)
+
+
 def check_tasks(spec: dict[str, Any]) -> TaskSelection:
     """Validate a workload's task selection; a task with no prompt in the band (by the token counts the files
-    record for the profile's reference tokenizer) is a one-line error. Reads no model."""
+    record for the profile's reference tokenizer) is a one-line error, and so is a workload that names prompts of
+    its own but no task that reads them (:func:`check_own_prompts_read`). Reads no model."""
     sel = selection(spec)
     if not sel.task_sets:
         return sel
@@ -163,4 +189,5 @@ def check_tasks(spec: dict[str, Any]) -> TaskSelection:
                     "it has no prompt in these splits"
                 raise SpectuneError(f"workload.tasks: {task} ({lang}, profile {sel.profile}, splits "
                                     f"{list(sel.splits)}) yields no prompt in the band {list(sel.band)} ({have})")
+    check_own_prompts_read(spec, sel)
     return sel

@@ -22,12 +22,24 @@ TASKS: dict[str, str] = {
     "tune": "harness.tasks.tune",
     "coverage": "harness.tasks.coverage",
     "predict": "harness.tasks.predict",
+    "train": "harness.tasks.train",
+    "evaluate": "harness.tasks.evaluate",
 }
+# Tasks whose rerun with resume=true starts over: a signal drops the run, and resume=true is refused
+NOT_RESUMED = ("train", "evaluate")
+
+
+def resumes(name: str) -> bool:
+    """Whether ``task=name`` is stopped cleanly by a signal and finished by a rerun with ``resume=true``."""
+    return name not in NOT_RESUMED
 
 
 def run_task(cfg: DictConfig, run_dir: Path) -> int:
     name = cfg.task.name
     if name not in TASKS:
         raise SpectuneError(f"task={name!r} is unknown: choose one of {', '.join(TASKS)}")
+    if cfg.get("resume") and not resumes(name):
+        raise SpectuneError(f"resume=true is invalid with task={name}: it does not resume (rerun it without resume, "
+                            "into a new directory)")
     module = importlib.import_module(TASKS[name])
     return int(module.run(cfg, run_dir) or 0)

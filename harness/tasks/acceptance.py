@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from analysis.acceptance import format_alpha_by_task
 from spectune import rundir
@@ -34,6 +33,7 @@ from spectune.errors import SpectuneError
 from spectune.metadata import base_metadata
 from spectune.models.feature_draft import unrolled
 from spectune.options import integer, required
+from spectune.progress import RunProgress
 from spectune.sampling import SamplingParams, sample, warp
 from spectune.stats.by_task import alpha_by_task
 from spectune.stats.intervals import ratio_interval
@@ -169,19 +169,21 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     repetition: list[float] = []
     target_times: list[float] = []
     draft_times: list[float] = []
-    for prompt in tqdm(wl.prompts, desc=f"acceptance {wl.name}", unit="prompt"):
-        cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos,
-                               vocab=pair.vocab_size)
-        by_gamma, d_times = draft_pass(prompt.input_ids, cont)
-        target_times += t_times
-        draft_times += d_times
-        a = by_gamma[0]
-        deeper.append(by_gamma)
-        per_position.append(a)
-        per_prompt.append(float(a.mean()))
-        by_language.setdefault(prompt.language, []).append(a)
-        finishes.append(finish_reason(cont, wl.max_new_tokens, [eos] if eos is not None else []))
-        repetition.append(repetition_rate(cont))
+    with RunProgress(f"acceptance {wl.name}", len(wl.prompts), unit="prompts") as progress:
+        for prompt in wl.prompts:
+            cont, t_times = decode(pair.target, prompt.input_ids, wl.max_new_tokens, params, gen, eos=eos,
+                                   vocab=pair.vocab_size)
+            by_gamma, d_times = draft_pass(prompt.input_ids, cont)
+            target_times += t_times
+            draft_times += d_times
+            a = by_gamma[0]
+            deeper.append(by_gamma)
+            per_position.append(a)
+            per_prompt.append(float(a.mean()))
+            by_language.setdefault(prompt.language, []).append(a)
+            finishes.append(finish_reason(cont, wl.max_new_tokens, [eos] if eos is not None else []))
+            repetition.append(repetition_rate(cont))
+            progress.advance()
 
     pooled = torch.cat(per_position)
     sums = [float(a.sum()) for a in per_position]

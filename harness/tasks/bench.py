@@ -8,13 +8,17 @@ its error and the sweep goes on. At the end every method gets CIs from a paired 
 cluster bootstrap, the best method and its indistinguishable set are marked beside the MAD rule's
 pick, and with ``task.noise_floor=true`` the AR baseline runs twice per repeat (the A/A noise floor). With
 ``task.block_prompts=N`` the methods of a repeat run block by block of N prompts (:mod:`spectune.measure.interleave`),
-so that a drifting machine drifts under every method alike; a repeat is then the unit of resuming.
+so that a drifting machine drifts under every method alike; a repeat is then the unit of resuming. The methods run on
+the configured engine (``engine=spectune``, in process, or ``engine=llamacpp``: one llama-server per method, all up
+for the whole run and stopped at its end, on failure and on a signal); a server that fails fails its method's
+points, the others go on, and the run exits 1.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine.policy import check_gamma
 from spectune.engine.records import Request
+from spectune.engines import engine_class
+from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
@@ -41,12 +47,15 @@ from spectune.measure import (
 )
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.metadata import base_metadata
+from spectune.methods import AA, AR, Method
 from spectune.options import integer
+from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from spectune.stats.compare import AA_LABEL, throughput_units
 from spectune.stats.goodput import parse_slo
 from spectune.stats.intervals import paired_ratio_interval
 from spectune.stats.units import unit_size_of, units_needed
+from workloads.regimes import check_regimes
 from workloads.task_sets import CHAT_LINES
 
 log = logging.getLogger(__name__)
@@ -69,11 +78,19 @@ class BenchSettings:
     target_mde: float | None = None  # plan the prompts from a pilot so the run resolves this speedup (0.03: 3%)
     pilot_prompts: int = 8  # the pilot's prompts (never reused by the planned run)
     confirm_prompts: int | None = None  # confirm the top estimate against AR on this many fresh prompts
+    phases: dict[str, int] | None = None  # workload.phases: each phase's concurrency, in run order (closed loop)
+    engine: str = "spectune"  # what runs the methods (conf/engine/)
+    method_name: str | None = None  # what names a speculative method: a server's spec type (None: the policy's name)
+
+    @property
+    def batch(self) -> int:
+        """The concurrency units and blocks are sized by: every phase's divides it (no phases: ``concurrency``)."""
+        return math.lcm(*self.phases.values()) if self.phases else self.concurrency
 
     @property
     def unit_size(self) -> int:
         """Prompts per independent unit of the intervals (spectune.measure.unit_size_of)."""
-        return unit_size_of(self.concurrency, self.block_prompts)
+        return unit_size_of(self.batch, self.block_prompts)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> BenchSettings:
@@ -103,25 +120,48 @@ class BenchSettings:
         policy = OmegaConf.to_container(cfg.policy, resolve=True)
         for g in gammas:  # an unknown policy or a bad parameter fails here, before any model loads
             make_policy(policy, g)
+        engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
+        method_name = engine_class(engine).method_name(cfg)  # a bad engine setting: one line, before any model loads
+        if not getattr(engine_class(engine), "in_process", False) and policy["name"] != "fixed":
+            raise SpectuneError(f"policy={policy['name']} is invalid with engine={engine}: a draft-length policy runs "
+                                f"on engine=spectune; engine={engine} drafts with its own type, fixed γ per server")
+        engine_class(engine).check_config(cfg, [Method(method_name, g) for g in gammas])
         repeats = repeats_option(t.repeats)
         if t.noise_floor and not t.baseline:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
                                 "the A/A spread of the AR baseline")
         slo = parse_slo(OmegaConf.to_container(cfg.slo, resolve=True) if cfg.get("slo") is not None else None)
-        block = block_size(t.block_prompts, "task.block_prompts", [c], f"concurrency={c}")
+        phases = {p.name: p.concurrency for p in check_regimes(cfg.get("workload")).phases} or None
+        if phases and rate is not None:
+            raise SpectuneError(f"request_rate={rate} is invalid with workload.phases: phases run in a closed loop "
+                                "(request_rate=null)")
+        if phases and not getattr(engine_class(engine), "in_process", False):
+            raise SpectuneError(f"workload.phases is invalid with engine={engine}: phases run on engine=spectune (a "
+                                "server's slots are set when it starts)")
+        batch = math.lcm(*phases.values()) if phases else c
+        against = "workload.phases' concurrencies" if phases else f"concurrency={c}"
+        block = block_size(t.block_prompts, "task.block_prompts", list(phases.values()) if phases else [c], against)
         design = design_option(t.design, "task.design", block, rate)
-        unit = unit_size_of(c, block_for(design, block, c))
+        unit = unit_size_of(batch, block_for(design, block, batch))
         target, pilot = _planning(t, bool(cfg.get("resume")), unit)
         confirm = _confirming(t, unit)
+        if phases and (target is not None or confirm is not None):
+            raise SpectuneError("task.target_mde and task.confirm_prompts are invalid with workload.phases: each "
+                                "phase's token_budget decides its prompts (set both to null)")
         return cls(gammas, t.baseline, policy, c, rate, f.burstiness, t.warmup, repeats, t.noise_floor, slo,
-                   block_for(design, block, c), design, target, pilot, confirm)
+                   block_for(design, block, batch), design, target, pilot, confirm, phases, engine, method_name)
 
-    def methods(self) -> list[tuple[str, int]]:
-        """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
-        points = [("ar", 0)] if self.baseline else []
+    def methods(self) -> list[Method]:
+        """The grid's methods: AR (and its A/A duplicate) and one per γ."""
+        points = [AR] if self.baseline else []
         if self.baseline and self.noise_floor:
-            points.append((AA_LABEL, 0))
-        return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
+            points.append(AA)
+        name = self.method_name or str(self.policy["name"])
+        return points + [Method(name, g, settings=self.policy) for g in self.gammas]
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """(label, γ) per method: what schedules, resumes and aggregates key on."""
+        return [(m.label, m.gamma) for m in self.methods()]
 
 
 def _planning(task: BenchTask, resume: bool, unit: int) -> tuple[float | None, int]:
@@ -180,7 +220,13 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
                                 f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
                                 "shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                arrival, prompt.task))
+                                arrival, prompt.task, prompt.sampling, prompt.phase))
+    if settings.phases:  # a unit of the intervals never spans two phases
+        for name, count in Counter(r.phase for r in requests).items():
+            if count % settings.unit_size:
+                raise SpectuneError(f"workload.phases: phase {name!r} has {count} requests, not a multiple of the "
+                                    f"unit ({settings.unit_size} prompts): raise its token_budget to a multiple of "
+                                    f"{settings.unit_size} x max_new_tokens ({workload.max_new_tokens})")
     return requests
 
 
@@ -188,7 +234,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = BenchSettings.from_cfg(cfg)
-    points = schedule(settings.methods(), settings.repeats)  # rotated order per repeat
+    points = schedule(settings.pairs(), settings.repeats)  # rotated order per repeat
     keys = [(label, repeat) for label, _, repeat in points]  # the unit of work and of resuming
     done = resume.load_completed(run_dir, cfg, keys) if resume.wants_resume(cfg, run_dir) else resume.Completed()
     done = conditions.whole_repeats(done, keys)  # a partial repeat reruns whole, in this allocation
@@ -199,35 +245,46 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
         _log_table(methods, ranking, grid.points, task_breakdown(grid, settings.unit_size))
         log.info(f"results: {run_dir}")
-        return _exit_code(methods)
+        return _exit_code(methods, grid.points)
 
     from workloads.loader import load_workload  # heavy imports only once the config is valid
-    from workloads.setup import engine_of, models_of
+    from workloads.setup import measuring_engine, models_of
 
     models = models_of(cfg)
     workload = load_workload(_workload_cfg(cfg, settings), models.tokenizer)
     max_context = models.max_context
     requests = build_requests(workload, settings, max_context)
-    engine = engine_of(cfg, models, workload.sampling)
+    engine = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(settings.policy, m.gamma),
+                              slots=settings.concurrency, log_dir=run_dir / "servers")
+    engine.check(settings.methods())  # before any server starts
+    try:
+        engine.open(settings.methods())
+        return _measured(cfg, run_dir, settings, models, workload, requests, engine, keys, done)
+    finally:
+        engine.close()
 
+
+def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: Any, workload: Any,
+              requests: list[Request], engine: Any, keys: list[tuple[str, int]], done: Any) -> int:
+    """The grid on an opened engine: the metadata, the pilot and the planned run, the confirmation, the table."""
     metadata = {**base_metadata(), "task": "bench", "models": models.pair.metadata,
                 "hardware": hw.describe(cfg.hardware, models.device), "workload": workload.describe(),
                 "sampling": vars(workload.sampling), "sampler": cfg.sampler,
-                "settings": vars(settings), "load": "closed loop" if settings.request_rate is None else "open loop",
+                "settings": vars(settings), "engine": engine.describe(),
+                "load": "closed loop" if settings.request_rate is None else "open loop",
                 "config": OmegaConf.to_container(cfg, resolve=True), "job": resume.job_identity(),
                 "resumed_points": [label if r == 0 else f"{label} repeat {r}" for label, r in keys
                                    if (label, r) in done]}
     rundir.METADATA.write(run_dir, metadata)
 
-    def measure(part: list[Request], where: Path, done: Any = None,
-                methods: list[tuple[str, int]] | None = None) -> Grid:
+    def measure(part: list[Request], where: Path, done: Any = None, methods: list[Method] | None = None,
+                what: str = "measuring") -> Grid:
         def write(grid: Grid) -> None:
             _write(where, workload.name, settings, grid)
 
         return run_design(engine, part, methods or settings.methods(), settings.repeats,
-                          lambda _label, gamma: make_policy(settings.policy, gamma),
                           block_prompts=settings.block_prompts, concurrency=settings.concurrency,
-                          warmup=settings.warmup, max_context=max_context, done=done, on_point=write)
+                          warmup=settings.warmup, done=done, on_point=write, what=what, phases=settings.phases)
 
     fresh: list[Request] = []
     if settings.target_mde is None and settings.confirm_prompts is not None:  # keep the configured prompt count
@@ -235,10 +292,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         requests, fresh = (requests, []) if count is None else (requests[:count], requests[count:])
     if settings.target_mde is not None:
         pilot, requests = requests[:settings.pilot_prompts], requests[settings.pilot_prompts:]
-        plan = plan_prompts(measure(pilot, run_dir / "pilot"), settings, available=len(requests))
+        plan = plan_prompts(measure(pilot, run_dir / "pilot", what="pilot"), settings, available=len(requests))
         _write(run_dir / "pilot", workload.name, settings, Grid(), {"plan": plan})
         requests, fresh = requests[:plan["prompts"]], requests[plan["prompts"]:]
-        rundir.METADATA.write(run_dir, {**metadata, "plan": plan})
+        metadata["plan"] = plan
+        rundir.METADATA.write(run_dir, metadata)
     grid = measure(requests, run_dir, done)
     methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
     tp = ranking.get("output_throughput", {})
@@ -248,21 +306,32 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     answers = target_answers(grid, models, workload.max_new_tokens)
     if per_task is not None:
         final["by_task"] = per_task
+    per_phase = by_phase(grid.frames()[0])
+    if per_phase:
+        final["by_phase"] = per_phase
     if answers is not None:
         final["answers_by_task"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
+    metadata["engine"] = engine.describe()  # as it ended: a server's restarts, a server that failed
+    rundir.METADATA.write(run_dir, metadata)
     if settings.confirm_prompts is not None:
         final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
-                                         lambda part, top: measure(part, run_dir / "confirm", methods=top))
+                                         lambda part, top: measure(part, run_dir / "confirm", methods=top,
+                                                                   what="confirmation"))
         _write(run_dir, workload.name, settings, grid, final)
 
     note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
+    batch = (f"phases={','.join(f'{n}(c{c})' for n, c in settings.phases.items())}" if settings.phases
+             else f"concurrency={settings.concurrency}")
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
-             f"concurrency={settings.concurrency}  {metadata['load']}  prompts={len(requests)}  "
+             f"{batch}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
     _log_table(methods, ranking, grid.points, per_task, answers)
+    if per_phase:
+        log.info("per phase (each phase's own span; speed-up over ar in the same phase, a point estimate):\n%s",
+                 format_phase_table(per_phase))
     log.info(f"results: {run_dir}")
-    return _exit_code(methods)
+    return _exit_code(methods, grid.points)
 
 
 def _workload_cfg(cfg: DictConfig, settings: BenchSettings) -> DictConfig:
@@ -334,8 +403,7 @@ def _confirm(top: str | None, methods: list[dict[str, Any]], fresh: list[Request
         log.warning("confirmation: %d fresh prompts left, %d asked; not confirmed", len(fresh),
                     settings.confirm_prompts)
         return {"method": top, "status": f"not enough fresh prompts ({len(fresh)})"}
-    gamma = next(int(m["gamma"]) for m in methods if m["method"] == top)
-    grid = measure(fresh, [("ar", 0), (top, gamma)])
+    grid = measure(fresh, [AR, next(m for m in settings.methods() if m.label == top)])
     again, _ = aggregate(grid, seed=0, unit_size=settings.unit_size)
     row = next(m for m in again if m["method"] == top)
     out = {"method": top, "status": "ok", "prompts": len(fresh),
@@ -377,17 +445,22 @@ def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: l
     for line in format_ranking(ranking, methods):
         log.info(line)
     if per_task:
-        log.info(format_task_table(per_task))
+        log.info("\n" + format_task_table(per_task))  # a blank line between the tables
     if answers is not None:
         from workloads.answers import warnings
 
-        log.info("what the target answered per task (ar, first repeat):\n%s", answers.to_string())
+        log.info("\nwhat the target answered per task (ar, first repeat):\n%s",
+                 answers.dropna(axis=1, how="all").to_string())  # e.g. draft_vocab_coverage of a full-vocabulary draft
         for line in warnings(answers):
             log.warning(line)
     conditions.warn_flagged(conditions.assess(points))
 
 
-def _exit_code(summaries: list[dict[str, Any]]) -> int:
-    """3 when every grid point failed (nothing was measured), else 0."""
+def _exit_code(summaries: list[dict[str, Any]], points: list[dict[str, Any]]) -> int:
+    """3 when every grid point failed (nothing was measured); 1 when a server failed (crashed, never ready, port
+    in use: its points are recorded as failed, the others measured); else 0."""
     failed = [s["method"] for s in summaries if s["status"] != "ok"]
-    return 3 if failed and len(failed) == len(summaries) else 0
+    if failed and len(failed) == len(summaries):
+        return 3
+    server = f"{ServerFailure.__name__}:"
+    return 1 if any(str(p.get("error") or "").startswith(server) for p in points if p.get("status") != "ok") else 0

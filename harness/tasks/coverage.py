@@ -33,6 +33,7 @@ from harness.tasks.schemas import CoverageFile
 from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
+from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.io import write_json
 from spectune.measure import (
@@ -40,12 +41,14 @@ from spectune.measure import (
     repeats_option,
     requests_of,
 )
-from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
 from spectune.metadata import base_metadata
 from spectune.options import integer
+from spectune.progress import RunProgress
 from spectune.stats.compare import AA_LABEL, throughput_units
 from spectune.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
 from spectune.stats.units import speedup_interval, unit_size_of, units_of
+from workloads.regimes import refuse_phases
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = CoverageSettings.from_cfg(cfg)
+    from workloads.setup import require_in_process
+
+    require_in_process(cfg, "coverage")  # before any model loads
+    refuse_phases(cfg.workload, "task=coverage")
     if settings.worker is not None:
         return _worker(cfg, run_dir, settings)
     return _parent(cfg, run_dir, settings)
@@ -132,9 +139,9 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
                                                                                             models.device),
                                     "workload": workload.describe(), "sampling": vars(workload.sampling),
                                     "config": OmegaConf.to_container(cfg, resolve=True)})
-    grid = run_design(engine, requests, order, s.repeats, lambda label, gamma: make_policy(nodes[label], gamma),
-                      block_prompts=s.block_prompts, concurrency=s.concurrency, warmup=s.warmup,
-                      max_context=models.max_context)
+    measured = SpectuneEngine(engine, lambda m: make_policy(nodes[m.label], m.gamma), models.max_context)
+    grid = run_design(measured, requests, [as_method(label, gamma, nodes[label]) for label, gamma in order],
+                      s.repeats, block_prompts=s.block_prompts, concurrency=s.concurrency, warmup=s.warmup)
     req, cyc = grid.frames()
     rundir.REQUESTS.write(run_dir, req)
     rundir.CYCLES.write(run_dir, cyc)
@@ -251,8 +258,6 @@ def format_coverage(summary: dict[str, Any]) -> list[str]:
 
 
 def _parent(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
-    from tqdm import tqdm
-
     seed = int(cfg.seed)
     rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage", "settings": vars(s),
                                     "config": OmegaConf.to_container(cfg, resolve=True),
@@ -260,30 +265,37 @@ def _parent(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     rows: list[dict[str, Any]] = []
     records: list[pd.DataFrame] = []
     workers: dict[str, Any] = {}  # where the workers measured: the first finished worker's metadata
-    for k in tqdm(range(s.comparisons), desc="comparisons", unit="process"):
-        where = run_dir / "comparisons" / f"{k:03d}"
-        if not (where / WORKER_DONE).exists():  # a finished worker (an earlier, interrupted run) is not rerun
-            proc = subprocess.run(_worker_command(cfg, k, where), capture_output=True, text=True, check=False)
-            if proc.returncode == 2:  # bad input: the same for every worker
-                raise SpectuneError(proc.stderr.strip().splitlines()[-1].removeprefix("error: "))
-            if proc.returncode != 0 or not (where / WORKER_DONE).exists():
-                log.error("comparison %d failed (exit %d): %s", k, proc.returncode, proc.stderr.strip()[-500:])
-                rows += [{"comparison": k, "pair": pair, "status": "failed"} for pair in s.pairs]
-                continue
-        if not workers:
-            meta = rundir.METADATA.read(where)
-            workers = {key: meta.get(key) for key in ("models", "hardware", "host", "packages", "git", "workload",
-                                                      "sampling")}
-        records.append(worker_records(where, k))
-        rundir.COVERAGE_RECORDS.write(run_dir, pd.concat(records, ignore_index=True))
-        new = comparison_rows(records[-1], s, k, seed)
-        rows += new
-        log.info("comparison %d: %s", k, "; ".join(f"{r['pair']} {100 * (r['estimate'] - 1):+.2f}% "
-                                                    f"[{100 * (r['lo'] - 1):+.2f}, {100 * (r['hi'] - 1):+.2f}]"
-                                                    for r in new if r["status"] == "ok"))
-        summary = coverage_summary(rows, s.pairs)
-        rundir.COVERAGE.write(run_dir, {"task": "coverage", "settings": vars(s), "workers": workers,
-                                        "summary": summary, "rows": rows})
+    with RunProgress("coverage", s.comparisons, unit="comparisons") as progress:
+        for k in range(s.comparisons):
+            where = run_dir / "comparisons" / f"{k:03d}"
+            reused = (where / WORKER_DONE).exists()  # a finished worker (an earlier, interrupted run) is not rerun
+            if not reused:
+                proc = subprocess.run(_worker_command(cfg, k, where), capture_output=True, text=True, check=False)
+                if proc.returncode == 2:  # bad input: the same for every worker
+                    raise SpectuneError(proc.stderr.strip().splitlines()[-1].removeprefix("error: "))
+                if proc.returncode != 0 or not (where / WORKER_DONE).exists():
+                    log.error("comparison %d failed (exit %d): %s", k, proc.returncode, proc.stderr.strip()[-500:])
+                    rows += [{"comparison": k, "pair": pair, "status": "failed"} for pair in s.pairs]
+                    progress.advance()
+                    continue
+            if not workers:
+                meta = rundir.METADATA.read(where)
+                workers = {key: meta.get(key) for key in ("models", "hardware", "host", "packages", "git",
+                                                          "workload", "sampling")}
+            records.append(worker_records(where, k))
+            rundir.COVERAGE_RECORDS.write(run_dir, pd.concat(records, ignore_index=True))
+            new = comparison_rows(records[-1], s, k, seed)
+            rows += new
+            log.info("comparison %d: %s", k, "; ".join(f"{r['pair']} {100 * (r['estimate'] - 1):+.2f}% "
+                                                        f"[{100 * (r['lo'] - 1):+.2f}, {100 * (r['hi'] - 1):+.2f}]"
+                                                        for r in new if r["status"] == "ok"))
+            summary = coverage_summary(rows, s.pairs)
+            rundir.COVERAGE.write(run_dir, {"task": "coverage", "settings": vars(s), "workers": workers,
+                                            "summary": summary, "rows": rows})
+            if reused:
+                progress.skip(1)
+            else:
+                progress.advance()
     summary = coverage_summary(rows, s.pairs)
     log.info(f"\ncoverage: {s.comparisons} comparisons x {', '.join(s.pairs)}; concurrency={s.concurrency} "
              f"design={s.design} repeats={s.repeats} workload={cfg.workload.name} "

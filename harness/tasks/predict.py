@@ -1,13 +1,14 @@
 """`python -m harness task=predict proposer=lookup +workload=en`: what a model-free draft would give, before timing.
 
 The target decodes every prompt greedily, one request at a time (autoregressive: the outputs every greedy method
-emits). From those outputs :mod:`spectune.measure.prediction` replays prompt lookup (or suffix decoding,
-``proposer=suffix``) at each γ of ``task.gammas`` exactly (greedy verification accepts a draft iff it is the
-target's own next token) and counts the copyable fraction; with a cost profile of the same pair on this machine
-(``task.profile``: a ``task=profile`` run's profile.json, or a shipped profile's name) it predicts the decode
-speed-up per task. Written down before the timed runs (``task=bench proposer=lookup``), the prediction is what they
-confirm or refute. Writes ``prediction.parquet`` (a row per request and γ), ``prediction.json`` (per task and γ,
-with an ``all`` row, and what the target wrote per task) and ``metadata.json``.
+emits). From those outputs :mod:`spectune.engine.proposers.replay` replays prompt lookup (or suffix decoding,
+``proposer=suffix``: any proposer whose entry is replayable) at each γ of ``task.gammas`` exactly (greedy
+verification accepts a draft iff it is the target's own next token) and counts the copyable fraction; with a cost
+profile of the same pair on this machine (``task.profile``: a ``task=profile`` run's profile.json, or a shipped
+profile's name) it predicts the decode speed-up per task. Written down before the timed runs (``task=bench
+proposer=lookup``), the prediction is what they confirm or refute. Writes ``prediction.parquet`` (a row per request
+and γ), ``prediction.json`` (per task and γ, with an ``all`` row, and what the target wrote per task) and
+``metadata.json``.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from spectune import rundir
+from spectune.engine import proposers
+from spectune.engine.proposers.replay import COPY_N, GreedyOutput, replay
 from spectune.engine.records import requests_frame
 from spectune.errors import SpectuneError
 from spectune.measure import requests_of
-from spectune.measure.prediction import COPY_N, GreedyOutput, by_task, price, replay
+from spectune.measure.prediction import by_task, price
 from spectune.options import as_list, integer
 from spectune.profile import check_profile, load_profile
+from spectune.progress import RunProgress
 from workloads.answers import answers_by_task, reading, warnings
 
 log = logging.getLogger(__name__)
@@ -33,14 +36,19 @@ log = logging.getLogger(__name__)
 
 def check_greedy_lookup(cfg: DictConfig) -> None:
     """The replay is exact for greedy decoding and a model-free proposer only: say so before any model loads."""
-    proposer = (cfg.get("proposer") or {}).get("name", "model")
-    if proposer not in ("lookup", "suffix"):
-        raise SpectuneError(f"proposer={proposer} cannot be predicted by task=predict: it replays a model-free "
-                            "proposer; add proposer=lookup or proposer=suffix")
+    entry = proposers.entry_of(cfg.get("proposer"))
+    if not entry.replayable:
+        replayable = [name for name in proposers.names() if proposers.entry(name).replayable]
+        raise SpectuneError(f"proposer={entry.name} cannot be predicted by task=predict: it replays a model-free "
+                            f"proposer; add {' or '.join(f'proposer={name}' for name in replayable)}")
     temperature = cfg.workload.sampling.temperature if cfg.get("workload") else 0
     if float(temperature) != 0:
         raise SpectuneError(f"workload.sampling.temperature={temperature} is out of range for task=predict: its "
                             "replay is exact for greedy decoding only; allowed: 0")
+    mix = cfg.workload.get("sampling_mix") if cfg.get("workload") else None
+    if mix and any(float(entry.get("temperature", 0)) != 0 for entry in mix):
+        raise SpectuneError("workload.sampling_mix has a temperature above 0, out of range for task=predict: its "
+                            "replay is exact for greedy decoding only; allowed: null or temperature 0 throughout")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
@@ -55,8 +63,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
     engine = setup.engine
     log.info("decoding %d prompts greedily (autoregressive, one at a time)", len(requests))
-    with tqdm(total=len(requests), desc="greedy", unit="req", leave=False) as bar:
-        finished = engine.run(requests, None, 1, on_finish=lambda _: bar.update()).requests
+    with RunProgress("greedy", len(requests)) as progress:
+        finished = engine.run(requests, None, 1, on_finish=lambda _: progress.advance()).requests
     records = {r.request_id: r for r in finished}
     outputs = [GreedyOutput(r.request_id, r.prompt_id, r.task, r.input_ids, records[r.request_id].output_ids,
                             r.max_new_tokens) for r in requests]

@@ -1,6 +1,8 @@
 """The schemas of conf/task/*.yaml: one dataclass per task file, the types of its keys (spectune/config.py says how
-they are used). A task file in the ``_global_`` package (bench, tune, coverage) also sets top-level keys (``gamma``,
-``concurrency``, ...): its ``*File`` schema holds them beside the ``task`` node and is stored as an open root.
+they are used). A task file in the ``_global_`` package (bench, tune, coverage, train, evaluate) also sets top-level
+keys (``gamma``, ``concurrency``, ``train``...): its ``*File`` schema holds them beside the ``task`` node and is
+stored as an open root. train's and evaluate's live beside the code that reads them (policies/train/schema.py,
+policies/evaluate/schema.py), which their aliases ``python -m policies.train|evaluate`` register too.
 
 Light on purpose (no task module is imported): ``python -m harness`` registers these at import, before Hydra
 composes, whatever task runs. The fields follow each YAML file's keys in its order; values, ranges and the rules
@@ -14,7 +16,19 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from policies.evaluate.schema import EvaluateFile
+from policies.train.schema import TrainFile
 from spectune import config, engines
+from spectune.engine import proposers
+
+
+@dataclass
+class WorkloadDefaults:
+    """``task.workload_defaults``: the workload keys a task measures by default (conf/workload/_bundled.yaml reads
+    them; a ``workload.*`` override wins)."""
+
+    tasks: Any = MISSING  # a task set or a list of them
+    num_prompts: int | None = MISSING
 
 
 @dataclass
@@ -29,6 +43,7 @@ class BenchTask:
     target_mde: float | None = MISSING
     pilot_prompts: int | None = MISSING
     confirm_prompts: int | None = MISSING
+    workload_defaults: WorkloadDefaults = field(default_factory=WorkloadDefaults)
 
 
 @dataclass
@@ -127,6 +142,7 @@ class VerifyReal:
     engine_concurrency: int = MISSING
     engine_gamma: int = MISSING
     engine_conditions: int = MISSING
+    engine_mix: Any = MISSING  # null or a list of {temperature[, top_k, top_p]}: the engine level on a mixed batch
 
 
 @dataclass
@@ -155,13 +171,15 @@ SCHEMAS: dict[str, tuple[type, bool]] = {
     "bench": (BenchFile, True), "tune": (TuneFile, True), "coverage": (CoverageFile, True),
     "trace": (TraceTask, False), "profile": (ProfileTask, False), "acceptance": (AcceptanceTask, False),
     "costmodel": (CostmodelTask, False), "verify": (VerifyTask, False), "predict": (PredictTask, False),
+    "train": (TrainFile, True), "evaluate": (EvaluateFile, True),
 }
 
 
 def register() -> None:
-    """Store every task's schema as /schema/task/<task> (and the workload and hardware schemas, and the server
-    engines' as /schema/engine/<name>), where conf/task/<task>.yaml names it."""
+    """Store every task's schema as /schema/task/<task> (and the library's, the proposers' and the server engines'
+    schemas: /schema/engine/<name>), where conf/task/<task>.yaml names it."""
     config.register()
+    proposers.register_schemas()
     engines.register_schemas()
     for name, (schema, root) in SCHEMAS.items():
         config.store(f"task/{name}", schema, root=root)

@@ -28,6 +28,8 @@ from policies.registry import make_policy
 from spectune import conditions, rundir
 from spectune import hardware as hw
 from spectune.config import typed
+from spectune.engine import proposers
+from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.measure import (
     Grid,
@@ -40,6 +42,7 @@ from spectune.metadata import base_metadata
 from spectune.options import as_list, integer
 from spectune.stats.goodput import parse_slo
 from spectune.vllm_export import vllm_form
+from workloads.regimes import refuse_phases
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
     settings = TuneSettings.from_cfg(cfg)
+    refuse_phases(cfg.workload, "task=tune")
+    from workloads.setup import require_in_process
+
+    require_in_process(cfg, "tune")  # before any model loads
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     from workloads.loader import load_workload  # heavy imports only once the config is valid
     from workloads.setup import engine_of, models_of
@@ -147,10 +154,10 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             def write(grid: Grid, tag: dict[str, Any] = tag) -> None:
                 _write(run_dir, frames, grid, tag, cells)
 
-            grid = run_design(engine, requests, bench.methods(), settings.repeats,
-                              lambda _label, gamma, b=bench: make_policy(b.policy, gamma),
-                              block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
-                              max_context=max_context, on_point=write)
+            measured = SpectuneEngine(engine, lambda m, b=bench: make_policy(b.policy, m.gamma), max_context)
+            grid = run_design(measured, requests, bench.methods(), settings.repeats,
+                              block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup, on_point=write,
+                              what=f"tune {workload.name} c={c}")
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             per_task = task_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
@@ -163,7 +170,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             for line in format_ranking(ranking, methods):
                 log.info(line)
             if per_task:
-                log.info(format_task_table(per_task))
+                log.info("\n" + format_task_table(per_task))
             conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)
@@ -221,8 +228,9 @@ def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[
     for lang in dict.fromkeys(r["language"] for r in rows):
         best_k = {r["concurrency"]: r["best_gamma"] for r in rows if r["language"] == lang and r["status"] == "ok"}
         if best_k:
-            vllm[lang] = vllm_form(best_k, (models["draft"] or {}).get("name_or_path"),
-                                   metadata["config"].get("proposer"))
+            drafted = proposers.vllm_method(metadata["config"].get("proposer"),
+                                            (models["draft"] or {}).get("name_or_path"))
+            vllm[lang] = vllm_form(best_k, drafted)
     return {
         "scope": "holds only for the measured model pair, hardware, workload and sampling settings below; "
                  "re-measure before using it elsewhere",

@@ -72,7 +72,28 @@ def _model_settings(cfg: DictConfig) -> dict[str, Any]:
             "conditions": integer(get("engine_conditions"), "task.real.engine_conditions", lo=0),
             "min_expected": min_expected,
         },
+        "mix": _engine_mix(real.get("engine_mix")),
     }
+
+
+MIX_KEYS = ("temperature", "top_k", "top_p")
+
+
+def _engine_mix(node: Any) -> list[dict[str, Any]] | None:
+    """``task.real.engine_mix``: null, or a list of at least two settings ({temperature[, top_k, top_p]}); their
+    ranges are SamplingParams' to check (run_models, before any model loads)."""
+    if node is None:
+        return None
+    items = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    if not isinstance(items, list) or len(items) < 2 or not all(isinstance(i, dict) and "temperature" in i
+                                                                 for i in items):
+        raise SpectuneError(f"task.real.engine_mix={items!r} is invalid: a list of at least two "
+                            "{temperature[, top_k, top_p]} settings, or null")
+    for i, item in enumerate(items):
+        if unknown := sorted(set(item) - set(MIX_KEYS)):
+            raise SpectuneError(f"task.real.engine_mix[{i}].{unknown[0]} is not a key of a setting: allowed "
+                                f"{', '.join(MIX_KEYS)}")
+    return items
 
 
 def _settings(cfg: DictConfig) -> dict[str, Any]:
@@ -181,10 +202,18 @@ def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
     from spectune.audit import real_pair as am  # loads torch and transformers
     from spectune.measure import load_models
+    from spectune.sampling import SamplingParams
     from spectune.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload
 
     get_sampler(s["configured"])
+    mix = None
+    if s["mix"] is not None:
+        base = cfg.workload.sampling
+        try:
+            mix = [SamplingParams(**{"top_k": base.top_k, "top_p": base.top_p, **item}) for item in s["mix"]]
+        except SpectuneError as err:
+            raise SpectuneError(f"task.real.engine_mix: {err}") from None
     pair = load_models(cfg.models, cfg.hardware).pair  # validates the setup, applies its thread count
     wl = load_workload(cfg.workload, pair.tokenizer)
     prompts = wl.prompts[: s["prompts"]]
@@ -204,6 +233,12 @@ def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
         engine = am.engine_level(pair, shortest, wl.sampling, samplers, s["engine"], seed, rule)
         am.print_engine_level(engine, s["configured"])
         verdicts = {k: v and engine["variants"][k]["passed"] for k, v in verdicts.items()}
+    mixed: dict[str, Any] = {"skipped": "task.real.engine_mix=null"}
+    if mix is not None and s["engine"]["requests"] > 0:
+        shortest = min(prompts, key=lambda p: len(p.input_ids))
+        mixed = am.mixed_engine_level(pair, shortest, mix, samplers, s["engine"], seed, rule)
+        am.print_mixed_engine_level(mixed, s["configured"])
+        verdicts = {k: v and mixed["variants"][k]["passed"] for k, v in verdicts.items()}
 
     words = {k: "PASS" if v else "FAIL" for k, v in verdicts.items()}
     log.info(f"\nRule: {rule.describe()}; sampler level on the cells of each prompt; engine level with the "
@@ -219,7 +254,7 @@ def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
                    "p=0 tokens share 'p=0'; cells depend on (p, n) only",
         "models_audit": {"sampler_level": {**am.sampler_level_json(rows, s["trials"], s["min_expected"]),
                                            "wall_s": sampler_s},
-                         "engine_level": engine},
+                         "engine_level": engine, "mixed_batch": mixed},
         "verdict": words, "models": pair.metadata, "workload": wl.describe(),
         "hardware": OmegaConf.to_container(cfg.hardware, resolve=True), "metadata": base_metadata(),
         "config": OmegaConf.to_container(cfg, resolve=True),

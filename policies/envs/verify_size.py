@@ -62,29 +62,40 @@ class VerifySizeEnv(gym.Env):
         self._rate = RunningRate()
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """A new episode: a random recorded cycle (replay; ``options={"cycle": i}`` replays cycle i), or the live
+        session's next cycle, drafted to each row's γ (:meth:`drafted`)."""
         super().reset(seed=seed)
         if seed is not None:
             self._rate.clear()
         if self.backend == "replay":
             t = self.traces
-            self._slice = t.cycle_slices[int(self.np_random.integers(len(t.cycle_slices)))]
-            cum = t.signals[self._slice, : self.gamma, 3]  # [B, D] cumulative draft probabilities
+            cycle = (options or {}).get("cycle")
+            index = int(cycle) if cycle is not None else int(self.np_random.integers(len(t.cycle_slices)))
+            self._slice = t.cycle_slices[index]
+            self._gammas = self.drafted(self._slice)
+            self._deepest = int(self._gammas.max(initial=0))
+            cum = t.signals[self._slice, : self._deepest, 3]  # [B, D] cumulative draft probabilities
         else:
             cum = self._live_draft(seed is not None)
+            self._gammas, self._deepest = np.full(cum.shape[0], self.gamma), self.gamma
         self._batch = cum.shape[0]
         self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
-        self._gammas = np.full(self._batch, self.gamma)
         self._obs, self._order = size_observation(cum, self._gammas, self._batch, self._costs.c,
-                                                  self._costs.g(self.gamma), self.obs_tokens)
+                                                  self._costs.g(self._deepest), self.obs_tokens)
         return self._obs.copy(), {}
+
+    def drafted(self, rows: slice) -> np.ndarray:
+        """The γ each row of the recorded cycle at ``rows`` drafts before the decision: ``draft_gamma`` on every
+        row here; a subclass drafts each row to its own (policies.train.size.GammaFixedSizeEnv)."""
+        return np.full(rows.stop - rows.start, self.gamma)
 
     def cut(self, action: int) -> np.ndarray:
         """Per-row kept prefix lengths for ``action``."""
-        return size_cut(self._order, action, self.levels, self._gammas, self.gamma)
+        return size_cut(self._order, action, self.levels, self._gammas, self._deepest)
 
     def step(self, action):
         kept = self.cut(action)
-        time_s = self._costs.cycle_s(self.gamma, int(kept.max()))
+        time_s = self._costs.cycle_s(self._deepest, int(kept.max(initial=0)))
         info = {}
         if self.backend == "replay":
             leading = self.traces.leading[self._slice]

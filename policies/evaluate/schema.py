@@ -1,7 +1,8 @@
-"""The schema of conf/evaluate.yaml's ``evaluate`` node (conf/train.yaml, which it composes, has its own:
-:mod:`policies.train.schema`), as spectune/config.py describes. ``python -m policies.evaluate`` registers both at
-import, before Hydra composes; values, ranges and the rules across keys stay in the YAML file and in
-:class:`policies.evaluate.EvaluateSettings`.
+"""The schema of conf/task/evaluate.yaml's ``evaluate`` node (conf/task/train.yaml, which it composes, has its own:
+:mod:`policies.train.schema`), as spectune/config.py describes. ``python -m harness`` registers both with the other
+tasks' (harness/tasks/schemas.py), and so does the alias ``python -m policies.evaluate``, before Hydra composes;
+values, ranges and the rules across keys stay in the YAML file and in
+:class:`policies.evaluate.pipeline.EvaluateSettings`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from spectune import config
 
 @dataclass
 class EvaluateConfig:
-    """``evaluate``: in conf/evaluate.yaml's order."""
+    """``evaluate``: in conf/task/evaluate.yaml's order."""
 
     policies: Any = MISSING  # a policy name or a list of them
     params: Any = MISSING  # null or {policy: {parameter: value}} (OmegaConf 2.3 cannot merge a mapping into a
@@ -38,12 +39,12 @@ class EvaluateConfig:
 
 @dataclass
 class EvaluateFile:
-    """conf/evaluate.yaml's own node (its ``train`` values are typed by train.yaml's schema)."""
+    """conf/task/evaluate.yaml's own node (its ``task`` and ``train`` values are typed by train.yaml's schema)."""
 
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
 
 
 def register() -> None:
-    """Store /schema/evaluate and what conf/train.yaml names (the workload and hardware schemas with it)."""
+    """Store /schema/task/evaluate and what conf/task/train.yaml names (the library's schemas with it)."""
     train_schema.register()
-    config.store("evaluate", EvaluateFile, root=True)
+    config.store("task/evaluate", EvaluateFile, root=True)

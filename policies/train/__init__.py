@@ -1,4 +1,5 @@
-"""Training the learned draft-length policies in replay: ``python -m policies.train`` (``__main__``).
+"""Training the learned draft-length policies in replay: ``python -m harness task=train`` (harness/tasks/train.py;
+``python -m policies.train`` is an alias, ``__main__``).
 
 pipeline (the stages in order: traces → profile → γ policy → size rounds → live fine-tuning), ppo (the PPO
 model, its files, the evaluation callback, the γ policy in training), size (the verification-size rounds), live

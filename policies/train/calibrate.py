@@ -24,8 +24,8 @@ Two numbers can leave residuals of ±6% between neighbouring γ (measured on smo
 replay over-rates. With ``per_gamma=True`` the verification of k + 1 positions then takes, at every batch size, an
 additive correction δ_k that makes the replay at each grid γ = k equal the grid's live rate: the costs a policy
 learns are the costs the grid paid, per γ (γ outside the grid keep the two-number fit). The price is the
-grid's own noise, now in the costs; a separate run tests it (``bench/replay_fidelity.py``, the held-out fixed-γ
-rows of ``policies.evaluate``).
+grid's own noise, now in the costs; a separate run tests it (the held-out fixed-γ rows of ``task=evaluate``; the
+probe ``bench/replay_fidelity.py``, in git history at 2fb8dda).
 """
 
 from __future__ import annotations

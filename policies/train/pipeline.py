@@ -1,6 +1,6 @@
 """The training pipeline as a library function: the PPO γ policy trained in replay, as Learning to Draft
-does live. ``python -m policies.train`` runs it as a Hydra application; ``policies.evaluate`` calls it for the
-policies it compares (one definition of the stages, no application calling another).
+does live. ``python -m harness task=train`` runs it (and its alias ``python -m policies.train``); ``task=evaluate``
+calls it for the policies it compares (one definition of the stages, no application calling another).
 
 Steps, all into the given run directory:
 
@@ -11,7 +11,7 @@ Steps, all into the given run directory:
    needs ``train.allow_profile_mismatch=true`` and is labelled synthetic), or measured here on the same loaded
    models (:func:`spectune.measure.profiling.measure_profile`, as ``task=profile`` does; ``profile.json``).
 4. PPO (stable-baselines3, MlpPolicy; n_steps 512, batch 64, 10 epochs, LTD's discount 0.99 and lr 3e-4 with
-   a warm-up then linear decay: conf/train.yaml) on ``spectune/DraftGamma-v0`` over the training cycles, seeded,
+   a warm-up then linear decay: conf/task/train.yaml) on ``spectune/DraftGamma-v0`` over the training cycles, seeded,
    with TensorBoard logs and a progress bar. Every ``train.eval_every`` steps the deterministic policy is scored
    in replay on the validation cycles (a fraction of the training prompts never trained on): tokens/s next to the
    best fixed γ and the hindsight oracle on the same cycles (``curves.csv``, ``curves.png``, and TensorBoard's

@@ -1,7 +1,8 @@
-"""The schema of conf/train.yaml: the types of its own keys (``seed``, ``sampler``, the ``train`` node with its
-``ppo`` settings), as spectune/config.py describes. Stored as an open root (the file is the primary config: the
-models, hardware and workload groups add their keys beside these). ``python -m policies.train`` registers it at
-import, before Hydra composes; values and ranges stay in the YAML file and in :mod:`policies.train.pipeline`.
+"""The schema of conf/task/train.yaml: the types of its keys (the ``task`` node, the ``train`` node with its ``ppo``
+settings), as spectune/config.py describes. Stored as an open root, as every task file in the ``_global_`` package
+(the root's other keys are conf/config.yaml's and its groups'). ``python -m harness`` registers it with the other
+tasks' (harness/tasks/schemas.py), and so does the alias ``python -m policies.train``, before Hydra composes;
+values and ranges stay in the YAML file and in :mod:`policies.train.pipeline`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from spectune import config
+from spectune.engine import proposers
 
 
 @dataclass
@@ -26,7 +28,7 @@ class PpoConfig:
 
 @dataclass
 class TrainConfig:
-    """``train``: in conf/train.yaml's order."""
+    """``train``: in conf/task/train.yaml's order."""
 
     traces: str | None = MISSING
     profile: str | None = MISSING
@@ -54,15 +56,23 @@ class TrainConfig:
 
 
 @dataclass
-class TrainFile:
-    """conf/train.yaml's own keys."""
+class TrainTask:
+    """``task``: which task runs (conf/task/evaluate.yaml, which composes train.yaml, names itself here)."""
 
-    seed: int = MISSING
-    sampler: str = MISSING
+    name: str = MISSING
+
+
+@dataclass
+class TrainFile:
+    """conf/task/train.yaml's keys."""
+
+    task: TrainTask = field(default_factory=TrainTask)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
 def register() -> None:
-    """Store /schema/train (and the workload and hardware schemas), where conf/train.yaml names it."""
+    """Store /schema/task/train (and the library's and the proposers' schemas, conf/config.yaml's among them), where
+    conf/task/train.yaml names it."""
     config.register()
-    config.store("train", TrainFile, root=True)
+    proposers.register_schemas()
+    config.store("task/train", TrainFile, root=True)

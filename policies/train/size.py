@@ -21,12 +21,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pandas as pd
 
 from policies.envs.data import TraceSet
-from policies.envs.observation import size_cut, size_observation
 from policies.envs.verify_size import VerifySizeEnv
 from policies.train.ppo import EvalCallback, GammaTraining, policy_gammas, ppo_model, save_policy
 from spectune import rundir
@@ -49,7 +47,8 @@ def engine_gammas(traces: TraceSet, gammas: np.ndarray) -> np.ndarray:
 class GammaFixedSizeEnv(VerifySizeEnv):
     """``spectune/VerifySize-v0`` (replay) with per-row drafted γ ``gammas`` (one per trace entry) instead of
     one ``draft_gamma``: the budget is a fraction of the drafts Σ d_r, draft time is the deepest row's steps,
-    verification is padded to the longest kept prefix + 1. ``reset(options={"cycle": i})`` replays cycle i."""
+    verification is padded to the longest kept prefix + 1. Its parent's ``reset``, ``cut`` and ``step`` read them
+    through :meth:`drafted`; ``reset(options={"cycle": i})`` replays cycle i."""
 
     def __init__(self, traces: TraceSet, profile: Any, gammas: np.ndarray, levels: int = LEVELS,
                  obs_tokens: int = OBS_TOKENS, profile_jitter: float = 0.0,
@@ -57,34 +56,8 @@ class GammaFixedSizeEnv(VerifySizeEnv):
         super().__init__("replay", traces, profile, None, levels, obs_tokens, profile_jitter, allow_profile_mismatch)
         self.row_gammas = engine_gammas(self.traces, gammas)
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        gym.Env.reset(self, seed=seed)
-        if seed is not None:
-            self._rate.clear()
-        t = self.traces
-        cycle = (options or {}).get("cycle")
-        index = int(cycle) if cycle is not None else int(self.np_random.integers(len(t.cycle_slices)))
-        self._slice = t.cycle_slices[index]
-        self._gammas = self.row_gammas[self._slice]
-        self._deepest = int(self._gammas.max())
-        cum = t.signals[self._slice, : self._deepest, 3]
-        self._batch = cum.shape[0]
-        self._index, self._costs = self.profiles.sample(self.np_random, self._batch)
-        self._obs, self._order = size_observation(cum, self._gammas, self._batch, self._costs.c,
-                                                  self._costs.g(self._deepest), self.obs_tokens)
-        return self._obs.copy(), {}
-
-    def cut(self, action: int) -> np.ndarray:
-        return size_cut(self._order, action, self.levels, self._gammas, self._deepest)
-
-    def step(self, action):
-        kept = self.cut(action)
-        time_s = self._costs.cycle_s(self._deepest, int(kept.max(initial=0)))
-        tokens = float(np.minimum(kept, self.traces.leading[self._slice]).sum() + self._batch)
-        key = (self._index, self._batch)
-        reward = self._rate.charge(key, self._batch, self._costs.ar_s, tokens, time_s)  # prior: AR
-        return self._obs.copy(), float(reward), True, False, {"kept": kept.tolist(), "tokens": tokens,
-                                                              "time_s": time_s, "synthetic": self.synthetic}
+    def drafted(self, rows: slice) -> np.ndarray:
+        return self.row_gammas[rows]
 
 
 def size_scores(model: Any, env: GammaFixedSizeEnv) -> dict[str, Any]:

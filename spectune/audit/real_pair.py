@@ -203,6 +203,53 @@ def engine_level(pair: Any, prompt: Any, sampling: SamplingParams, samplers: dic
             "variants": variants}
 
 
+def mixed_engine_level(pair: Any, prompt: Any, settings: list[SamplingParams], samplers: dict[str, RejectionSampler],
+                       opts: dict[str, Any], seed: int, rule: FitRule) -> dict[str, Any]:
+    """The engine level on a mixed batch: per sampler, one run of ``requests`` copies of ``prompt`` whose settings
+    take ``settings`` in turn (so every batch mixes them, row by row); per setting, the law of token 2 given token 1
+    judged against that setting's laws as :func:`engine_level` judges one (binned conditional laws, the residual-set
+    event, Bonferroni per setting), a greedy setting by its one possible token: every t2 must be the argmax of
+    p(· | prompt, t1). Exactness must hold row by row, and a wrong rule must be caught on the rows that sample."""
+    begin = time.perf_counter()
+    eos = pair.tokenizer.eos_token_id
+    runs: dict[str, tuple[dict[int, list], float]] = {}
+    for name, sampler in samplers.items():
+        engine = Engine(pair.target, pair.draft, sampling=settings[0], sampler=sampler, device=pair.target.device,
+                        eos_token_ids=[eos] if eos is not None else [], seed=seed, vocab_size=pair.vocab_size)
+        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2, task=prompt.task,
+                            sampling=settings[i % len(settings)]) for i in range(opts["requests"])]
+        start = time.perf_counter()
+        records = engine.run(requests, FixedGamma(opts["gamma"]), opts["concurrency"])
+        groups = {k: [r for r in records.requests if r.request_id % len(settings) == k] for k in range(len(settings))}
+        runs[name] = (groups, time.perf_counter() - start)
+    variants: dict[str, Any] = {name: {"by_setting": [], "engine_wall_s": wall} for name, (_, wall) in runs.items()}
+    for k, setting in enumerate(settings):
+        pairs = {name: _pairs(_Records(groups[k]), eos) for name, (groups, _) in runs.items()}
+        firsts = sorted({a for t1, *_ in pairs.values() for a in t1})
+        p_rows = continuation_laws(pair.target, prompt.input_ids, firsts, setting, pair.vocab_size)
+        q_rows = draft_continuation_laws(pair, prompt.input_ids, firsts, setting)
+        laws = {t: (p_rows[i], q_rows[i]) for i, t in enumerate(firsts)}
+        for name, (t1, t2, ended) in pairs.items():
+            if setting.greedy:
+                wrong = sum(1 for a, b in zip(t1, t2, strict=True) if b != int(np.argmax(laws[a][0])))
+                judged = {"n": len(t1), "not_the_argmax": wrong, "passed": wrong == 0}
+            else:
+                judged = _judge_engine(t1, t2, laws, opts["conditions"], rule, opts["min_expected"])
+            variants[name]["by_setting"].append({"sampling": setting.describe(), "ended_at_eos": ended, **judged})
+    for entry in variants.values():
+        entry["passed"] = all(s["passed"] for s in entry["by_setting"])
+    return {"prompt_id": prompt.id, "wall_s": time.perf_counter() - begin, "requests": opts["requests"],
+            "concurrency": opts["concurrency"], "gamma": opts["gamma"], "max_new_tokens": 2, "seed": seed,
+            "settings": [s.describe() for s in settings], "variants": variants}
+
+
+class _Records:
+    """Some request records where :func:`_pairs` reads a run's."""
+
+    def __init__(self, requests: list[Any]) -> None:
+        self.requests = requests
+
+
 def sampler_level_json(rows: list[dict[str, Any]], trials: int, min_expected: float) -> dict[str, Any]:
     return {"gamma": 1, "trials": trials, "shared": "proposal x ~ q and acceptance uniforms",
             "prompts": [{"prompt_id": r["prompt"].id, "prompt_tokens": len(r["prompt"].input_ids), "seed": r["seed"],
@@ -228,6 +275,21 @@ def print_sampler_level(rows: list[dict[str, Any]], trials: int, min_expected: f
                   f"{power:>6} {name:>8} {res.tv:8.5f} {res.max_z:9.2f} {chi:>9}  {res.verdict}{mark}")
     print(f"cells: tokens with n*p >= {min_expected:g} on their own, the other p>0 tokens in 'rest', p=0 tokens "
           "in 'p=0'; power = P(chi-square part fails | naive law), noncentral chi-square")
+
+
+def print_mixed_engine_level(result: dict[str, Any], configured: str) -> None:
+    print(f"\nEngine level, mixed batch: {result['requests']} requests of {result['prompt_id']} per sampler, settings "
+          f"in turn {result['settings']}, γ = {result['gamma']}, concurrency {result['concurrency']}; each setting's "
+          f"law of token 2 given token 1 vs its own target law ({result['wall_s']:.0f} s)")
+    for name, v in result["variants"].items():
+        mark = " (configured)" if name == configured else ""
+        parts = []
+        for s in v["by_setting"]:
+            how = (f"{s['not_the_argmax']} not the argmax" if "not_the_argmax" in s
+                   else f"event p {s['residual_event']['pvalue']:.3g}")
+            parts.append(f"T={s['sampling']['temperature']} k={s['sampling']['top_k']} p={s['sampling']['top_p']}: "
+                         f"{s['n']} pairs, {how}, {'PASS' if s['passed'] else 'FAIL'}")
+        print(f"{name}{mark}: " + "; ".join(parts) + f" -> {'PASS' if v['passed'] else 'FAIL'}")
 
 
 def print_engine_level(result: dict[str, Any], configured: str) -> None:

@@ -16,8 +16,8 @@ import torch
 from spectune.engine.clock import DeviceClock
 from spectune.engine.features import reads_features
 from spectune.engine.kv import SlotKV
-from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import DraftLengthPolicy
+from spectune.engine.proposer import DraftSpec
 from spectune.engine.records import Request, RequestRecord
 from spectune.engine.session import RunRecords, Session
 from spectune.engine.static_kv import StaticSlotKV
@@ -32,12 +32,13 @@ __all__ = ["Engine", "RunRecords", "Session"]
 class Engine:
     """Generates for a list of requests with at most ``concurrency`` in flight.
 
-    ``draft``: a draft model, a model-free draft (:class:`~spectune.engine.lookup.PromptLookup`), or None.
+    ``draft``: a draft model, a draft that needs none (a :class:`~spectune.engine.proposer.DraftSpec`: prompt lookup,
+    suffix decoding, built by :mod:`spectune.engine.proposers`), or None.
     ``policy=None`` (or no draft) is the autoregressive baseline on the same code path, so
     the comparison measures speculation and nothing else.
     """
 
-    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | PromptLookup | None, *,
+    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | DraftSpec | None, *,
                  sampling: SamplingParams, sampler: RejectionSampler, device: torch.device | str,
                  eos_token_ids: list[int] | None = None, seed: int = 0, compact_waste: float = 0.5,
                  path: ExecutionPath | None = None, vocab_size: int | None = None) -> None:

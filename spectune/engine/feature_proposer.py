@@ -17,7 +17,7 @@ import torch
 
 from spectune.engine.features import HiddenTap
 from spectune.engine.kv import SlotKV, prefill_slots
-from spectune.engine.proposer import DraftProposer
+from spectune.engine.model_proposer import DraftProposer
 from spectune.sampling import SamplingParams
 
 

@@ -118,8 +118,10 @@ class SlotKV:
         """
         n = tokens.shape[1]
         start = self._reserve(n)
-        if new_valid is None:  # draft steps and verifications: no per-row counting (a few µs a step add up)
-            positions = self.next_pos.unsqueeze(1) + self._steps(n)
+        all_real = new_valid is None
+        if all_real:  # draft steps and verifications: no per-row counting (a few µs a step add up)
+            # one token: its position is next_pos itself (a view, no add; next_pos is replaced below, not written)
+            positions = self.next_pos.unsqueeze(1) if n == 1 else self.next_pos.unsqueeze(1) + self._steps(n)
             new_valid = self._all_real(tokens.shape[0], n)
             advance: torch.Tensor | int = n
         else:
@@ -128,7 +130,14 @@ class SlotKV:
             advance = new_valid.long().sum(1)
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.col_pos = torch.cat([self.col_pos, positions], dim=1)
-        mask = attention_mask(self.valid, start, n, self._mask_width(), model)
+        width = self._mask_width()
+        if all_real and n == 1 and width == self.columns and not _is_eager(model):
+            # A draft step's mask is the validity itself (its own column was just appended as valid): a view, where
+            # attention_mask would copy it and set that column again. Read-only: ``valid`` is replaced, never
+            # written, before the next forward.
+            mask = self.valid.view(self.valid.shape[0], 1, 1, width)
+        else:
+            mask = attention_mask(self.valid, start, n, width, model)
         self._prepare_write(start, n)
         forward = self.forward_fn or model
         extra = {} if features is None else {"features": features}

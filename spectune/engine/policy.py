@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams
 
 # Signals computed from the draft law q at each step. Each costs time on every draft step, so the engine
 # computes only those its policy declares (`DraftLengthPolicy.signals`); one name per signal, used alike in
@@ -108,6 +109,8 @@ class DraftStep:
     active: torch.Tensor  # [B] bool: rows still drafting before this step's decision
     context_length: torch.Tensor  # [B] tokens in each row's sequence before this cycle
     batch_size: int  # slots of the batch this cycle (the padded shape the models run)
+    busy_rows: int | None = None  # slots serving a request this cycle (None: not known, e.g. a replayed trace)
+    sampling: tuple[SamplingParams | None, ...] | None = None  # per slot, its request's settings (None: idle slot)
     token_prob: torch.Tensor | None = None  # [B]
     entropy: torch.Tensor | None = None  # [B]
     margin: torch.Tensor | None = None  # [B]
@@ -174,12 +177,18 @@ class DraftLengthPolicy(ABC):
     signals: frozenset[str] = frozenset()  # names from SIGNALS that continue_drafting reads
     reads_context: bool = False  # True: before_cycle is given each busy slot's context length (a host read)
     shadow_trials: bool = False  # True: observe is told CycleFeedback.shadow_accepted (model-free drafts only)
+    reads_sampling: bool = False  # True: before_cycle is given each busy slot's sampling settings (``sampling=``)
 
-    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None,
+                     sampling: list[SamplingParams] | None = None) -> None:
         """The cycle about to start: its busy slots, the request each serves and, for a policy that
         :attr:`reads_context`, each slot's tokens before the cycle (called before :meth:`begin_cycle`; optional).
         A policy with per-slot state learns here which slots took a new request; with the context it can decide a
-        new request's first cycle before anything is drafted, as its environment does."""
+        new request's first cycle before anything is drafted, as its environment does. A policy that
+        :attr:`reads_sampling` is also given each busy slot's temperature, top-k and top-p (``sampling``, in the
+        order of ``rows``; host values, no device read): with ``len(rows)``, the batch's busy rows, it can choose
+        γ = 0 in :meth:`begin_cycle` (no drafting at all) or cut some rows to 0 in :meth:`end_drafting`, where
+        :class:`DraftStep` carries the same settings per slot."""
 
     @abstractmethod
     def begin_cycle(self, batch_size: int) -> int:
@@ -188,6 +197,12 @@ class DraftLengthPolicy(ABC):
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
         """Rows that keep drafting after ``step``; ``None`` = all of them (costs no host sync)."""
         return None
+
+    @property
+    def reads_steps(self) -> bool:
+        """Whether this policy overrides :meth:`continue_drafting` (otherwise the drafting loop neither calls it nor
+        builds the :class:`DraftStep` it would be shown)."""
+        return type(self).continue_drafting is not DraftLengthPolicy.continue_drafting
 
     @property
     def reads_last_step(self) -> bool:
@@ -239,13 +254,14 @@ def draft_cycle(policy: DraftLengthPolicy, gamma: int, drafter: Drafter,
     the seconds spent in the policy's calls."""
     wanted = frozenset(policy.signals)
     final = policy.reads_last_step
+    decides = policy.reads_steps  # False: continue_drafting is the default's (all rows go on): not called
     inside = 0.0
     state = None
     for step in range(gamma):
         last = step == gamma - 1
         state = drafter.draft(wanted if final or not last else frozenset())
-        if last:  # no continue/stop decision after the last draft
-            break
+        if last or not decides:  # no continue/stop decision after the last draft, nor by a policy that makes none
+            continue
         start = clock()
         keep = policy.continue_drafting(state)
         inside += clock() - start

@@ -1,157 +1,148 @@
-"""The proposer: the draft model, its per-slot KV cache, and the γ tokens it proposes per cycle.
+"""What drafts, as the session sees it: the :class:`Proposer` protocol, the :class:`Proposal` it hands over, and what
+it is built from (:class:`EngineParts`, :class:`DraftSpec`).
 
-Invariant between cycles: a row's cache holds every token of its sequence *before* ``last`` (the
-newest emitted token, not yet fed to anyone), except for ``pending`` tokens it has not seen yet: the
-final draft of a cycle that accepted all of its drafts (gpt-fast's observation that the draft never
-fed its own last proposal), and every token of cycles that did not speculate (γ = 0: a plain target
-step). Pending tokens are fed together with ``last`` in the next first step (left-padded).
+A session drives one proposer over its slots, one cycle at a time (``session.py``), and calls nothing else of it:
 
-A cycle is driven step by step (:meth:`DraftProposer.begin`, :meth:`~DraftProposer.step`,
-:meth:`~DraftProposer.stop_rows`, :meth:`~DraftProposer.finish`) so a session or an environment can
-decide after every draft step (the loop with a policy object is ``Session.step``).
+    prefill(rows, prompts, ...)       a request enters a slot (its prompt: the target's prefill has run)
+    begin(last)                       a cycle opens after ``last`` [B], each row's newest emitted token
+    step(uniforms, signals) × k       k draft steps (k ≥ 1), the policy deciding after each
+      stop_rows(keep)                 rows that draft no further this cycle
+    cut(kept)                         (optional) verify only a prefix of each row's drafts
+    finish() -> Proposal              the cycle's drafts and their laws
+    rollback(...) | skip(...)         after verification: the accepted drafts (or, with nothing drafted, a plain
+                                      target step) become part of each row's sequence
+    clear(row)                        a request left its slot
+
+Invariant between cycles: the proposer knows every token of each row's sequence up to, not including, ``last``
+(the newest emitted token, which no model has fed yet). A proposer with a cache may hold some of them back as
+*pending*, fed with ``last`` at its next first step: a model draft's final draft of a cycle that accepted all
+its drafts (it sampled that draft and never fed it: gpt-fast's observation), and every token of a cycle without
+speculation (γ = 0); a feature-reading draft's accepted drafts, fed again with the target's own features
+(``feature_proposer.py``). A model-free proposer holds the tokens themselves (``proposers/chain.py``).
+
+A cycle in which no row has anything to draft is a plain target step: ``finish`` returns zero columns and the
+session verifies nothing. Randomness is the session's: a draw uses the uniforms handed to :meth:`Proposer.step`
+(keyed by request and position), so what a proposer drafts never depends on what else ran.
+
+A model stands in the engine's draft slot as itself (the engine builds its proposer: ``factory.py``); a draft that
+needs no model stands there as a :class:`DraftSpec`, which builds its own (``proposers/``: one module each).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from spectune.engine.kv import SlotKV, prefill_slots
-from spectune.engine.policy import DRAFT_SIGNALS, draft_signals
-from spectune.sampling import SamplingParams, draw, warp
+    from spectune.engine.clock import DeviceClock
+    from spectune.engine.kv import SlotKV
+    from spectune.sampling import RowSampling, SamplingParams
+    from spectune.sampling.rejection import RejectionSampler
 
 
 @dataclass
 class Proposal:
+    """A cycle's drafts: what the target verifies and the exact sampler judges."""
+
     tokens: torch.Tensor  # [B, γ] drafted tokens
-    probs: torch.Tensor  # [B, γ, V] the draft laws they were sampled from
-    num_drafts: torch.Tensor | None  # [B] per-row count when a policy stopped rows early, else None
+    probs: torch.Tensor  # [B, γ, V] the draft laws they were sampled from (a point mass where none was sampled)
+    num_drafts: torch.Tensor | None  # [B] per-row count when rows drafted different lengths, else None
 
 
-class DraftProposer:
-    """The draft model: proposes up to γ tokens per cycle, one :meth:`step` at a time."""
+class Proposer(Protocol):
+    """What the session calls of whatever drafts (the model draft, the feature-reading draft, a model-free draft).
 
-    reports = frozenset(DRAFT_SIGNALS)  # the signals its step computes when asked (a model draft has no match)
+    Shapes: B is the session's slots (every row takes part in every call; idle rows are masked by ``active``),
+    V the sampled vocabulary.
+    """
 
-    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None):
-        self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
-        self.vocab_size = vocab_size
-        # A head that declares its support (spectune.models.draft_vocab.ScatterHead): q is 0 outside those ids, so
-        # the draft's signals need only those columns.
-        self.support = getattr(getattr(model, "lm_head", None), "draft_to_target", None)
-        self.pending = torch.zeros(kv.batch, 1, dtype=torch.long, device=self.device)
-        self.pending_valid = torch.zeros(kv.batch, 1, dtype=torch.bool, device=self.device)
-        self.any_pending = False  # host-side, so the first step's shape costs no device sync
-        # Static (compiled) caches want one first-step shape: always feed [pending or dummy, last].
-        self.fixed_shapes = getattr(kv, "fixed_shapes", False)
+    kv: SlotKV | None  # the draft's own per-slot cache, compacted with the target's; None: it keeps no cache
+    reports: frozenset[str]  # the signals (spectune.engine.policy.SIGNALS) its step computes when asked for them
+    support: torch.Tensor | None  # ids outside which its laws are exactly 0 (a reduced vocabulary); None: all
+    running: torch.Tensor  # [B] bool: rows still drafting in the open cycle
+    # (row, last) -> the first token the row would have drafted after ``last`` had its cycle drafted (None: no
+    # chain), read from the state before the cycle's rollback or skip: a shadow acceptance test for a row that
+    # verified nothing (CycleFeedback.shadow_accepted). None: a proposer that cannot tell (a draft model)
+    first_draft: Callable[[int, int], int | None] | None
 
     def prefill(self, rows: list[int], prompts: list[list[int]], features: torch.Tensor | None = None,
                 limits: list[int] | None = None) -> None:
-        """Load prompts into slots ``rows`` (``features``: the target's, read only by a proposer that uses them;
-        ``limits``: the requests' max_new_tokens, read only by a proposer that clips its chains)."""
-        prefill_slots(self.model, self.kv, rows, prompts)
-        self.pending_valid[rows] = False
+        """Requests enter slots ``rows`` with these prompts (their first token is the session's next ``last``).
+        ``features``: the target's prefill features [len(rows), longest prompt, H], left-padded, for a draft that
+        reads them; ``limits``: the requests' max_new_tokens, for a draft that clips its chains to them."""
 
     def begin(self, last: torch.Tensor) -> None:
-        """Start a cycle after ``last`` [B] (the newest emitted tokens)."""
-        self._open(last)
-        if self.fixed_shapes or self.any_pending:
-            self._feed = {"tokens": torch.cat([self.pending, last.unsqueeze(1)], dim=1),
-                          "new_valid": torch.cat([self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], 1)}
-        else:
-            self._feed = {"tokens": last.unsqueeze(1)}
-
-    def _open(self, last: torch.Tensor) -> None:
-        """A cycle's bookkeeping: where the cache stood, no drafts yet, every row drafting."""
-        batch = last.shape[0]
-        self._start_pos = self.kv.next_pos.clone()
-        self._drafted: list[torch.Tensor] = []
-        self._laws: list[torch.Tensor] = []
-        self.running = torch.ones(batch, dtype=torch.bool, device=self.device)
-        self._counted = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self._uncounted = 0  # steps since ``running`` last changed, not yet in ``_counted`` (no tensor op per step)
-        self._cum_prob: torch.Tensor | None = None
-        self._early_stop = False
+        """Open a cycle after ``last`` [B] (each row's newest emitted token); every row is drafting."""
 
     def step(self, uniforms: torch.Tensor | None, signals: frozenset[str] = frozenset()
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """One draft step for every row: (drafted tokens [B], their law q [B, V], the requested signals)."""
-        logits = self.kv.forward(self.model, **self._feed, last_only=True)[:, -1, : self.vocab_size]
-        q = warp(logits, self.sampling)
-        x = draw(q, self.sampling, uniforms=uniforms)
-        self._drafted.append(x)
-        self._laws.append(q)
-        self._uncounted += 1
-        out = draft_signals(q, x, signals, self._cum_prob, self.support)
-        self._cum_prob = out.get("cum_prob", self._cum_prob)
-        self._feed = self._next_feed(x)
-        return x, q, out
-
-    def _next_feed(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What the next draft step feeds: this step's drafts (every row's is real: kv.forward's fast path)."""
-        return {"tokens": x.unsqueeze(1)}
+        """One draft step for every row: (drafted tokens [B], their law q [B, V], the ``signals`` asked for by name,
+        [B] each). ``uniforms`` [B]: the keyed draws of this step (None under greedy sampling)."""
 
     def stop_rows(self, keep: torch.Tensor) -> torch.Tensor:
-        """Rows where ``keep`` is False draft no further this cycle; returns the rows still drafting."""
-        self._early_stop = True
-        self._count()
-        self.running = self.running & keep
-        return self.running
-
-    def _count(self) -> None:
-        """Credit the steps taken since ``running`` last changed to the rows that were running."""
-        if self._uncounted:
-            self._counted = self._counted + self.running.long() * self._uncounted
-            self._uncounted = 0
-
-    @property
-    def num_drafts(self) -> torch.Tensor:
-        """[B] drafts each row took this cycle."""
-        self._count()
-        return self._counted
+        """Rows where ``keep`` [B] is False draft no further this cycle; returns :attr:`running`."""
 
     def cut(self, kept: torch.Tensor) -> None:
-        """Keep only the first ``kept[b]`` drafts of row b (a verification budget chosen after drafting).
-
-        Drafts past a row's cut are never verified; if no row keeps any, the cycle becomes one without
-        speculation: the cache returns to where the cycle began, so ``skip`` sees the same state as if
-        nothing had been drafted.
-        """
-        deepest = int(kept.max())
-        self._drafted, self._laws = self._drafted[:deepest], self._laws[:deepest]
-        self._counted, self._uncounted = kept.to(self._counted), 0
-        self.running = self.running & (kept > 0)
-        self._early_stop = True
-        if deepest == 0:
-            self.kv.rollback(self._start_pos)
+        """Keep only the first ``kept[b]`` drafts of row b (a verification budget chosen after drafting). A cut that
+        keeps nothing anywhere leaves the proposer as if the cycle had drafted nothing (:attr:`gamma` 0), so the
+        session takes a plain target step and calls :meth:`skip`."""
 
     @property
     def gamma(self) -> int:
-        return len(self._drafted)
+        """Draft steps taken in the open cycle (after :meth:`cut`: the deepest row's kept drafts)."""
+
+    @property
+    def num_drafts(self) -> torch.Tensor:
+        """[B] drafts each row holds in the open cycle."""
 
     def finish(self) -> Proposal:
-        return Proposal(torch.stack(self._drafted, 1), torch.stack(self._laws, 1),
-                        self.num_drafts if self._early_stop else None)
+        """The open cycle's drafts (it may propose fewer columns than :attr:`gamma` where no row drafted deeper)."""
 
     def rollback(self, context_length: torch.Tensor, accepted: torch.Tensor, proposal: Proposal,
                  active: torch.Tensor, accepted_host: list[int], features: torch.Tensor | None = None) -> None:
-        """Roll back to ``last`` + the accepted drafts it has fed; remember an unfed last draft as pending."""
-        gamma_run = proposal.tokens.shape[1]
-        fed = gamma_run - 1  # the final draft is sampled but never fed to the draft model
-        next_pos = torch.where(active, context_length + 1 + accepted.clamp(max=fed), 0)
-        self.kv.rollback(next_pos)
-        rows = torch.arange(accepted.shape[0], device=self.device)
-        self.pending = proposal.tokens[rows, (accepted - 1).clamp(min=0)].unsqueeze(1)
-        self.pending_valid = (active & (accepted == gamma_run)).unsqueeze(1)
-        self.any_pending = any(n == gamma_run for n in accepted_host)
+        """After verification: ``last`` and each active row's ``accepted`` [B] first drafts join its sequence, which
+        held ``context_length`` [B] tokens before the cycle. ``accepted_host``: the busy rows' counts, already on
+        the host; ``features``: the verification's target features [B, γ + 1, H], for a draft that reads them."""
 
     def skip(self, last: torch.Tensor, active: torch.Tensor, features: torch.Tensor | None = None) -> None:
-        """A cycle without speculation (γ = 0): the draft has not seen ``last`` either; it joins the pending."""
-        self.pending = torch.cat([self.pending, last.unsqueeze(1)], dim=1)
-        self.pending_valid = torch.cat([self.pending_valid, active.unsqueeze(1)], dim=1)
-        self.any_pending = True
+        """A cycle without speculation (nothing drafted, or all cut): ``last`` joins each active row's sequence.
+        ``features``: the target step's features [B, 1, H], for a draft that reads them."""
 
     def clear(self, row: int) -> None:
-        self.kv.clear(row)
-        self.pending_valid[row] = False
+        """The request in slot ``row`` has finished: forget it."""
+
+    def use_sampling(self, sampling: SamplingParams | RowSampling) -> None:
+        """The batch's law changed (a slot took a request with other settings): a draft that samples warps its laws
+        with it from the next step on; a draft of point masses warps nothing and ignores it."""
+
+
+class EngineParts(Protocol):
+    """What a session runs on, and what a proposer is built from: the models, sampling, sampler, device and clock,
+    and the cache factory (:class:`~spectune.engine.engine.Engine` is one; nothing here needs the engine's loop)."""
+
+    target: torch.nn.Module
+    draft: torch.nn.Module | DraftSpec | None  # a draft model, or a draft that needs none
+    sampling: SamplingParams
+    sampler: RejectionSampler
+    device: torch.device
+    clock: DeviceClock
+    eos: set[int]
+    seed: int
+    compact_waste: float
+    vocab_size: int | None
+
+    def cache(self, model: torch.nn.Module, batch: int) -> SlotKV: ...
+
+
+@runtime_checkable
+class DraftSpec(Protocol):
+    """A draft that needs no model, as it stands in the engine's draft slot: what it is (its settings, the ids it
+    never proposes), and how a session gets its proposer (``proposers/``: prompt lookup, suffix decoding)."""
+
+    stop_ids: tuple[int, ...]  # besides the engine's EOS ids: never proposed (the tokenizer's special ids)
+
+    def proposer(self, parts: EngineParts, batch: int) -> Proposer:
+        """A fresh proposer over ``batch`` slots for one session on ``parts``."""

@@ -7,10 +7,13 @@ Field names follow vLLM's `bench serve` where it has them. Percentiles use numpy
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from spectune.sampling import SamplingParams
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "numpy.percentile, method='linear'"
@@ -25,6 +28,8 @@ class Request:
     closed-loop client that sends the request when a slot frees, so its latency excludes queueing.
     ``task`` is what the prompt asks for (``workloads.task_sets``: chat-lines, chat, summarise, ...), carried into
     its record so that a run's tables can be broken down per task.
+    ``sampling`` is the request's own temperature, top-k and top-p (None: the engine's, a workload's settings), and
+    ``phase`` the workload phase it belongs to (None: a workload without phases); both go into its record.
     """
 
     request_id: int
@@ -34,6 +39,8 @@ class Request:
     max_new_tokens: int
     arrival_s: float | None = None
     task: str = DEFAULT_TASK
+    sampling: SamplingParams | None = None
+    phase: str | None = None
 
 
 @dataclass
@@ -44,6 +51,10 @@ class RequestRecord:
     prompt_tokens: int
     arrival_s: float | None
     task: str = DEFAULT_TASK
+    temperature: float | None = None  # the settings the request was sampled with (its own, or the engine's)
+    top_k: int | None = None
+    top_p: float | None = None
+    phase: str | None = None
     admitted_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
@@ -51,6 +62,13 @@ class RequestRecord:
     token_times_s: list[float] = field(default_factory=list)  # emission time of every output token
     status: str = "ok"
     error: str | None = None
+
+    @classmethod
+    def of(cls, request: Request, sampling: SamplingParams) -> RequestRecord:
+        """A request's record before it runs: who it is, and the settings it samples with (its own or the engine's)."""
+        return cls(request.request_id, request.prompt_id, request.language, len(request.input_ids), request.arrival_s,
+                   request.task, temperature=float(sampling.temperature), top_k=int(sampling.top_k),
+                   top_p=float(sampling.top_p), phase=request.phase)
 
     @property
     def output_tokens(self) -> int:
@@ -160,8 +178,10 @@ def with_acceptance(requests: pd.DataFrame, cycles: pd.DataFrame) -> pd.DataFram
     return out
 
 
-def summarise(requests: pd.DataFrame, cycles: pd.DataFrame) -> dict[str, Any]:
-    """Run-level metrics. Throughput spans first dispatch → last completion; failed requests excluded."""
+def summarise(requests: pd.DataFrame, cycles: pd.DataFrame, counters: dict[str, float] | None = None) -> dict[str, Any]:
+    """Run-level metrics. Throughput spans first dispatch → last completion; failed requests excluded. Acceptance
+    comes from the cycles where the engine records them (spectune's), else from the engine's per-request counters
+    (a server's ``drafted_tokens`` / ``accepted_tokens``) and its engine-wide ``counters`` (verification steps)."""
     ok = requests[requests["status"] == "ok"] if len(requests) else requests
     out: dict[str, Any] = {"completed": len(ok), "failed": int(len(requests) - len(ok)),
                            "percentile_method": PERCENTILE_METHOD}
@@ -180,8 +200,39 @@ def summarise(requests: pd.DataFrame, cycles: pd.DataFrame) -> dict[str, Any]:
         out.update(_stats(ok["tpot_ms"].tolist(), "tpot_ms"))
         out.update(_stats([x for itl in ok["itls_ms"] for x in itl], "itl_ms"))
         out.update(_stats(ok["e2el_ms"].tolist(), "e2el_ms"))
-    out.update(acceptance_summary(cycles))
+    if not len(cycles) and "drafted_tokens" in requests:
+        out.update(counted_acceptance(ok, counters))
+    else:
+        out.update(acceptance_summary(cycles))
     return out
+
+
+def counted_acceptance(requests: pd.DataFrame, counters: dict[str, float] | None) -> dict[str, Any]:
+    """Acceptance as a server counts it: drafted and accepted tokens summed over the requests that report them,
+    and, from the engine-wide counters of the same requests, the verification steps (``spec_decode_num_drafts``)
+    and the acceptance length they give (1 + accepted / steps). What is not counted is absent."""
+    reported = requests[requests["drafted_tokens"].notna()] if len(requests) else requests
+    out: dict[str, Any] = {"acceptance_source": "engine counters"}
+    if len(reported):
+        drafted = int(reported["drafted_tokens"].sum())
+        accepted = int(reported["accepted_tokens"].fillna(0).sum()) if "accepted_tokens" in reported else None
+        out.update(spec_decode_draft_tokens=drafted, spec_decode_accepted_tokens=accepted,
+                   spec_decode_acceptance_rate=accepted / drafted if drafted and accepted is not None else None)
+    steps = (counters or {}).get("spec_decode_num_drafts")
+    if steps is not None:
+        out["spec_decode_num_drafts"] = int(steps)
+        counted = (counters or {}).get("spec_decode_accepted_tokens")
+        if steps and counted is not None:
+            out["spec_decode_acceptance_length"] = 1 + counted / steps
+    return out
+
+
+def add_counters(parts: list[dict[str, float] | None]) -> dict[str, float] | None:
+    """Engine-wide counters of several blocks or repeats, summed (None when none has any)."""
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    return {key: float(sum(p.get(key, 0.0) for p in present)) for key in sorted({k for p in present for k in p})}
 
 
 def acceptance_summary(cycles: pd.DataFrame) -> dict[str, Any]:
@@ -236,7 +287,10 @@ def summarise_repeats(points: list[dict[str, Any]], requests: pd.DataFrame, cycl
     if "repeat" in cycles and len(cycles):  # cycle numbers restart every run: make them unique per repeat
         cycles = cycles.assign(cycle=cycles["repeat"].astype(int) * (int(cycles["cycle"].max()) + 1)
                                + cycles["cycle"])
-    out = summarise(requests, cycles)
+    counters = add_counters([p.get("engine_counters") for p in ok])
+    out = summarise(requests, cycles, counters)
+    if counters is not None:
+        out["engine_counters"] = counters
     for key in ("output_throughput", "request_throughput"):
         values = [p[key] for p in ok if p.get(key) is not None]
         out[key] = float(np.median(values)) if values else None

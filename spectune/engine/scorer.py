@@ -11,7 +11,7 @@ import torch
 
 from spectune.engine.features import HiddenTap
 from spectune.engine.kv import SlotKV, prefill_slots
-from spectune.sampling import SamplingParams, warp
+from spectune.sampling import RowSampling, SamplingParams, select_rows, warp
 
 
 class TargetScorer:
@@ -20,8 +20,9 @@ class TargetScorer:
     ``vocab_size`` keeps the first ids only (the tokenizer's): padding rows of the LM head are no token.
     """
 
-    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams, vocab_size: int | None = None,
-                 keep_features: bool = False):
+    def __init__(self, model: torch.nn.Module, kv: SlotKV, sampling: SamplingParams | RowSampling,
+                 vocab_size: int | None = None, keep_features: bool = False):
+        # ``sampling``: the batch's law, one setting or one per slot; the session replaces it as requests come and go
         self.model, self.kv, self.sampling, self.device = model, kv, sampling, kv.device
         self.vocab_size = vocab_size
         # A draft that reads the target's features needs the last hidden state of every position fed: kept by a
@@ -37,7 +38,7 @@ class TargetScorer:
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
         """Load prompts into slots ``rows``; returns the laws of their first new tokens, [k, V]."""
         return warp(prefill_slots(self.model, self.kv, rows, prompts)[..., : self.vocab_size],
-                    self.sampling)
+                    select_rows(self.sampling, rows))
 
     def score(self, last: torch.Tensor, drafts: torch.Tensor | None) -> torch.Tensor:
         """Laws p[b, 0..γ] after ``last`` and after each draft: one causal forward of γ+1 tokens."""

@@ -11,12 +11,19 @@ and the benchmarks drive the same object phase by phase instead:
     outcome = session.verify()       target scores, exact sampler decides, both caches roll back, tokens emitted
 
 A cycle with no draft step (the policy returned γ = 0: "don't speculate now") is a plain target step for
-every row; the draft catches up on those tokens in its next first step (see ``proposer.py``).
+every row; the draft catches up on those tokens in its next first step (the proposer's contract: ``proposer.py``).
 
 Randomness is keyed by (seed, stream, request, position) (``randomness.py``), so a cycle's outcome at
 γ = k is the same whatever γ was chosen, and two policies run on the same requests are paired.
+
 Every clock read synchronises the device; inside a cycle the only host sync is reading the verdict
 (plus one per draft step for policies that stop rows early).
+
+Each request samples with its own settings (``Request.sampling``; None: the engine's). The batch's law is one
+:class:`~spectune.sampling.SamplingParams` while every busy row shares its settings (the path a uniform batch has
+always taken: no per-row tensor) and a :class:`~spectune.sampling.RowSampling` while they differ; it is rebuilt
+only when a slot's request changes, and both models' laws, every draw and so the exact rejection sampler (which
+works row by row on the laws it is given) follow each row's own settings.
 """
 
 from __future__ import annotations
@@ -25,42 +32,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
-from spectune.engine.clock import DeviceClock, MemoryTracker
+from spectune.engine.clock import MemoryTracker
+from spectune.engine.factory import proposer_for
 from spectune.engine.features import reads_features
-from spectune.engine.kv import SlotKV
-from spectune.engine.lookup import PromptLookup
 from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
-from spectune.engine.proposer import Proposal
-from spectune.engine.proposers import proposer_for
+from spectune.engine.proposer import EngineParts, Proposal, Proposer
 from spectune.engine.randomness import KeyedUniforms
 from spectune.engine.records import CycleRecord, Request, RequestRecord
 from spectune.engine.scorer import TargetScorer
-from spectune.sampling import SamplingParams, draw
-from spectune.sampling.rejection import RejectionSampler
+from spectune.sampling import RowSampling, SamplingParams, batch_sampling, draw, select_rows
 
 DRAFT_BLOCK = 8  # draft uniforms gathered at a cycle's first step (widened when the cycle drafts deeper)
-
-
-class EngineParts(Protocol):
-    """What a session runs on: the models, sampling, sampler, device and clock, and the cache factory
-    (:class:`~spectune.engine.engine.Engine` is one; the session never needs the engine's loop)."""
-
-    target: torch.nn.Module
-    draft: torch.nn.Module | PromptLookup | None  # a draft model, or a draft that needs none
-    sampling: SamplingParams
-    sampler: RejectionSampler
-    device: torch.device
-    clock: DeviceClock
-    eos: set[int]
-    seed: int
-    compact_waste: float
-    vocab_size: int | None
-
-    def cache(self, model: torch.nn.Module, batch: int) -> SlotKV: ...
 
 
 @dataclass
@@ -138,15 +123,19 @@ class Session:
         features = reads_features(engine.draft)  # an EAGLE-style draft: the scorer keeps the target's features
         self.scorer = TargetScorer(engine.target, engine.cache(engine.target, concurrency), engine.sampling,
                                    engine.vocab_size, keep_features=features)
-        self.proposer = proposer_for(engine, concurrency) if self.speculative else None
-        self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=not engine.sampling.greedy)
+        self.proposer: Proposer | None = proposer_for(engine, concurrency) if self.speculative else None
+        self.request_sampling = {r.request_id: r.sampling or engine.sampling for r in requests}
+        # Greedy draws need no random numbers; one request that samples needs the tables (greedy rows ignore them).
+        sampled = any(not s.greedy for s in self.request_sampling.values()) if requests else not engine.sampling.greedy
+        self.keys = KeyedUniforms(engine.seed, concurrency, self.device, enabled=sampled)
         if policy is not None and reset_policy:
             policy.reset()
         self.memory = MemoryTracker(self.device)
         self.waiting = deque(sorted(requests, key=lambda r: (r.arrival_s or 0.0, r.request_id)))
-        self.records = {r.request_id: RequestRecord(r.request_id, r.prompt_id, r.language, len(r.input_ids),
-                                                    r.arrival_s, r.task) for r in requests}
+        self.records = {r.request_id: RequestRecord.of(r, self.request_sampling[r.request_id]) for r in requests}
         self.slots: list[Request | None] = [None] * concurrency
+        self.slot_sampling: tuple[SamplingParams | None, ...] = (None,) * concurrency  # each busy slot's settings
+        self._law_stale = False  # a slot's request changed since the batch's law was built
         self.last = torch.zeros(concurrency, dtype=torch.long, device=self.device)
         self.position = torch.zeros(concurrency, dtype=torch.long, device=self.device)  # tokens emitted per row
         self.cycles: list[CycleRecord] = []
@@ -171,6 +160,7 @@ class Session:
         record = self.records[self.slots[row].request_id]
         record.finish_s = when
         self.slots[row] = None
+        self._law_stale = True
         self.scorer.kv.clear(row)
         if self.proposer is not None:
             self.proposer.clear(row)
@@ -203,6 +193,8 @@ class Session:
                     record.arrival_s = now
                 self.keys.load(row, request.request_id, request.max_new_tokens)
                 admitted.append(row)
+        if admitted or self._law_stale:
+            self._set_law()
         if not admitted:
             return admitted
         prompts = [self.slots[row].input_ids for row in admitted]
@@ -212,7 +204,7 @@ class Session:
                                   limits=[self.slots[row].max_new_tokens for row in admitted])
         rows = torch.tensor(admitted, device=self.device)
         position0 = torch.zeros(self.batch, dtype=torch.long, device=self.device)
-        first = draw(first_laws, self.sampling, uniforms=self.keys.at("target", position0)[rows])
+        first = draw(first_laws, select_rows(self.sampling, admitted), uniforms=self.keys.at("target", position0)[rows])
         self.last[rows] = first
         self.position[rows] = 1
         when = self.clock.now() - self.start
@@ -220,6 +212,21 @@ class Session:
             self.records[self.slots[row].request_id].first_token_s = when
             self._emit(row, [token], when)
         return admitted
+
+    def _set_law(self) -> None:
+        """The batch's law from its busy slots' settings, handed to the scorer and to a draft model's proposer (a
+        model-free draft proposes point masses and warps nothing). Host work only, and only when a slot changed.
+        Untimed so far: the per-row path's cost (a divide, a sort where any row filters, a where on greedy rows, per
+        warp) is what a run of mixed requests against the same requests sharing one setting would show."""
+        self._law_stale = False
+        self.slot_sampling = tuple(self.request_sampling[s.request_id] if s is not None else None for s in self.slots)
+        busy = [s for s in self.slot_sampling if s is not None]
+        law = batch_sampling(busy) if busy else self.engine.sampling
+        if isinstance(law, RowSampling):  # idle slots take any law: they are never verified
+            law = RowSampling.of([s or self.engine.sampling for s in self.slot_sampling], self.device)
+        self.sampling = self.scorer.sampling = law
+        if self.proposer is not None:
+            self.proposer.use_sampling(law)
 
     # -- one cycle, phase by phase ----------------------------------------------------------------------
     @torch.inference_mode()
@@ -256,18 +263,24 @@ class Session:
     @torch.inference_mode()
     def draft_step(self, signals: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
         """One draft step for every slot; returns the drafted tokens ``x``, their law ``q`` and ``signals``."""
-        assert self._open and self.proposer is not None
-        gamma = self.gamma
-        if not self._started:
+        return self._draft_step(signals)
+
+    def _draft_step(self, signals: frozenset[str]) -> dict[str, torch.Tensor]:
+        """:meth:`draft_step` without entering inference mode (:meth:`step` is in it for the whole cycle: entering
+        it per draft step cost a context manager's construction, entry and exit on every step's path)."""
+        assert self._open
+        if self._started:
+            gamma = self.proposer.gamma
+        else:
             self.proposer.begin(self.last)
-            self._started = True
+            self._started, gamma = True, 0
         uniforms = None
         if self.keys.enabled:
-            # The cycle's draft uniforms in one gather at its first step (positions fixed while drafting), a column
-            # per later step: a lookup per step cost four tensor ops on the step's critical path.
-            if gamma == 0 or gamma >= self._draft_u.shape[1]:
-                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * gamma))
-            uniforms = self._draft_u[:, gamma]
+            # The cycle's draft uniforms in one gather at its first step (positions fixed while drafting), split into
+            # one column per step there: a later step picks its column from a tuple, with no tensor op.
+            if gamma == 0 or gamma >= len(self._draft_u):
+                self._draft_u = self.keys.at("draft", self.position, max(DRAFT_BLOCK, 2 * gamma)).unbind(1)
+            uniforms = self._draft_u[gamma]
         x, q, out = self.proposer.step(uniforms, signals)
         self._marks.append(self.clock.mark())
         return {"x": x, "q": q, **out}
@@ -287,7 +300,8 @@ class Session:
 
     def draft_state(self, signals: dict[str, torch.Tensor]) -> DraftStep:
         return DraftStep(step=self.proposer.gamma - 1, active=self.proposer.running, context_length=self._context,
-                         batch_size=self.batch, **{k: v for k, v in signals.items() if k not in ("x", "q")})
+                         batch_size=self.batch, busy_rows=len(self._rows), sampling=self.slot_sampling,
+                         **{k: v for k, v in signals.items() if k not in ("x", "q")})
 
     @torch.inference_mode()
     def verify(self, gamma: int | None = None, shadow: bool = False) -> CycleOutcome:
@@ -366,7 +380,7 @@ class Session:
     def _shadows(self, rows: list[int], num_drafts: list[int], next_tokens: list[int]) -> dict[int, int | None]:
         """Each row's shadow acceptance test (1, 0, or None: it drafted, or had no chain; see
         :attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`), None everywhere under a draft model."""
-        first_draft = getattr(self.proposer, "first_draft", None)
+        first_draft = self.proposer.first_draft
         if first_draft is None:
             return dict.fromkeys(rows)
         last = self.last.tolist()
@@ -377,6 +391,7 @@ class Session:
         return out
 
     # -- one cycle with the session's policy ------------------------------------------------------------
+    @torch.inference_mode()
     def step(self) -> CycleOutcome | None:
         """One cycle driven by the session's policy (None: nothing was in flight). The policy's host time is
         recorded per cycle (``policy_s``; ``policy_outside_s`` of it falls outside the cycle's timed spans)."""
@@ -389,11 +404,15 @@ class Session:
         start = clock()
         rows = list(self._rows)
         context = self._context.tolist() if policy.reads_context else None  # a host read, only when asked for
-        policy.before_cycle(rows, [self.slots[row].request_id for row in rows],
-                            [context[row] for row in rows] if context is not None else None)
+        ids = [self.slots[row].request_id for row in rows]
+        contexts = [context[row] for row in rows] if context is not None else None
+        if policy.reads_sampling:  # host-side settings the session holds already: no device read
+            policy.before_cycle(rows, ids, contexts, sampling=[self.slot_sampling[row] for row in rows])
+        else:
+            policy.before_cycle(rows, ids, contexts)
         gamma = policy.begin_cycle(len(self._rows))
         outside = clock() - start
-        inside = draft_cycle(policy, gamma, _LiveCycle(self), clock)
+        inside = draft_cycle(policy, gamma, _LiveCycle(self, policy.reads_steps or policy.reads_last_step), clock)
         first = len(self.cycles)
         outcome = self.verify(gamma, shadow=policy.shadow_trials)
         rows = outcome.rows
@@ -412,11 +431,14 @@ class Session:
 class _LiveCycle:
     """The session's open cycle as :func:`~spectune.engine.policy.draft_cycle` drives it."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, session: Session, shown: bool = True) -> None:
+        self.session, self.shown = session, shown
 
-    def draft(self, signals: frozenset[str]) -> DraftStep:
-        return self.session.draft_state(self.session.draft_step(signals))
+    def draft(self, signals: frozenset[str]) -> DraftStep | None:
+        # Session.step is in inference mode already. ``shown`` False: the policy reads no step (fixed γ), so none is
+        # built (a DraftStep is a 14-field frozen dataclass: microseconds per step).
+        out = self.session._draft_step(signals)
+        return self.session.draft_state(out) if self.shown else None
 
     def stop(self, keep: torch.Tensor) -> bool:
         # One host read of the decision, judged on the busy rows only: a slot without a request drafts in lockstep

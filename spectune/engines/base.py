@@ -6,17 +6,27 @@ its repeats and its intervals are the same on every engine. What a block returns
 ``token_times_s`` (ITL, TPOT), ``finish_s`` (E2E), ``output_ids``; acceptance where the engine counts it), the cycle
 rows (empty where the engine reports none: a server gives per-request totals at most) and the block's summary. What
 an engine cannot report is absent from its rows (a missing column, or None), never invented.
+
+Beside the protocol, each engine class gives the harness three class methods (``task=bench`` calls them through
+:func:`workloads.setup.measuring_engine`): ``method_name(cfg)`` (what names its speculative methods: the policy on
+spectune's engine, the speculative type on a server), ``check_config(cfg, methods)`` (every method valid as
+configured: one line before any model loads) and ``from_config(cfg, *, inprocess, make, max_context, sampling,
+slots, log_dir)`` (the engine, not yet opened). A server engine is a
+:class:`~spectune.engines.server.ServerEngine` over a small flavour (:class:`~spectune.engines.server.ServerFlavour`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pandas as pd
 
 from spectune.engine.records import Request
 from spectune.methods import Method
+
+if TYPE_CHECKING:
+    from spectune.progress import RunProgress
 
 Frames = tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]  # requests, cycles, summary of one measured block
 
@@ -35,10 +45,11 @@ class MeasuringEngine(Protocol):
         """Get ready to measure ``methods`` (load models; start, and wait for, one server per method)."""
 
     def measure(self, requests: list[Request], method: Method, *, concurrency: int, warmup: int,
-                first_block: bool) -> Frames:
+                first_block: bool, progress: RunProgress | None = None) -> Frames:
         """Run ``requests`` with ``method`` at ``concurrency`` (closed loop, or open loop where requests carry
         arrival times), after ``warmup`` discarded requests. ``first_block`` False: a later block of the same
-        (method, repeat), which keeps what an adaptive method learned and takes no warm-up."""
+        (method, repeat), which keeps what an adaptive method learned and takes no warm-up. ``progress``: the run's
+        one progress line, advanced per finished request."""
 
     def describe(self) -> dict[str, Any]:
         """What a result records about the engine: its name and version, and per method how it ran (a server's

@@ -38,6 +38,10 @@ Every flag, key and name below was read in SGLang **v0.5.23**'s source (the PyPI
   ``sglang:num_requests_total`` and the gauges ``sglang:spec_accept_length``, ``sglang:spec_accept_rate`` (the
   latest batch's, not cumulative) (``sglang/srt/observability/metrics_collector.py``).
 
+A method is ``engine.method`` (a key of :data:`ALGORITHMS`) at each γ of the grid, beside AR (no
+``--speculative-algorithm``); :class:`SglangEngine` runs one server per method (:mod:`spectune.engines.server`) with
+``engine.python`` (null: this Python), so SGLang may live in an environment of its own.
+
 Every flag of :meth:`SglangFlavour.command` is an option of v0.5.23's own parser (``ServerArgs.add_cli_args``;
 tests/data/engines/ holds the list and the tests check it). Other releases may differ: pin SGLang to the release
 above, or check these files in yours.
@@ -46,40 +50,39 @@ above, or check these files in yours.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
 
+from spectune.config import typed
 from spectune.engines.prometheus import read_metrics
-from spectune.engines.server import StreamEvent
+from spectune.engines.server import ServerEngine, ServerFailure, StreamEvent
 from spectune.errors import SpectuneError
 from spectune.methods import Method
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 SGLANG_VERSION = "0.5.23"
 # spectune's method name -> SGLang's --speculative-algorithm, and whether it needs a draft (its drafts key)
 ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "nextn": "NEXTN", "standalone": "STANDALONE", "ngram": "NGRAM"}
 NEEDS_DRAFT = ("eagle", "eagle3", "standalone")
-# --speculative-* fields a method's settings may set (sglang/srt/arg_groups/fields/spec.py, v0.5.23, without the
-# prefix); algorithm and num_steps are the method's own
-SETTINGS = frozenset({"draft_model_path", "draft_model_revision", "eagle_topk", "num_draft_tokens",
-                      "ngram_min_bfs_breadth", "ngram_max_bfs_breadth", "ngram_match_type", "ngram_max_trie_depth",
-                      "ngram_capacity", "use_rejection_sampling", "token_map", "attention_mode",
-                      "draft_attention_backend"})
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # fields/model.py dtype choices
 OWNED_FLAGS = ("--host", "--port", "--random-seed", "--max-running-requests", "--enable-metrics",
                "--incremental-streaming-output", "--speculative-algorithm", "--speculative-num-steps")
-META_COUNTERS = ("prompt_tokens", "completion_tokens", "cached_tokens", "spec_verify_ct", "spec_num_correct_drafts",
-                 "spec_num_proposed_drafts", "spec_accept_rate", "spec_accept_length")
-METRICS_SUMMED = ("sglang:spec_verify_calls_total", "sglang:generation_tokens_total", "sglang:prompt_tokens_total",
-                  "sglang:num_requests_total")
-METRICS_AVERAGED = ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:spec_num_steps",
-                    "sglang:spec_num_draft_tokens")
+METRICS = {  # SGLang's Prometheus counters (each summed over its series) -> spectune's names
+    "sglang:spec_verify_calls_total": "spec_decode_num_drafts",  # verification steps, as vLLM's drafts count them
+    "sglang:prompt_tokens_total": "prompt_tokens",
+    "sglang:generation_tokens_total": "generation_tokens",
+    "sglang:num_requests_total": "requests",
+}
+GPU_NODE = "install SGLang on a GPU node and run there (docs/gpus.md)"
 
 
 @dataclass
@@ -107,10 +110,11 @@ class SglangConfig:
     """``engine=sglang``: conf/engine/sglang.yaml."""
 
     name: str = MISSING
+    python: str | None = MISSING  # the Python that has SGLang (a name on PATH or a path); null: this one
     model: str = MISSING  # the target: a hub id or a folder
     revision: str | None = MISSING
     seed: int = MISSING  # --random-seed (the run's seed)
-    methods: list[str] = MISSING  # the grid's speculative methods, each at every γ, beside AR
+    method: str = MISSING  # the speculative method every γ of the grid runs, beside AR
     drafts: SglangDrafts = dataclasses.field(default_factory=SglangDrafts)
     eagle_topk: int = MISSING  # 1: a chain of γ tokens; more: a tree of num_draft_tokens
     num_draft_tokens: int | None = MISSING  # the EAGLE tree's size when eagle_topk > 1
@@ -120,6 +124,8 @@ class SglangConfig:
     dtype: str = MISSING
     context_length: int | None = MISSING  # null: the model's
     deterministic_inference: bool = MISSING  # --enable-deterministic-inference (then the request seed is used)
+    port: int | None = MISSING  # null: a free port per server; N: servers on N, N+1, ...
+    ready_timeout_s: float = MISSING  # loading and capturing CUDA graphs take minutes
     extra_args: list[str] = MISSING  # further launch_server flags, verbatim
 
 
@@ -138,10 +144,9 @@ class SglangFlavour:
     def _check_config(self) -> None:
         """The settings no method changes, checked once: one line each, before any server starts."""
         cfg = self.config
-        unknown = [m for m in cfg.methods if m not in ALGORITHMS]
-        if unknown:
-            raise SpectuneError(f"engine.methods={unknown} is invalid for engine=sglang: choose from "
-                                f"{', '.join(ALGORITHMS)}")
+        if cfg.method not in ALGORITHMS:
+            raise SpectuneError(f"engine.method={cfg.method!r} is invalid for engine=sglang: choose one of "
+                                f"{', '.join(ALGORITHMS)} (AR is the baseline: task.baseline=true)")
         if cfg.dtype not in DTYPES:
             raise SpectuneError(f"engine.dtype={cfg.dtype!r} is invalid for engine=sglang: one of "
                                 f"{', '.join(DTYPES)}")
@@ -150,6 +155,10 @@ class SglangFlavour:
                 raise SpectuneError(f"engine.{key}={getattr(cfg, key)} is invalid: an integer >= 1")
         if cfg.mem_fraction_static is not None and not 0 < cfg.mem_fraction_static < 1:
             raise SpectuneError(f"engine.mem_fraction_static={cfg.mem_fraction_static} is invalid: in (0, 1) or null")
+        if cfg.port is not None and not 1024 <= cfg.port <= 65535:
+            raise SpectuneError(f"engine.port={cfg.port} is invalid: 1024..65535, or null (a free port per server)")
+        if not cfg.ready_timeout_s > 0:
+            raise SpectuneError(f"engine.ready_timeout_s={cfg.ready_timeout_s} is invalid: seconds > 0")
         if cfg.ngram.match_type not in ("BFS", "PROB"):
             raise SpectuneError(f"engine.ngram.match_type={cfg.ngram.match_type!r} is invalid: BFS or PROB")
         owned = [a for a in cfg.extra_args if a.split("=", 1)[0] in OWNED_FLAGS]
@@ -162,17 +171,13 @@ class SglangFlavour:
         self.speculative_args(method)
 
     def speculative_args(self, method: Method) -> dict[str, Any]:
-        """The ``--speculative-*`` settings for ``method`` (without the prefix; empty: AR). The method's settings
-        (:data:`SETTINGS`) override the engine's for this method."""
+        """The ``--speculative-*`` settings for ``method`` (without the prefix; empty: AR): γ and the engine's
+        settings for that algorithm."""
         if not method.speculative:
             return {}
         if method.name not in ALGORITHMS:
             raise SpectuneError(f"method {method.name!r} is not one engine=sglang runs: its speculative methods are "
                                 f"{', '.join(ALGORITHMS)}")
-        unknown = sorted(set(method.settings) - SETTINGS)
-        if unknown:
-            raise SpectuneError(f"method {method.label!r} sets {unknown}, which are not SGLang's --speculative-* "
-                                f"settings (v{SGLANG_VERSION}): allowed {', '.join(sorted(SETTINGS))}")
         cfg = self.config
         args: dict[str, Any] = {"algorithm": ALGORITHMS[method.name]}
         if method.name == "ngram":
@@ -184,9 +189,8 @@ class SglangFlavour:
             draft = getattr(cfg.drafts, method.name)
             if draft is not None:
                 args["draft_model_path"] = draft
-        args.update(method.settings)
         if method.name != "ngram":
-            topk, tokens = args["eagle_topk"], args.get("num_draft_tokens", cfg.num_draft_tokens)
+            topk, tokens = args["eagle_topk"], cfg.num_draft_tokens
             if topk == 1:
                 tokens = method.gamma + 1  # what SGLang sets for a chain (speculative_hook.py)
             elif tokens is None:
@@ -198,11 +202,11 @@ class SglangFlavour:
                                 f"{ALGORITHMS[method.name]}): set it in conf/engine/sglang.yaml or on the command line")
         return args
 
-    def command(self, method: Method, port: int, threads: int, slots: int) -> list[str]:
+    def command(self, method: Method, port: int, threads: int | None, slots: int) -> list[str]:
         """The exact ``python -m sglang.launch_server`` command for ``method`` on ``port`` with ``slots`` running
         requests (``--max-running-requests``). ``threads`` is not used: SGLang runs on the GPU."""
         cfg = self.config
-        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", cfg.model,
+        cmd = [cfg.python or sys.executable, "-m", "sglang.launch_server", "--model-path", cfg.model,
                "--host", "127.0.0.1", "--port", str(port), "--random-seed", str(cfg.seed),
                "--max-running-requests", str(slots), "--tp-size", str(cfg.tp_size), "--dtype", cfg.dtype,
                "--enable-metrics", "--incremental-streaming-output"]
@@ -220,7 +224,7 @@ class SglangFlavour:
                 cmd += [flag] if value else []
             elif value is not None:
                 cmd += [flag, str(value)]
-        return [*cmd, *cfg.extra_args]
+        return [*cmd, *map(str, cfg.extra_args)]
 
     def request(self, prompt_ids: Sequence[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
         """``POST /generate`` with the prompt as token ids, streamed. ``sampling`` has ``temperature``, ``top_p``
@@ -234,29 +238,95 @@ class SglangFlavour:
 
     def parse_event(self, event: Mapping[str, Any]) -> StreamEvent:
         """One event of the stream: its new ``output_ids`` (the server streams increments), and on the last
-        (``meta_info.finish_reason`` set) the request's counters (:data:`META_COUNTERS`, those SGLang reports, and
-        ``spec_correct_drafts_histogram[j]``). Anything else is a one-line :class:`SpectuneError`."""
+        (``meta_info.finish_reason`` set) the request's prompt tokens, drafted (``spec_num_proposed_drafts``) and
+        accepted (``spec_num_correct_drafts``) tokens where SGLang reports them. Anything else is a one-line
+        :class:`~spectune.engines.server.ServerFailure`."""
         if not isinstance(event, Mapping):
-            raise SpectuneError(f"engine=sglang sent a stream event that is not a JSON object: {event!r:.200}")
+            raise ServerFailure(f"engine=sglang sent a stream event that is not a JSON object: {event!r:.200}")
         if "error" in event:
             error = event["error"]
             message = error.get("message") if isinstance(error, Mapping) else error
-            raise SpectuneError(f"engine=sglang failed the request: {message}")
+            raise ServerFailure(f"engine=sglang failed the request: {message}")
         ids, meta = event.get("output_ids"), event.get("meta_info")
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise SpectuneError(f"engine=sglang sent an event without its output_ids: {dict(event)!r:.200}")
+            raise ServerFailure(f"engine=sglang sent an event without its output_ids: {dict(event)!r:.200}")
         if not isinstance(meta, Mapping):
-            raise SpectuneError(f"engine=sglang sent an event without its meta_info: {dict(event)!r:.200}")
-        if meta.get("finish_reason") is None:
-            return StreamEvent(token_ids=tuple(ids), tokens=len(ids))
-        counters = {key: float(meta[key]) for key in META_COUNTERS
-                    if isinstance(meta.get(key), int | float) and not isinstance(meta.get(key), bool)}
-        for j, count in enumerate(meta.get("spec_correct_drafts_histogram") or []):
-            counters[f"spec_correct_drafts_histogram[{j}]"] = float(count)
-        return StreamEvent(token_ids=tuple(ids), tokens=len(ids), done=True, counters=counters)
+            raise ServerFailure(f"engine=sglang sent an event without its meta_info: {dict(event)!r:.200}")
+        finish = meta.get("finish_reason")
+        if finish is None:
+            return StreamEvent(list(ids))
+        reason = finish.get("type") if isinstance(finish, Mapping) else str(finish)  # {"type": "length", ...}
+        return StreamEvent(list(ids), done=True, prompt_tokens=_count(meta.get("prompt_tokens")),
+                           drafted=_count(meta.get("spec_num_proposed_drafts")),
+                           accepted=_count(meta.get("spec_num_correct_drafts")), finish_reason=reason)
 
     def parse_metrics(self, text: str) -> dict[str, float]:
-        """The speculative and token counters of ``GET /metrics`` (:data:`METRICS_SUMMED`, summed over their
-        series) and the latest batch's acceptance gauges (:data:`METRICS_AVERAGED`, averaged over their series).
-        A server without speculation has no ``sglang:spec_*`` samples, and they are absent here."""
-        return read_metrics(text, self.name, summed=METRICS_SUMMED, averaged=METRICS_AVERAGED)
+        """The counters of ``GET /metrics`` by spectune's names (:data:`METRICS`), each summed over its series. The
+        acceptance gauges (``sglang:spec_accept_length``, ``..._rate``) are the latest batch's, not counts over a
+        block, and are not kept. A server without speculation has no ``sglang:spec_*`` samples: absent here."""
+        raw = read_metrics(text, self.name, summed=METRICS)
+        return {METRICS[key]: value for key, value in raw.items()}
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def settings_of(cfg: Any) -> SglangConfig:
+    """``cfg.engine`` as typed, checked settings: each bad value one line naming its key."""
+    settings = typed(SglangConfig, cfg.engine, "engine")
+    SglangFlavour(settings)  # the settings no method changes
+    return settings
+
+
+def find_sglang(settings: SglangConfig) -> str:
+    """The Python that runs ``sglang.launch_server`` (this one has SGLang, or ``engine.python`` is found), or one
+    line naming what is missing and where to run."""
+    if settings.python is None:
+        if importlib.util.find_spec("sglang") is None:
+            raise SpectuneError(f"engine=sglang needs SGLang, which this Python ({sys.executable}) cannot import: "
+                                f"{GPU_NODE}, or set engine.python to a Python that has it")
+        return sys.executable
+    found = shutil.which(settings.python)
+    if found is None:
+        raise SpectuneError(f"engine=sglang needs engine.python={settings.python!r}, which is not on PATH here: "
+                            f"{GPU_NODE}, or set engine.python to the path of a Python that has it")
+    return found
+
+
+class SglangEngine(ServerEngine):
+    """``engine=sglang``: one ``python -m sglang.launch_server`` per method (:class:`SglangFlavour`)."""
+
+    engine = "sglang"
+
+    def __init__(self, settings: SglangConfig, *, python: str, sampling: Any, slots: int, log_dir: Path) -> None:
+        self.settings = settings
+        settings = dataclasses.replace(settings, python=python)
+        super().__init__(SglangFlavour(settings), sampling=sampling, seed=settings.seed, threads=None, slots=slots,
+                         log_dir=log_dir, port=settings.port, ready_timeout_s=settings.ready_timeout_s)
+
+    @classmethod
+    def method_name(cls, cfg: Any) -> str:
+        """What names this engine's speculative methods: ``engine.method`` (checked here, before any model loads)."""
+        return settings_of(cfg).method
+
+    @classmethod
+    def check_config(cls, cfg: Any, methods: Sequence[Method]) -> None:
+        """Every method runs on SGLang as configured and a Python with SGLang is found: one line otherwise, before
+        any model loads or any server starts."""
+        settings = settings_of(cfg)
+        flavour = SglangFlavour(settings)
+        for method in methods:
+            flavour.check(method)
+        find_sglang(settings)
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, sampling: Any, slots: int, log_dir: Path, **_: Any) -> SglangEngine:
+        """The engine ``cfg`` configures; nothing starts until :meth:`open`."""
+        settings = settings_of(cfg)
+        return cls(settings, python=find_sglang(settings), sampling=sampling, slots=slots, log_dir=log_dir)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "checked_against": f"SGLang {SGLANG_VERSION}", "method": self.settings.method,
+                "python": self.flavour.config.python, "model": self.settings.model,
+                "revision": self.settings.revision}

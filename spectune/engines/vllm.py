@@ -3,9 +3,10 @@
 Every flag, key and name below was read in vLLM **v0.34.0**'s source (the PyPI wheel; on GitHub under the tag
 ``v0.34.0``) and its documentation, file by file:
 
-- the server: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py``; the console script is
-  ``vllm.entrypoints.cli.main:main``, so ``python -m vllm.entrypoints.cli.main serve`` is the same program, run by
-  the Python of spectune's environment); ``--host``, ``--port`` (``vllm/entrypoints/common/cli_args.py``);
+- the server: ``vllm serve MODEL`` (``vllm/entrypoints/cli/serve.py``; the console script ``vllm`` is
+  ``vllm.entrypoints.cli.main:main``). spectune runs ``engine.executable`` (``vllm`` on PATH by default), so vLLM
+  may live in an environment of its own (its torch pin seldom matches spectune's); ``--host``, ``--port``
+  (``vllm/entrypoints/common/cli_args.py``);
   ``--seed``, ``--dtype``, ``--revision``, ``--max-model-len``, ``--generation-config``,
   ``--tensor-parallel-size``, ``--gpu-memory-utilization``, ``--max-num-seqs``, ``--speculative-config``
   (``vllm/engine/arg_utils.py``); ``--per-request-spec-decode-metrics none|summary|detailed``
@@ -37,6 +38,9 @@ Every flag, key and name below was read in vLLM **v0.34.0**'s source (the PyPI w
   ``position``), ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:request_success_total``,
   each with labels ``model_name`` and ``engine`` (``vllm/v1/spec_decode/metrics.py``, ``vllm/v1/metrics/loggers.py``).
 
+A method is ``engine.method`` (one of :data:`METHODS`) at each γ of the grid, beside AR (``vllm serve`` without
+``--speculative-config``); :class:`VllmEngine` runs one server per method (:mod:`spectune.engines.server`).
+
 Every flag of :meth:`VllmFlavour.command` is an option of v0.34.0's own ``vllm serve`` parser, and every key it writes
 into ``--speculative-config`` a field of its ``SpeculativeConfig`` (tests/data/engines/ holds both lists, and the
 tests check them). Other releases differ (the per-request acceptance is recent and marked experimental): pin vLLM to
@@ -48,39 +52,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
 
+from spectune.config import typed
 from spectune.engines.prometheus import read_metrics
-from spectune.engines.server import StreamEvent
+from spectune.engines.server import ServerEngine, ServerFailure, StreamEvent
 from spectune.errors import SpectuneError
 from spectune.methods import Method
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 VLLM_VERSION = "0.34.0"
 METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")  # speculative methods spectune drives
 NEEDS_DRAFT = ("draft_model", "eagle", "eagle3")  # methods whose `model` is a draft or head spectune must name
-# SpeculativeConfig fields a method's settings may set (vllm/config/speculative.py, v0.34.0): extra keys are
-# refused by vLLM, so they are refused here first; `method` and `num_speculative_tokens` are the method's own
-SETTINGS = frozenset({"model", "revision", "quantization", "draft_tensor_parallel_size", "max_model_len",
-                      "prompt_lookup_max", "prompt_lookup_min", "suffix_decoding_max_tree_depth",
-                      "suffix_decoding_max_cached_requests", "suffix_decoding_corpus_tokens",
-                      "rejection_sample_method", "draft_sample_method", "enforce_eager", "attention_backend",
-                      "kv_cache_dtype"})
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # vllm/config/model.py ModelDType
 OWNED_FLAGS = ("--host", "--port", "--seed", "--max-num-seqs", "--speculative-config", "-sc",
                "--per-request-spec-decode-metrics", "--generation-config", "--disable-log-requests",
                "--enable-log-requests")
-SPEC_COUNTERS = ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens", "num_spec_tokens",
-                 "mean_acceptance_length", "draft_acceptance_rate")
-METRICS_SUMMED = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-                  "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                  "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total")
+METRICS = {  # vLLM's Prometheus counters (each summed over its series) -> spectune's names
+    "vllm:spec_decode_num_drafts_total": "spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "spec_decode_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "spec_decode_accepted_tokens",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:request_success_total": "requests",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label `position`
+GPU_NODE = "install vLLM on a GPU node and run there (docs/gpus.md)"
 
 
 @dataclass
@@ -113,10 +117,11 @@ class VllmConfig:
     """``engine=vllm``: conf/engine/vllm.yaml."""
 
     name: str = MISSING
+    executable: str = MISSING  # the `vllm` console script: a name on PATH or a path
     model: str = MISSING  # the target: a hub id or a folder
     revision: str | None = MISSING
     seed: int = MISSING  # --seed (the run's seed)
-    methods: list[str] = MISSING  # the grid's speculative methods, each at every γ, beside AR
+    method: str = MISSING  # the speculative method every γ of the grid runs, beside AR
     drafts: VllmDrafts = dataclasses.field(default_factory=VllmDrafts)
     ngram: VllmNgram = dataclasses.field(default_factory=VllmNgram)
     suffix: VllmSuffix = dataclasses.field(default_factory=VllmSuffix)
@@ -125,6 +130,8 @@ class VllmConfig:
     dtype: str = MISSING
     max_model_len: int | None = MISSING  # null: the model's
     per_request_metrics: bool = MISSING  # --per-request-spec-decode-metrics summary on speculative servers
+    port: int | None = MISSING  # null: a free port per server; N: servers on N, N+1, ...
+    ready_timeout_s: float = MISSING  # loading, compiling and capturing CUDA graphs take minutes
     extra_args: list[str] = MISSING  # further `vllm serve` flags, verbatim
 
 
@@ -143,10 +150,9 @@ class VllmFlavour:
     def _check_config(self) -> None:
         """The settings no method changes, checked once: one line each, before any server starts."""
         cfg = self.config
-        unknown = [m for m in cfg.methods if m not in METHODS]
-        if unknown:
-            raise SpectuneError(f"engine.methods={unknown} is invalid for engine=vllm: choose from "
-                                f"{', '.join(METHODS)}")
+        if cfg.method not in METHODS:
+            raise SpectuneError(f"engine.method={cfg.method!r} is invalid for engine=vllm: choose one of "
+                                f"{', '.join(METHODS)} (AR is the baseline: task.baseline=true)")
         if cfg.dtype not in DTYPES:
             raise SpectuneError(f"engine.dtype={cfg.dtype!r} is invalid for engine=vllm: one of {', '.join(DTYPES)}")
         if cfg.tensor_parallel_size < 1:
@@ -154,6 +160,10 @@ class VllmFlavour:
         if cfg.gpu_memory_utilization is not None and not 0 < cfg.gpu_memory_utilization <= 1:
             raise SpectuneError(f"engine.gpu_memory_utilization={cfg.gpu_memory_utilization} is invalid: in (0, 1] "
                                 "or null")
+        if cfg.port is not None and not 1024 <= cfg.port <= 65535:
+            raise SpectuneError(f"engine.port={cfg.port} is invalid: 1024..65535, or null (a free port per server)")
+        if not cfg.ready_timeout_s > 0:
+            raise SpectuneError(f"engine.ready_timeout_s={cfg.ready_timeout_s} is invalid: seconds > 0")
         owned = [a for a in cfg.extra_args if a.split("=", 1)[0] in OWNED_FLAGS]
         if owned:
             raise SpectuneError(f"engine.extra_args={owned} sets flags spectune sets itself ({', '.join(OWNED_FLAGS)})"
@@ -164,43 +174,37 @@ class VllmFlavour:
         self.speculative_config(method)
 
     def speculative_config(self, method: Method) -> dict[str, Any] | None:
-        """``--speculative-config`` for ``method`` (None: AR, no speculation). ``num_speculative_tokens`` is γ; the
-        method's settings (:data:`SETTINGS`) override the engine's for this method."""
+        """``--speculative-config`` for ``method`` (None: AR, no speculation): ``num_speculative_tokens`` is γ, the
+        rest the engine's settings for that method."""
         if not method.speculative:
             return None
         if method.name not in METHODS:
             raise SpectuneError(f"method {method.name!r} is not one engine=vllm runs: its speculative methods are "
                                 f"{', '.join(METHODS)}")
-        unknown = sorted(set(method.settings) - SETTINGS)
-        if unknown:
-            raise SpectuneError(f"method {method.label!r} sets {unknown}, which vLLM's --speculative-config does not "
-                                f"take (v{VLLM_VERSION}): allowed {', '.join(sorted(SETTINGS))}")
         spec: dict[str, Any] = {"method": method.name, "num_speculative_tokens": method.gamma}
         if method.name == "ngram":
-            spec.update(prompt_lookup_max=self.config.ngram.prompt_lookup_max,
-                        prompt_lookup_min=self.config.ngram.prompt_lookup_min)
+            low, high = self.config.ngram.prompt_lookup_min, self.config.ngram.prompt_lookup_max
+            if not 1 <= low <= high:
+                raise SpectuneError(f"engine.ngram.prompt_lookup_min={low} and prompt_lookup_max={high} are "
+                                    "invalid: integers with 1 <= prompt_lookup_min <= prompt_lookup_max")
+            spec.update(prompt_lookup_max=high, prompt_lookup_min=low)
         elif method.name == "suffix":
             spec.update(suffix_decoding_max_tree_depth=self.config.suffix.max_tree_depth,
                         suffix_decoding_max_cached_requests=self.config.suffix.max_cached_requests)
         elif method.name in NEEDS_DRAFT:
             spec["model"] = getattr(self.config.drafts, method.name)
-        spec.update(method.settings)
-        if method.name in NEEDS_DRAFT and not spec.get("model"):
-            raise SpectuneError(f"method {method.label!r} needs engine.drafts.{method.name} (what drafts for vLLM's "
-                                f"{method.name!r} method): set it in conf/engine/vllm.yaml or on the command line")
-        if method.name == "ngram":
-            low, high = spec["prompt_lookup_min"], spec["prompt_lookup_max"]
-            if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
-                raise SpectuneError(f"method {method.label!r}: prompt_lookup_min={low!r} and prompt_lookup_max="
-                                    f"{high!r} are invalid: integers with 1 <= prompt_lookup_min <= prompt_lookup_max")
+            if not spec["model"]:
+                raise SpectuneError(f"method {method.label!r} needs engine.drafts.{method.name} (what drafts for "
+                                    f"vLLM's {method.name!r} method): set it in conf/engine/vllm.yaml or on the "
+                                    "command line")
         return spec
 
-    def command(self, method: Method, port: int, threads: int, slots: int) -> list[str]:
+    def command(self, method: Method, port: int, threads: int | None, slots: int) -> list[str]:
         """The exact ``vllm serve`` command for ``method`` on ``port`` with ``slots`` concurrent sequences
         (``--max-num-seqs``). ``threads`` is not used: vLLM runs on the GPU and sizes its own CPU threads."""
         cfg = self.config
         spec = self.speculative_config(method)
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", cfg.model,
+        cmd = [cfg.executable, "serve", cfg.model,
                "--host", "127.0.0.1", "--port", str(port), "--seed", str(cfg.seed), "--max-num-seqs", str(slots),
                "--tensor-parallel-size", str(cfg.tensor_parallel_size), "--dtype", cfg.dtype,
                "--generation-config", "vllm", "--disable-log-requests"]
@@ -214,7 +218,7 @@ class VllmFlavour:
             cmd += ["--speculative-config", json.dumps(spec)]
             if cfg.per_request_metrics:
                 cmd += ["--per-request-spec-decode-metrics", "summary"]
-        return [*cmd, *cfg.extra_args]
+        return [*cmd, *map(str, cfg.extra_args)]
 
     def request(self, prompt_ids: Sequence[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
         """``POST /v1/completions``: the prompt as token ids, streamed, every chunk with its token ids, usage (and
@@ -227,44 +231,106 @@ class VllmFlavour:
             "return_token_ids": True}
 
     def parse_event(self, event: Mapping[str, Any]) -> StreamEvent:
-        """One chunk of the stream: its token ids, or on the closing usage chunk (``choices: []``) the request's
-        counters (``prompt_tokens``, ``completion_tokens``; with per-request metrics, :data:`SPEC_COUNTERS` and
-        ``acceptance_histogram[j]``). Anything else is a one-line :class:`SpectuneError`."""
+        """One chunk of the stream: its token ids (and its ``finish_reason`` on the last one with a choice), or on
+        the closing usage chunk (``choices: []``) the request's prompt tokens and, with per-request metrics, its
+        drafted (``num_draft_tokens``) and accepted (``num_accepted_draft_tokens``) tokens. Anything else is a
+        one-line :class:`~spectune.engines.server.ServerFailure`."""
         if not isinstance(event, Mapping):
-            raise SpectuneError(f"engine=vllm sent a stream event that is not a JSON object: {event!r:.200}")
+            raise ServerFailure(f"engine=vllm sent a stream event that is not a JSON object: {event!r:.200}")
         if "error" in event:
             error = event["error"]
             message = error.get("message") if isinstance(error, Mapping) else error
-            raise SpectuneError(f"engine=vllm failed the request: {message}")
+            raise ServerFailure(f"engine=vllm failed the request: {message}")
         choices = event.get("choices")
         if not isinstance(choices, list) or len(choices) > 1:
-            raise SpectuneError(f"engine=vllm sent a stream event without one choice or none: {dict(event)!r:.200}")
+            raise ServerFailure(f"engine=vllm sent a stream event without one choice or none: {dict(event)!r:.200}")
         if not choices:
-            return StreamEvent(done=True, counters=_final_counters(event))
+            return _closing_event(event)
         ids = choices[0].get("token_ids") if isinstance(choices[0], Mapping) else None
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise SpectuneError(f"engine=vllm sent a chunk without its token ids (choices[0].token_ids): "
+            raise ServerFailure(f"engine=vllm sent a chunk without its token ids (choices[0].token_ids): "
                                 f"{dict(event)!r:.200}")
-        return StreamEvent(token_ids=tuple(ids), tokens=len(ids))
+        return StreamEvent(list(ids), finish_reason=choices[0].get("finish_reason"))
 
     def parse_metrics(self, text: str) -> dict[str, float]:
-        """The speculative and token counters of ``GET /metrics`` (:data:`METRICS_SUMMED`), each summed over its
-        series; per-position acceptance keyed by ``position``. A server without speculation has no
-        ``vllm:spec_decode_*`` counters, and they are absent here."""
-        return read_metrics(text, self.name, summed=METRICS_SUMMED,
-                            split={"vllm:spec_decode_num_accepted_tokens_per_pos_total": "position"})
+        """The counters of ``GET /metrics`` by spectune's names (:data:`METRICS`), each summed over its series, and
+        the accepted tokens per draft position (``spec_decode_accepted_tokens_per_position[j]``). A server
+        without speculation has no ``vllm:spec_decode_*`` counters, and they are absent here."""
+        raw = read_metrics(text, self.name, summed=[*METRICS, PER_POSITION], split={PER_POSITION: "position"})
+        out = {METRICS[key]: value for key, value in raw.items() if key in METRICS}
+        for key, value in raw.items():
+            if key.startswith(PER_POSITION + "{"):
+                position = key.split('"')[1]
+                out[f"spec_decode_accepted_tokens_per_position[{position}]"] = value
+        return out
 
 
-def _final_counters(event: Mapping[str, Any]) -> dict[str, float]:
-    """The closing chunk's usage and per-request acceptance, as numbers under vLLM's names."""
+def _closing_event(event: Mapping[str, Any]) -> StreamEvent:
+    """The closing chunk: usage and, where vLLM reports them, the request's drafted and accepted tokens."""
     usage = event.get("usage")
     if not isinstance(usage, Mapping):
-        raise SpectuneError(f"engine=vllm closed the stream without usage (stream_options.include_usage): "
+        raise ServerFailure(f"engine=vllm closed the stream without usage (stream_options.include_usage): "
                             f"{dict(event)!r:.200}")
-    counters = {key: float(usage[key]) for key in ("prompt_tokens", "completion_tokens")
-                if isinstance(usage.get(key), int | float)}
     spec = (event.get("metrics") or {}).get("speculative_decoding") or {}
-    counters.update({key: float(spec[key]) for key in SPEC_COUNTERS if isinstance(spec.get(key), int | float)})
-    for j, count in enumerate(spec.get("acceptance_histogram") or []):
-        counters[f"acceptance_histogram[{j}]"] = float(count)
-    return counters
+    return StreamEvent(done=True, prompt_tokens=_count(usage.get("prompt_tokens")),
+                       drafted=_count(spec.get("num_draft_tokens")),
+                       accepted=_count(spec.get("num_accepted_draft_tokens")))
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def settings_of(cfg: Any) -> VllmConfig:
+    """``cfg.engine`` as typed, checked settings: each bad value one line naming its key."""
+    settings = typed(VllmConfig, cfg.engine, "engine")
+    VllmFlavour(settings)  # the settings no method changes
+    return settings
+
+
+def find_executable(settings: VllmConfig) -> Path:
+    """The ``vllm`` console script, or one line naming what is missing and where to run."""
+    found = shutil.which(settings.executable)
+    if found is None:
+        raise SpectuneError(f"engine=vllm needs the vllm executable (engine.executable={settings.executable!r}), "
+                            f"which is not on PATH here: {GPU_NODE}, or set engine.executable to its path")
+    return Path(found)
+
+
+class VllmEngine(ServerEngine):
+    """``engine=vllm``: one ``vllm serve`` per method (:class:`VllmFlavour`)."""
+
+    engine = "vllm"
+
+    def __init__(self, settings: VllmConfig, *, executable: Path, sampling: Any, slots: int, log_dir: Path) -> None:
+        self.settings = settings
+        settings = dataclasses.replace(settings, executable=str(executable))
+        super().__init__(VllmFlavour(settings), sampling=sampling, seed=settings.seed, threads=None, slots=slots,
+                         log_dir=log_dir, port=settings.port, ready_timeout_s=settings.ready_timeout_s)
+
+    @classmethod
+    def method_name(cls, cfg: Any) -> str:
+        """What names this engine's speculative methods: ``engine.method`` (checked here, before any model loads)."""
+        return settings_of(cfg).method
+
+    @classmethod
+    def check_config(cls, cfg: Any, methods: Sequence[Method]) -> None:
+        """Every method runs on vLLM as configured and the ``vllm`` executable is found: one line otherwise,
+        before any model loads or any server starts."""
+        settings = settings_of(cfg)
+        flavour = VllmFlavour(settings)
+        for method in methods:
+            flavour.check(method)
+        find_executable(settings)
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, sampling: Any, slots: int, log_dir: Path, **_: Any) -> VllmEngine:
+        """The engine ``cfg`` configures (``engine``, its model and seed interpolated from ``models`` and ``seed``);
+        nothing starts until :meth:`open`."""
+        settings = settings_of(cfg)
+        return cls(settings, executable=find_executable(settings), sampling=sampling, slots=slots, log_dir=log_dir)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "checked_against": f"vLLM {VLLM_VERSION}", "method": self.settings.method,
+                "executable": self.flavour.config.executable, "model": self.settings.model,
+                "revision": self.settings.revision}

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from spectune.engine.policy import DraftLengthPolicy
     from spectune.hardware import ExecutionPath
     from spectune.models.loading import ModelPair
+    from spectune.progress import RunProgress
     from spectune.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -107,42 +108,28 @@ def load_models(models_cfg: Any, hardware_cfg: Any, draft: bool = True) -> Model
 def needs_draft_model(proposer: Any = None) -> bool:
     """Whether the configured proposer (:func:`draft_of`'s node; None: the pair's draft model) drafts with the
     pair's draft model, so that it must be loaded."""
-    return str(dict(proposer or {}).get("name", "model")) == "model"
+    from spectune.engine import proposers
+
+    return proposers.needs_draft_model(proposer)
 
 
 def draft_of(models: Models, proposer: Any = None, corpus: Iterable[Sequence[int]] = ()) -> Any:
-    """What drafts: the pair's draft model (``proposer`` None or ``{name: model}``), prompt lookup
-    (``{name: lookup, max_n, min_n}``) or suffix decoding (``{name: suffix, ...}``, its global trie built from
-    ``corpus``); neither model-free draft ever proposes the tokenizer's special (chat-template) ids."""
-    from spectune.engine.lookup import PromptLookup
-    from spectune.engine.suffix import SuffixDrafting
+    """What drafts, as the configured proposer's entry builds it (:mod:`spectune.engine.proposers`; ``proposer``
+    None: the pair's draft model) from ``models`` and, where the entry asks for them, the workload's training
+    prompts (``corpus``). No model-free draft ever proposes the tokenizer's special (chat-template) ids. An unknown
+    proposer or setting, or a setting out of range, is a one-line error."""
+    from spectune.engine import proposers
 
-    node = dict(proposer or {"name": "model"})
-    name = node.pop("name", "model")
-    settings = {"model": set(), "lookup": {"max_n", "min_n"},
-                "suffix": {"max_tree_depth", "max_gamma", "max_spec_factor", "min_token_prob", "adaptive", "corpus"}}
-    if name not in settings:
-        raise SpectuneError(f"proposer={name!r} is unknown: choose one of {', '.join(settings)}")
-    if unknown := sorted(set(node) - settings[name]):
-        raise SpectuneError(f"proposer.{unknown[0]} is not a setting of proposer={name}: "
-                            f"its settings are {', '.join(sorted(settings[name])) or 'none'}")
-    if name == "model":
-        if models.pair.draft is None:
-            raise SpectuneError("proposer=model needs the pair's draft model, which was loaded without it "
-                                "(load_models(..., draft=True))")
-        return models.pair.draft
+    entry, settings = proposers.settings_of(proposer)
     special = tuple(getattr(models.tokenizer, "all_special_ids", ()) or ())
-    if name == "lookup":
-        return PromptLookup(max_n=int(node.get("max_n", 3)), min_n=int(node.get("min_n", 1)), stop_ids=special)
-    node.pop("corpus", None)  # which corpus: the caller's to load (workloads.setup), given here as ``corpus``
-    return SuffixDrafting(**node, stop_ids=special, corpus=corpus)
+    return entry.draft(settings, proposers.DraftSources(models.pair.draft, special, list(corpus)))
 
 
 def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: int, proposer: Any = None,
                 corpus: Iterable[Sequence[int]] = ()) -> Engine:
     """An engine on ``models`` that samples with ``sampling`` (a workload's) and the named rejection sampler;
-    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model; ``corpus``: suffix
-    decoding's global trie)."""
+    ``proposer`` chooses what drafts (:func:`draft_of`; default: the pair's draft model; ``corpus``: the training
+    prompts, for a proposer that asks for them)."""
     from spectune.engine import Engine
     from spectune.sampling.rejection import get_sampler
 
@@ -154,8 +141,10 @@ def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: in
 
 
 def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
-    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``task``), in order."""
-    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, task=p.task)
+    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``task``, and its own ``sampling``
+    and ``phase`` where it has them), in order."""
+    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, task=p.task,
+                    sampling=getattr(p, "sampling", None), phase=getattr(p, "phase", None))
             for i, p in enumerate(prompts)]
 
 
@@ -182,28 +171,25 @@ def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> 
 
 # -- one point --------------------------------------------------------------------------------------------
 def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, label: str, gamma: int,
-                  *, concurrency: int, warmup: int, max_context: int | None, reset_policy: bool = True) -> Frames:
+                  *, concurrency: int, warmup: int, max_context: int | None, reset_policy: bool = True,
+                  progress: RunProgress | None = None) -> Frames:
     """``requests`` through ``engine`` with ``policy`` (None: autoregressive) at ``concurrency``, after ``warmup``
     requests of the same batch shape (compiled graphs); the request and cycle rows and the point's summary.
     ``reset_policy=False`` goes on with what ``policy`` learned before (a later block; no warm-up then, which
-    would teach it requests that are not measured)."""
-    from tqdm import tqdm
-
+    would teach it requests that are not measured). ``progress``: the run's one progress line, advanced per
+    finished request (a point, or a block of one prompt, opens no line of its own)."""
     check_fits(requests, gamma, max_context)
     if warmup and not reset_policy:
         raise ValueError("measure_point: a run that keeps the policy's state takes no warm-up (warmup=0)")
     if warmup:
-        warm = [Request(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens, task=r.task)
-                for i, r in enumerate(requests[:warmup])]
-        engine.run(warm, policy, concurrency)
+        warm_up(engine, requests, policy, concurrency, warmup)
     # Garbage left by the previous point is collected now, not inside this point's timing; what survives is frozen
     # (gc.freeze), so that a later collection, here or inside a timed run, walks only objects made since. Without
     # it every interleaved block paid a full walk of the loaded models' object graph (~0.1-0.5 s on 2 cores).
     gc.collect()
     gc.freeze()
-    with tqdm(total=len(requests), desc=label, unit="req", leave=False) as bar:
-        result = engine.run(requests, policy, concurrency, on_finish=lambda _: bar.update(),
-                            reset_policy=reset_policy)
+    result = engine.run(requests, policy, concurrency, reset_policy=reset_policy,
+                        on_finish=None if progress is None else lambda _: progress.advance())
     cyc = cycles_frame(result.cycles)
     req = with_acceptance(requests_frame(result.requests), cyc)
     summary = {"method": label, "gamma": gamma, "status": "ok", **summarise(req, cyc), **result.memory,
@@ -212,6 +198,14 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     req.insert(1, "gamma", gamma)
     cyc.insert(0, "method", label)  # cycles carry their own per-cycle `gamma` (the policy's choice)
     return req, cyc, summary
+
+
+def warm_up(engine: Engine, requests: list[Request], policy: DraftLengthPolicy | None, concurrency: int,
+            count: int) -> None:
+    """Generate the first ``count`` requests (with their settings) at ``concurrency`` and discard them: the batch
+    shapes a measured run will use are compiled (and cached) before it starts."""
+    warm = [replace(r, request_id=-1 - i, prompt_id="warmup", arrival_s=None) for i, r in enumerate(requests[:count])]
+    engine.run(warm, policy, concurrency)
 
 
 # -- repeats ----------------------------------------------------------------------------------------------
@@ -253,17 +247,21 @@ def _tag(frame: pd.DataFrame, repeat: int) -> pd.DataFrame:
 
 
 def run_points(points: list[Point], run_point: RunPoint, *, done: Any = None,
-               on_point: Callable[[Grid], None] | None = None) -> Grid:
+               on_point: Callable[[Grid], None] | None = None, progress: RunProgress | None = None) -> Grid:
     """Run (or take from ``done``, a resume.Completed) every point; a point that raises RuntimeError,
-    MemoryError or ValueError is recorded as failed and the others go on (bad input still stops)."""
+    MemoryError or ValueError is recorded as failed and the others go on (bad input still stops). ``progress``
+    counts the points (``run_point`` advances its requests)."""
     grid = Grid()
     for label, gamma, repeat in points:
         key = (label, repeat)
-        if done is not None and key in done:
+        resumed = done is not None and key in done
+        if resumed:
             log.info("resume: %s%s already complete, skipped", label, f" repeat {repeat}" if repeat else "")
             summary = done.summaries[key]
             grid.requests.append(done.requests[key])
             grid.cycles.append(done.cycles[key])
+            if progress is not None:
+                progress.skip(len(done.requests[key]), points=1)
         else:
             try:
                 req, cyc, summary = run_point(label, gamma)
@@ -276,6 +274,8 @@ def run_points(points: list[Point], run_point: RunPoint, *, done: Any = None,
                 log.error(f"grid point {label} failed (repeat {repeat}): {summary['error']}")
             summary = {**summary, "repeat": repeat}
         grid.points.append(summary)
+        if progress is not None and not resumed:
+            progress.point_done()
         if on_point is not None:
             on_point(grid)
     return grid

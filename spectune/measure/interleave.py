@@ -15,6 +15,12 @@ its state from block to block of a repeat (the caller builds it once per point a
 run. At concurrency > 1 each block drains its batch before the next starts (a block of ``k·concurrency``
 prompts keeps that tail small); at concurrency 1 a block changes nothing but when a prompt runs.
 
+A workload in phases (``workload.phases``: each its own concurrency) runs phase by phase inside every point: its
+requests come in run order, each tagged with its phase; a block never straddles two phases and runs at its phase's
+concurrency; in the blocked design a point is its phases run one after the other, merged like blocks. The policy
+keeps its state across phases (a controller must see the shift to react to it), and the warm-up before a point's
+first phase runs at every phase's concurrency.
+
 The order of the methods on each block follows a Williams design, not a rotation. A run leaves the process in
 some state: the allocator, the caches, garbage to collect. Under a rotation each method always follows the same
 predecessor, so that carry-over stays fixed on one method. Measured with a rotation on smollm2: AR against
@@ -25,15 +31,18 @@ itself, run right after AR, +4.6% [+1.8, +11.6]. Garbage is also collected befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from spectune.engine.records import Request, summarise
+from spectune.engine.records import Request, add_counters, summarise
 from spectune.errors import SpectuneError
 from spectune.measure import Frames, Grid, _tag
+from spectune.methods import Method
 from spectune.options import integer
+from spectune.progress import RunProgress
 from spectune.stats.compare import rotation
 
 log = logging.getLogger(__name__)
@@ -151,8 +160,11 @@ def merge_blocks(parts: list[Frames]) -> Frames:
     req = pd.concat(requests, ignore_index=True)
     cyc = pd.concat(cycles, ignore_index=True)
     first = parts[0][2]
+    counters = add_counters([p[2].get("engine_counters") for p in parts])
     summary = {"method": first["method"], "gamma": first["gamma"], "status": "ok", "blocks": len(parts),
-               **summarise(req, cyc)}
+               **summarise(req, cyc, counters)}
+    if counters is not None:
+        summary["engine_counters"] = counters
     for key, value in first.items():  # peak memory: the highest block's
         if key.startswith("peak_") and all(key in p[2] for p in parts):
             summary[key] = max(p[2][key] for p in parts)
@@ -180,37 +192,80 @@ def merge_conditions(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
-                 max_context: int | None) -> BlockRun:
-    """A :data:`BlockRun` that measures a block with :func:`spectune.measure.measure_point`: the policy ``make(label,
-    γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
-    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`)."""
-    from spectune.conditions import Window
-    from spectune.measure import measure_point
+Phases = Mapping[str, int]  # a phased workload: each phase's name -> its concurrency
 
-    policies: dict[tuple[str, int], Any] = {}
+
+def by_phase(requests: list[Request]) -> list[tuple[str | None, list[Request]]]:
+    """``requests`` cut where their phase changes (in run order; one part when they have no phases)."""
+    parts: list[tuple[str | None, list[Request]]] = []
+    for request in requests:
+        if not parts or parts[-1][0] != request.phase:
+            parts.append((request.phase, []))
+        parts[-1][1].append(request)
+    return parts
+
+
+def phase_blocks(requests: list[Request], size: int | None, phases: Phases) -> list[list[Request]]:
+    """Each phase's requests cut into blocks of ``size`` (None: one batch of the phase's concurrency)."""
+    return [block for name, part in by_phase(requests) for block in blocks_of(part, size or phases[name])]
+
+
+def _warm_shapes(engine: Any, requests: list[Request], method: Method, warmup: int, phases: Phases | None,
+                 measured: int) -> None:
+    """Before a point's first phase: warm-up at every other phase's concurrency (``measured``'s is warmed up by the
+    engine's own first block). Phases run on an engine that warms shapes (spectune's, in process)."""
+    others = sorted(set((phases or {}).values()) - {measured})
+    if others:
+        engine.warm_shapes(requests, method, others, warmup)
+
+
+def block_runner(engine: Any, methods: Mapping[str, Method], *, concurrency: int, warmup: int,
+                 progress: RunProgress | None = None, phases: Phases | None = None) -> BlockRun:
+    """A :data:`BlockRun` that measures a block on ``engine`` (a :class:`~spectune.engines.base.MeasuringEngine`):
+    the method of a label from ``methods``, its first block of a repeat ``first_block`` (a policy starts afresh, a
+    server starts clean) with the warm-up before it, its later blocks going on from there; each block's conditions
+    recorded (merged per point by :func:`merge_blocks`), each finished request counted on ``progress`` (the run's one
+    line). With ``phases`` a block runs at its phase's concurrency."""
+    from spectune.conditions import Window
 
     def run(label: str, gamma: int, repeat: int, index: int, part: list[Request]) -> Frames:
-        if index == 0:
-            policies[label, repeat] = make(label, gamma) if gamma else None
+        batch = phases[part[0].phase] if phases else concurrency
+        if index == 0 and warmup and phases:
+            _warm_shapes(engine, part, methods[label], warmup, phases, batch)
         with Window() as window:
-            req, cyc, summary = measure_point(engine, part, policies[label, repeat], label, gamma,
-                                              concurrency=concurrency, warmup=warmup if index == 0 else 0,
-                                              max_context=max_context, reset_policy=index == 0)
+            req, cyc, summary = engine.measure(part, methods[label], concurrency=batch,
+                                               warmup=warmup if index == 0 else 0, first_block=index == 0,
+                                               progress=progress)
         return req, cyc, {**summary, "conditions": window.record}
 
     return run
 
 
+def phase_point(engine: Any, requests: list[Request], method: Method, *, phases: Phases, warmup: int,
+                progress: RunProgress | None = None) -> Frames:
+    """One point of a phased workload in the blocked design: its phases one after the other on ``engine``, each at
+    its concurrency, an adaptive method carrying what it learned from phase to phase; merged into one run
+    (:func:`merge_blocks`)."""
+    parts = by_phase(requests)
+    if warmup:
+        _warm_shapes(engine, requests, method, warmup, phases, phases[parts[0][0]])
+    frames = [engine.measure(part, method, concurrency=phases[name], warmup=warmup if index == 0 else 0,
+                             first_block=index == 0, progress=progress)
+              for index, (name, part) in enumerate(parts)]
+    return merge_blocks(frames)
+
+
 def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[list[Request]],
-                    run_block: BlockRun, *, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
+                    run_block: BlockRun, *, done: Any = None, on_point: Callable[[Grid], None] | None = None,
+                    progress: RunProgress | None = None) -> Grid:
     """Every method on every block, block after block, ``repeats`` times; one merged point per (method, repeat).
 
     ``done`` (a resume.Completed) supplies whole repeats measured before: a repeat all of whose points it holds is
     taken from it, any other is measured whole (its blocks interleave its methods, so a part of it cannot be
     reused). ``on_point`` sees the grid after each point is added. A block that raises RuntimeError, MemoryError or
     ValueError fails its (method, repeat) point: the method's later blocks of that repeat are skipped and the
-    others go on (bad input, a SpectuneError, still stops)."""
+    others go on (bad input, a SpectuneError, still stops). ``progress`` counts the points as they are merged
+    (``run_block`` advances its requests)."""
     grid = Grid()
 
     def add(summary: dict[str, Any], frames: tuple[pd.DataFrame, pd.DataFrame] | None, repeat: int) -> None:
@@ -218,6 +273,8 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
             grid.requests.append(_tag(frames[0], repeat))
             grid.cycles.append(_tag(frames[1], repeat))
         grid.points.append({**summary, "repeat": repeat})
+        if progress is not None:
+            progress.point_done()
         if on_point is not None:
             on_point(grid)
 
@@ -230,6 +287,8 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
                 grid.requests.append(done.requests[key])
                 grid.cycles.append(done.cycles[key])
                 grid.points.append({**done.summaries[key], "repeat": repeat})
+                if progress is not None:
+                    progress.skip(len(done.requests[key]), points=1)
             continue
         parts: dict[str, list[Frames]] = {label: [] for label, _ in methods}
         failed: dict[str, str] = {}
@@ -254,21 +313,53 @@ def run_interleaved(methods: list[tuple[str, int]], repeats: int, blocks: list[l
     return grid
 
 
-def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, int]], repeats: int,
-               make: Callable[[str, int], Any], *, block_prompts: int | None, concurrency: int, warmup: int,
-               max_context: int | None, done: Any = None, on_point: Callable[[Grid], None] | None = None) -> Grid:
-    """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
-    block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
-    rotated order (:func:`spectune.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
-    builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive)."""
+def run_design(engine: Any, requests: list[Request], methods: Sequence[Method], repeats: int, *,
+               block_prompts: int | None, concurrency: int, warmup: int, done: Any = None,
+               on_point: Callable[[Grid], None] | None = None, what: str = "measuring",
+               phases: Phases | None = None) -> Grid:
+    """Every method of ``methods`` on ``requests``, ``repeats`` times, on ``engine`` (any
+    :class:`~spectune.engines.base.MeasuringEngine`: spectune's own, or a server per method), in the run's
+    design: interleaved block by block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on
+    all prompts at once in the rotated order (:func:`spectune.measure.run_points`), every point's conditions
+    recorded. ``phases`` (each phase's concurrency, the requests tagged with their phase in run order): every point
+    runs phase by phase, and ``concurrency`` is not read. The run shows one progress line on stderr, ``what`` its
+    first word (:class:`spectune.progress.RunProgress`)."""
     from spectune.conditions import watched
-    from spectune.measure import measure_point, run_points, schedule
+    from spectune.measure import run_points, schedule
 
-    if block_prompts is None:
-        def point(label: str, gamma: int) -> Frames:
-            return measure_point(engine, requests, make(label, gamma) if gamma else None, label, gamma,
-                                 concurrency=concurrency, warmup=warmup, max_context=max_context)
+    by_label = {m.label: m for m in methods}
+    if len(by_label) != len(methods):
+        raise SpectuneError(f"two methods share a label: {[m.label for m in methods]}")
+    pairs = [(m.label, m.gamma) for m in methods]
+    points = len(methods) * repeats
+    with RunProgress(what, points * len(requests), points=points) as progress:
+        if block_prompts is None:
+            def point(label: str, gamma: int) -> Frames:
+                if phases:
+                    return phase_point(engine, requests, by_label[label], phases=phases, warmup=warmup,
+                                       progress=progress)
+                return engine.measure(requests, by_label[label], concurrency=concurrency, warmup=warmup,
+                                      first_block=True, progress=progress)
 
-        return run_points(schedule(methods, repeats), watched(point), done=done, on_point=on_point)
-    block = block_runner(engine, make, concurrency=concurrency, warmup=warmup, max_context=max_context)
-    return run_interleaved(methods, repeats, blocks_of(requests, block_prompts), block, done=done, on_point=on_point)
+            return run_points(schedule(pairs, repeats), watched(point), done=done, on_point=on_point,
+                              progress=progress)
+        block = block_runner(engine, by_label, concurrency=concurrency, warmup=warmup, progress=progress,
+                             phases=phases)
+        blocks = phase_blocks(requests, block_prompts, phases) if phases else blocks_of(requests, block_prompts)
+        return run_interleaved(pairs, repeats, blocks, block, done=done, on_point=on_point, progress=progress)
+
+
+def as_method(label: str, gamma: int, settings: Mapping[str, Any] | None = None) -> Method:
+    """The method a (label, γ) pair of a task names: the label parsed where it is one (``ar``, ``fixed:gamma=4``),
+    else a method tagged with it (a learned policy's own name, a duplicate such as ``fixed:gamma=4#2``), its name
+    the policy's (``settings["name"]``). ``settings``: the policy node."""
+    node = dict(settings or {})
+    try:
+        parsed = Method.parse(label)
+    except SpectuneError:
+        parsed = None
+    if parsed is not None and parsed.gamma == gamma:
+        return replace(parsed, settings=node)
+    if gamma == 0:
+        return Method(tag=label, settings=node)
+    return Method(str(node.get("name") or label), gamma, settings=node, tag=label)

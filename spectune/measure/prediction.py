@@ -1,7 +1,7 @@
 """What a model-free proposer would give on a workload, predicted from greedy outputs before it is timed.
 
 Greedy verification accepts a draft iff it is the target's own next greedy token, so at temperature 0 a model-free
-proposer's cycles follow from the target's autoregressive output alone: :func:`spectune.engine.lookup.replay_greedy`
+proposer's cycles follow from the target's autoregressive output alone: :mod:`spectune.engine.proposers.replay`
 gives them exactly (a test compares them with the engine's, cycle by cycle). Priced by a cost profile of the same
 pair on the same machine (a target forward over n positions and the per-cycle overhead,
 :class:`spectune.profile.CycleCosts`) plus what the proposer's own search costs, they predict the decode speed-up
@@ -15,69 +15,15 @@ first output token comes with prefill on both sides and is left out of both.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-
 import pandas as pd
 
 from spectune.cycle import CycleCost
-from spectune.engine.lookup import PromptLookup, copyable_fraction, replay_greedy
-from spectune.engine.suffix import SuffixDrafting, request_chains
-
-COPY_N = 3  # the copyable fraction counts output tokens inside an earlier match of at least this many tokens
-
-
-@dataclass(frozen=True)
-class GreedyOutput:
-    """One request's greedy autoregressive output: what every replay starts from."""
-
-    request_id: int
-    prompt_id: str
-    task: str
-    prompt: Sequence[int]
-    output: Sequence[int]
-    max_new_tokens: int
-
-
-def replay(outputs: Iterable[GreedyOutput], spec: PromptLookup | SuffixDrafting, gammas: Sequence[int],
-           eos: Iterable[int] = ()) -> pd.DataFrame:
-    """One row per (request, γ): the replayed cycles of prompt lookup or suffix decoding with ``spec`` at a fixed γ
-    (suffix decoding: each request replayed with a trie of its own, as the engine gives each request).
-
-    Columns: request_id, prompt_id, task, gamma, output_tokens, decode_tokens (the output after its first token),
-    copyable_tokens (inside an earlier match of ``COPY_N`` tokens), cycles, no_proposal (cycles that proposed
-    nothing: a plain target step), drafted, accepted, verified_positions (Σ drafted + 1 over cycles), a histogram
-    of drafts per cycle (``drafts_per_cycle``: counts for 0..γ), and ``search_s`` (seconds the lookups took here, in
-    this process: the proposer's own cost, paid every cycle whether it finds a match or not).
-    """
-    stops = list(eos)
-    rows = []
-    for out in outputs:
-        copyable = round(copyable_fraction(out.prompt, out.output, COPY_N) * len(out.output))
-        for gamma in gammas:
-            start = time.perf_counter()
-            chain_of = request_chains(spec) if isinstance(spec, SuffixDrafting) else None
-            cycles = replay_greedy(out.prompt, out.output, gamma, spec, out.max_new_tokens, stops, chain_of)
-            search_s = time.perf_counter() - start
-            counts = [0] * (gamma + 1)
-            for drafted, _ in cycles:
-                counts[drafted] += 1
-            rows.append({
-                "request_id": out.request_id, "prompt_id": out.prompt_id, "task": out.task, "gamma": gamma,
-                "output_tokens": len(out.output), "decode_tokens": max(len(out.output) - 1, 0),
-                "copyable_tokens": copyable, "cycles": len(cycles), "no_proposal": counts[0],
-                "drafted": sum(d for d, _ in cycles), "accepted": sum(a for _, a in cycles),
-                "verified_positions": sum(d + 1 for d, _ in cycles), "drafts_per_cycle": counts,
-                "search_s": search_s,
-            })
-    return pd.DataFrame(rows)
 
 
 def price(frame: pd.DataFrame, costs: CycleCost, search_s: float | None = None) -> pd.DataFrame:
-    """``frame`` (from :func:`replay`) with predicted seconds: ``ar_s`` (each decode token an autoregressive step)
-    and ``spec_s`` (each cycle a verification of its drafts plus the overhead plus one search). ``search_s``: the
-    seconds of one search (None: each row's own, measured while replaying, per cycle)."""
+    """``frame`` (from :func:`spectune.engine.proposers.replay.replay`) with predicted seconds: ``ar_s`` (each decode
+    token an autoregressive step) and ``spec_s`` (each cycle a verification of its drafts plus the overhead plus one
+    search). ``search_s``: the seconds of one search (None: each row's own, measured while replaying, per cycle)."""
     out = frame.copy()
     out["ar_s"] = out["decode_tokens"] * float(costs.ar)
     verify = [sum(n * float(costs.verify(k)) for k, n in enumerate(hist)) for hist in out["drafts_per_cycle"]]

@@ -3,11 +3,18 @@
 Exactness needs p and q to be the laws the tokens are really drawn from, *after* temperature,
 top-k, top-p and masks. Both models go through :func:`warp` with the same settings so the
 rejection rule compares like with like (a mask applied after correction would break the contract).
+
+The settings may differ from row to row of a batch (each request brings its own): :func:`batch_sampling` gives
+one :class:`SamplingParams` when every row shares it (the path every uniform batch takes, with no per-row
+tensor) and a :class:`RowSampling` otherwise; :func:`warp` and :func:`draw` take either. Row by row the laws
+are those :func:`warp` gives each row's own settings, so the rejection rule, which works row by row on the laws
+it is handed, stays exact for every row.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,17 +46,73 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def describe(self) -> dict[str, float | int]:
+        """The three settings by name (a result's metadata, a request's record)."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
 
-def warp(logits: torch.Tensor, params: SamplingParams, allowed: torch.Tensor | None = None) -> torch.Tensor:
+
+@dataclass(frozen=True, eq=False)
+class RowSampling:
+    """Settings that differ between the rows of a batch: ``rows[b]`` is row b's, and the tensors ([B], on the
+    batch's device) are what :func:`warp` reads. Built by :func:`batch_sampling` only when the rows disagree."""
+
+    rows: tuple[SamplingParams, ...]
+    greedy: torch.Tensor  # [B] bool
+    divisor: torch.Tensor  # [B] float32: the temperature, 1 on greedy rows (their law is the one-hot argmax)
+    top_k: torch.Tensor  # [B] int64, 0 = off
+    top_p: torch.Tensor  # [B] float32, 1 = off
+    any_greedy: bool
+    all_greedy: bool
+    any_top_k: bool
+    any_top_p: bool
+
+    @classmethod
+    def of(cls, rows: Sequence[SamplingParams], device: torch.device | str = "cpu") -> RowSampling:
+        rows = tuple(rows)
+        greedy = [r.greedy for r in rows]
+        return cls(rows, torch.tensor(greedy, device=device),
+                   torch.tensor([1.0 if r.greedy else float(r.temperature) for r in rows], device=device),
+                   torch.tensor([r.top_k for r in rows], dtype=torch.long, device=device),
+                   torch.tensor([float(r.top_p) for r in rows], device=device),
+                   any(greedy), all(greedy), any(r.top_k > 0 for r in rows), any(r.top_p < 1 for r in rows))
+
+
+def batch_sampling(rows: Sequence[SamplingParams], device: torch.device | str = "cpu") -> SamplingParams | RowSampling:
+    """The law of a batch whose row b samples with ``rows[b]``: the shared :class:`SamplingParams` itself when every
+    row has the same settings (today's path: no per-row tensor, no extra op per step), else a :class:`RowSampling`."""
+    first = _law(rows[0])
+    if all(_law(r) == first for r in rows[1:]):
+        return rows[0]
+    return RowSampling.of(rows, device)
+
+
+def _law(params: SamplingParams) -> tuple:
+    """What decides the law: greedy ignores top-k and top-p (its law is the argmax's point mass)."""
+    return (0,) if params.greedy else (params.temperature, params.top_k, params.top_p)
+
+
+def select_rows(params: SamplingParams | RowSampling, rows: Sequence[int]) -> SamplingParams | RowSampling:
+    """The settings of ``rows`` of a batch, in that order (one law stays one law)."""
+    if isinstance(params, SamplingParams):
+        return params
+    return batch_sampling([params.rows[r] for r in rows], params.greedy.device)
+
+
+def warp(logits: torch.Tensor, params: SamplingParams | RowSampling,
+         allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Map logits ``[..., V]`` to the probabilities actually sampled (float32).
 
     Greedy is the one-hot law on the argmax: then the rejection rule reduces to exact-match
     acceptance and the residual to the target's argmax, with no special case anywhere else.
     ``allowed`` (bool, broadcastable to ``logits``) masks tokens out *before* normalisation.
+    ``params`` may be a :class:`RowSampling`: the rows of ``logits [B, ..., V]`` then take their own settings.
     """
-    logits = logits.float()
+    if logits.dtype != torch.float32:  # a float32 input is used as it is (.float() would return it, after a dispatch)
+        logits = logits.float()
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
+    if isinstance(params, RowSampling):
+        return _warp_rows(logits, params)
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     if params.temperature != 1:
@@ -67,6 +130,35 @@ def warp(logits: torch.Tensor, params: SamplingParams, allowed: torch.Tensor | N
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits.softmax(-1)
+
+
+def _warp_rows(logits: torch.Tensor, params: RowSampling) -> torch.Tensor:
+    """:func:`warp` with per-row settings: the same operations as one row's own path, each filter applied only where
+    the row sets it (a row with top_p = 1 keeps every token even where rounding brings the mass before it to 1), so
+    every row's law is the one :func:`warp` gives it alone."""
+    shape = (-1,) + (1,) * (logits.dim() - 1)  # a row's setting broadcast over its positions and vocabulary
+    vocab = logits.shape[-1]
+    hot = torch.nn.functional.one_hot(logits.argmax(-1), vocab).float() if params.any_greedy else None
+    if params.all_greedy:
+        return hot
+    logits = logits / params.divisor.view(shape)  # x / 1 == x: rows at T = 1 (and greedy rows) are unchanged
+    if params.any_top_k or params.any_top_p:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    if params.any_top_k:
+        k = params.top_k.view(shape)
+        on = (k > 0) & (k < vocab)
+        kth = sorted_logits.gather(-1, (k.clamp(1, vocab) - 1).expand(*logits.shape[:-1], 1))
+        logits = logits.masked_fill(on & (logits < kth), float("-inf"))
+        if params.any_top_p:  # top-p reads the law after top-k, as on the one-law path
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    if params.any_top_p:
+        sorted_probs = sorted_logits.softmax(-1)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = (mass_before >= params.top_p.view(shape)) & (params.top_p < 1).view(shape)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(-1)
+    return probs if hot is None else torch.where(params.greedy.view(shape), hot, probs)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -90,16 +182,23 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     A zero-probability index never has its cumulative mass exceed the one before it, so it is never drawn.
     """
     cdf = torch.cumsum(probs, -1, dtype=torch.float64)
-    point = (uniforms.double() * cdf[..., -1]).unsqueeze(-1)
+    if uniforms.dtype != torch.float64:  # the keyed tables are float64 already
+        uniforms = uniforms.double()
+    point = (uniforms * cdf[..., -1]).unsqueeze(-1)
     index = torch.searchsorted(cdf, point, right=True).squeeze(-1)
     return index.clamp(max=probs.shape[-1] - 1)
 
 
-def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None,
+def draw(probs: torch.Tensor, params: SamplingParams | RowSampling, generator: torch.Generator | None = None,
          uniforms: torch.Tensor | None = None) -> torch.Tensor:
     """A draw from a law made by :func:`warp` with ``params``: :func:`inverse_cdf` when keyed ``uniforms`` are
     given, else :func:`sample`. Greedy laws are one-hot, so their draw is the argmax and needs no random
-    numbers (a measurable saving per step on small models)."""
+    numbers (a measurable saving per step on small models). Per-row settings draw every row alike: a greedy
+    row's one-hot law gives its argmax for any uniform in [0, 1) and any exponential noise."""
+    if isinstance(params, RowSampling):
+        if params.all_greedy:
+            return probs.argmax(-1)
+        return inverse_cdf(probs, uniforms) if uniforms is not None else sample(probs, generator)
     if params.greedy:
         return probs.argmax(-1)
     return inverse_cdf(probs, uniforms) if uniforms is not None else sample(probs, generator)

@@ -20,7 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from workloads.build.train_draft import LANGS, OUT
+from workloads.build.distil import LANGS
+from workloads.build.train_draft import OUT
 
 
 def first_step(alpha: dict) -> dict[str, float]:

