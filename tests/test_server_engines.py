@@ -4,7 +4,9 @@
 The streams and /metrics pages are fixtures written from vLLM v0.34.0's and SGLang v0.5.23's source, and the option
 lists come from their own argument parsers (tests/data/engines/README.md): no server runs here. A command with a
 misspelled flag, a speculative-config key vLLM does not take, a γ that is not the one asked for, a malformed event
-or a method an engine cannot run fails these tests.
+or a method an engine cannot run fails these tests. The engines (VllmEngine, SglangEngine) are checked as the
+harness builds them: a bench run with engine=vllm|sglang where the server cannot start fails in one line before any
+model loads.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import sys
 
 import pytest
 
-from spectune.engines.server import StreamEvent
-from spectune.engines.sglang import ALGORITHMS, SglangConfig, SglangFlavour
-from spectune.engines.vllm import METHODS, VllmConfig, VllmFlavour
+from spectune.engines.server import ServerFailure, StreamEvent
+from spectune.engines.sglang import ALGORITHMS, SglangConfig, SglangEngine, SglangFlavour
+from spectune.engines.vllm import METHODS, VllmConfig, VllmEngine, VllmFlavour
 from spectune.errors import SpectuneError
 from spectune.methods import AA, AR, Method
 from spectune.sampling import SamplingParams
@@ -94,10 +96,10 @@ def test_every_vllm_flag_and_speculative_key_is_one_vllm_0_34_defines(vllm, meth
     """Each command parsed as vLLM's own parser reads it: its flags are options of `vllm serve`, its
     --speculative-config keys fields of SpeculativeConfig (which forbids others)."""
     command = vllm.command(method, port=8123, threads=4, slots=16)
-    assert command[:5] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", vllm.config.model]
-    given = set(flags(command[5:]))  # after `python -m vllm.entrypoints.cli.main serve MODEL`
+    assert command[:3] == ["vllm", "serve", vllm.config.model]
+    given = set(flags(command[3:]))  # after `vllm serve MODEL`
     assert given <= options("vllm-serve-options.txt"), given - options("vllm-serve-options.txt")
-    args = dict(zip(command[5::2], command[6::2], strict=False))
+    args = dict(zip(command[3::2], command[4::2], strict=False))
     assert (args["--port"], args["--max-num-seqs"], args["--seed"], args["--host"]) == ("8123", "16", "20260923",
                                                                                          "127.0.0.1")
     if not method.speculative:
@@ -119,20 +121,18 @@ def test_a_vllm_ngram_command_carries_the_configured_lookup_and_gamma(composed, 
                     "prompt_lookup_max": high}
 
 
-def test_a_vllm_methods_settings_override_the_engines_for_that_method_only(vllm):
-    spec = vllm.speculative_config(Method("draft_model", 2, {"model": "org/other", "draft_tensor_parallel_size": 1}))
-    assert spec == {"method": "draft_model", "num_speculative_tokens": 2, "model": "org/other",
-                    "draft_tensor_parallel_size": 1}
-    assert vllm.speculative_config(Method("draft_model", 2))["model"] == "meta-llama/Llama-3.2-1B-Instruct"
+def test_a_vllm_method_takes_the_engines_settings_whatever_the_policy_node_it_carries(vllm):
+    """bench gives a server's method the policy's node as its settings (fixed γ): vLLM's config comes from the
+    engine's settings alone."""
+    spec = vllm.speculative_config(Method("draft_model", 2, {"name": "fixed"}))
+    assert spec == {"method": "draft_model", "num_speculative_tokens": 2, "model": "meta-llama/Llama-3.2-1B-Instruct"}
 
 
 @pytest.mark.parametrize(("method", "overrides", "words"), [
     (Method("medusa", 3), [], "method 'medusa' is not one engine=vllm runs: its speculative methods are ngram"),
     (Method("eagle3", 3), [], "method 'eagle3:gamma=3' needs engine.drafts.eagle3"),
-    (Method("ngram", 3, {"lookahead": 2}), [], "sets ['lookahead'], which vLLM's --speculative-config does not take"),
-    (Method("ngram", 3, {"num_speculative_tokens": 5}), [], "sets ['num_speculative_tokens']"),
-    (Method("ngram", 3), ["engine.ngram.prompt_lookup_min=4"], "prompt_lookup_min=4 and prompt_lookup_max=3 are "
-                                                              "invalid"),
+    (Method("ngram", 3), ["engine.ngram.prompt_lookup_min=4"], "engine.ngram.prompt_lookup_min=4 and "
+                                                              "prompt_lookup_max=3 are invalid"),
 ])
 def test_a_method_vllm_cannot_run_fails_in_one_line_before_any_server(composed, method, overrides, words):
     flavour = VllmFlavour(composed("vllm", *overrides))
@@ -144,7 +144,8 @@ def test_a_method_vllm_cannot_run_fails_in_one_line_before_any_server(composed, 
 
 
 @pytest.mark.parametrize(("overrides", "words"), [
-    (["engine.methods=[ngram,lookahead]"], "engine.methods=['lookahead'] is invalid for engine=vllm"),
+    (["engine.method=lookahead"], "engine.method='lookahead' is invalid for engine=vllm: choose one of ngram"),
+    (["engine.port=80"], "engine.port=80 is invalid: 1024..65535"),
     (["engine.dtype=fp8"], "engine.dtype='fp8' is invalid for engine=vllm"),
     (["engine.gpu_memory_utilization=1.5"], "engine.gpu_memory_utilization=1.5 is invalid"),
     (["engine.extra_args=['--port=9','--enforce-eager']"], "engine.extra_args=['--port=9'] sets flags spectune sets"),
@@ -166,15 +167,13 @@ def test_a_vllm_request_streams_token_ids_with_usage_and_the_sampling_law(vllm):
 def test_the_vllm_stream_gives_each_chunks_tokens_and_the_requests_acceptance_at_the_end(vllm):
     events = [vllm.parse_event(e) for e in sse("vllm-stream.sse")]
     assert all(isinstance(e, StreamEvent) for e in events)
-    assert [e.tokens for e in events] == [*PER_EVENT, 0] and [e.done for e in events] == [False] * 5 + [True]
+    assert [e.count for e in events] == [*PER_EVENT, 0] and [e.done for e in events] == [False] * 5 + [True]
     assert [t for e in events for t in e.token_ids] == OUTPUT_IDS
-    counters = events[-1].counters
-    assert counters == {"prompt_tokens": 6, "completion_tokens": 10, "num_spec_steps": 4, "num_draft_tokens": 12,
-                        "num_accepted_draft_tokens": 5, "num_spec_tokens": 3, "mean_acceptance_length": 2.25,
-                        "draft_acceptance_rate": 5 / 12, "acceptance_histogram[0]": 1, "acceptance_histogram[1]": 2,
-                        "acceptance_histogram[2]": 0, "acceptance_histogram[3]": 1}
-    # the fixture is self-consistent: every token is the prefill's or a verification step's
-    assert counters["completion_tokens"] == 1 + counters["num_spec_steps"] + counters["num_accepted_draft_tokens"]
+    assert [e.finish_reason for e in events] == [None] * 4 + ["stop", None]  # the closing usage chunk has none
+    last = events[-1]
+    assert (last.prompt_tokens, last.drafted, last.accepted) == (6, 12, 5)
+    # the fixture is self-consistent: every token is the prefill's or one of 4 verification steps'
+    assert len(OUTPUT_IDS) == 1 + 4 + last.accepted
 
 
 @pytest.mark.parametrize("event", [
@@ -187,21 +186,20 @@ def test_the_vllm_stream_gives_each_chunks_tokens_and_the_requests_acceptance_at
     {"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError", "code": 400}},
 ], ids=["not-object", "no-choices", "two-choices", "no-token-ids", "string-id", "no-usage", "error"])
 def test_a_malformed_or_failed_vllm_event_is_one_line(vllm, event):
-    with pytest.raises(SpectuneError) as err:
+    with pytest.raises(ServerFailure) as err:
         vllm.parse_event(event)
     assert one_line(err).startswith("engine=vllm ")
 
 
 def test_the_vllm_metrics_page_gives_the_speculative_counters_summed_and_per_position(vllm):
     got = vllm.parse_metrics((DATA / "vllm-metrics.txt").read_text(encoding="utf-8"))
-    per_pos = {k: v for k, v in got.items() if "per_pos" in k}
-    assert per_pos == {f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{p}"}}': v
+    per_pos = {k: v for k, v in got.items() if "per_position" in k}
+    assert per_pos == {f"spec_decode_accepted_tokens_per_position[{p}]": v
                        for p, v in enumerate([1800.0, 1100.0, 612.0])}
-    assert sum(per_pos.values()) == got["vllm:spec_decode_num_accepted_tokens_total"] == 3512.0
-    assert {k: v for k, v in got.items() if "per_pos" not in k} == {
-        "vllm:spec_decode_num_drafts_total": 2345.0, "vllm:spec_decode_num_draft_tokens_total": 7035.0,
-        "vllm:spec_decode_num_accepted_tokens_total": 3512.0, "vllm:prompt_tokens_total": 1536.0,
-        "vllm:generation_tokens_total": 8192.0, "vllm:request_success_total": 32.0}
+    assert sum(per_pos.values()) == got["spec_decode_accepted_tokens"] == 3512.0
+    assert {k: v for k, v in got.items() if "per_position" not in k} == {
+        "spec_decode_num_drafts": 2345.0, "spec_decode_draft_tokens": 7035.0, "spec_decode_accepted_tokens": 3512.0,
+        "prompt_tokens": 1536.0, "generation_tokens": 8192.0, "requests": 32.0}
 
 
 def test_a_metrics_page_without_speculation_has_no_speculative_counters_and_a_broken_one_is_one_line(vllm):
@@ -225,8 +223,7 @@ def spec_flags(command: list[str]) -> dict[str, str | bool]:
     return out
 
 
-@pytest.mark.parametrize("method", [AR, *(Method(name, 3) for name in ALGORITHMS),
-                                    Method("eagle3", 2, {"use_rejection_sampling": True})], ids=str)
+@pytest.mark.parametrize("method", [AR, *(Method(name, 3) for name in ALGORITHMS)], ids=str)
 def test_every_sglang_flag_is_one_sglang_0_5_23_defines(sglang, method):
     command = sglang.command(method, port=30123, threads=4, slots=16)
     assert command[:5] == [sys.executable, "-m", "sglang.launch_server", "--model-path", sglang.config.model]
@@ -264,7 +261,6 @@ def test_an_sglang_tree_takes_its_size_from_the_config(composed):
     (Method("eagle", 3), [], "method 'eagle:gamma=3' needs engine.drafts.eagle"),
     (Method("eagle3", 3), ["engine.drafts.eagle3=org/h", "engine.eagle_topk=4"], "with eagle_topk=4 needs "
                                                                                   "engine.num_draft_tokens"),
-    (Method("ngram", 3, {"num_steps": 2}), [], "sets ['num_steps'], which are not SGLang's --speculative-* settings"),
 ])
 def test_a_method_sglang_cannot_run_fails_in_one_line_before_any_server(composed, method, overrides, words):
     flavour = SglangFlavour(composed("sglang", *overrides))
@@ -284,15 +280,11 @@ def test_an_sglang_request_streams_token_ids_and_maps_top_k_off_to_minus_one(sgl
 
 def test_the_sglang_stream_gives_each_increment_and_the_verification_counters_at_the_end(sglang):
     events = [sglang.parse_event(e) for e in sse("sglang-stream.sse")]
-    assert [e.tokens for e in events] == PER_EVENT and [e.done for e in events] == [False] * 4 + [True]
+    assert [e.count for e in events] == PER_EVENT and [e.done for e in events] == [False] * 4 + [True]
     assert [t for e in events for t in e.token_ids] == OUTPUT_IDS
-    counters = events[-1].counters
-    assert counters == {"prompt_tokens": 6, "completion_tokens": 10, "cached_tokens": 0, "spec_verify_ct": 4,
-                        "spec_num_correct_drafts": 5, "spec_num_proposed_drafts": 12, "spec_accept_rate": 5 / 12,
-                        "spec_accept_length": 2.5, "spec_correct_drafts_histogram[0]": 1,
-                        "spec_correct_drafts_histogram[1]": 2, "spec_correct_drafts_histogram[2]": 0,
-                        "spec_correct_drafts_histogram[3]": 1}
-    assert counters["completion_tokens"] == 1 + counters["spec_verify_ct"] + counters["spec_num_correct_drafts"]
+    last = events[-1]
+    assert (last.prompt_tokens, last.drafted, last.accepted, last.finish_reason) == (6, 12, 5, "stop")
+    assert len(OUTPUT_IDS) == 1 + 4 + last.accepted  # the prefill's token and 4 verification steps' (spec_verify_ct)
 
 
 @pytest.mark.parametrize("event", [
@@ -303,17 +295,16 @@ def test_the_sglang_stream_gives_each_increment_and_the_verification_counters_at
     {"error": {"message": "Input length (9000 tokens) exceeds the maximum allowed length", "code": 400}},
 ], ids=["not-object", "no-output-ids", "no-meta-info", "bool-id", "error"])
 def test_a_malformed_or_failed_sglang_event_is_one_line(sglang, event):
-    with pytest.raises(SpectuneError) as err:
+    with pytest.raises(ServerFailure) as err:
         sglang.parse_event(event)
     assert one_line(err).startswith("engine=sglang ")
 
 
-def test_the_sglang_metrics_page_sums_counters_and_averages_the_latest_batch_gauges(sglang):
+def test_the_sglang_metrics_page_gives_its_counters_summed_and_no_gauge(sglang):
+    """Counters by spectune's names; the latest batch's gauges are no count over a block and are left out."""
     got = sglang.parse_metrics((DATA / "sglang-metrics.txt").read_text(encoding="utf-8"))
-    assert got == {"sglang:spec_verify_calls_total": 3277.0, "sglang:generation_tokens_total": 8193.0,
-                   "sglang:prompt_tokens_total": 1542.0, "sglang:num_requests_total": 33.0,
-                   "sglang:spec_accept_length": 2.5, "sglang:spec_accept_rate": 0.5, "sglang:spec_num_steps": 3.0,
-                   "sglang:spec_num_draft_tokens": 4.0}
+    assert got == {"spec_decode_num_drafts": 3277.0, "generation_tokens": 8193.0, "prompt_tokens": 1542.0,
+                   "requests": 33.0}
 
 
 # ---- configuration -------------------------------------------------------------------------------------------
@@ -341,14 +332,14 @@ def test_an_engine_configs_wrong_type_or_unknown_key_fails_in_one_line_before_th
     assert capsys.readouterr().err.strip() == message
 
 
-def test_the_engine_group_defaults_to_none_and_names_its_options_when_unknown(monkeypatch, capsys, composed):
-    """conf/config.yaml's engine default is null (spectune's own engine; no engine node in the composed config), so
-    engine=vllm needs no `+`; an unknown engine is one line listing conf/engine/."""
+def test_the_engine_group_defaults_to_spectune_and_names_its_options_when_unknown(monkeypatch, capsys, composed):
+    """conf/config.yaml's engine default is spectune's own engine, so engine=vllm needs no `+`; an unknown engine
+    is one line listing conf/engine/."""
     from spectune.cli import hydra_entry
     from tests.conftest import compose_overrides
 
     composed("vllm")  # registers the schemas
-    assert "engine" not in compose_overrides("+workload=en")
+    assert compose_overrides("+workload=en").engine.name == "spectune"
     options = ", ".join(sorted(p.stem for p in (REPO / "conf" / "engine").glob("*.yaml")))
     monkeypatch.setattr(sys, "argv", ["harness", "engine=vlm"])
     with pytest.raises(SystemExit) as stop:
@@ -369,3 +360,57 @@ def test_each_engine_file_is_typed_by_its_flavours_schema(composed):
     assert {"vllm.yaml", "sglang.yaml"} <= set(stored)
     for name, schema in (("vllm", VllmConfig), ("sglang", SglangConfig)):
         assert OmegaConf.get_type(compose_overrides(f"engine={name}", "models=llama3-8b-1b").engine) is schema
+
+
+# ---- the engines, as the harness builds them --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("engine", "overrides", "words"), [
+    ("vllm", ["engine.executable=no-such-vllm"], "engine=vllm needs the vllm executable "
+     "(engine.executable='no-such-vllm'), which is not on PATH here: install vLLM on a GPU node and run there "
+     "(docs/gpus.md)"),
+    ("sglang", ["engine.python=no-such-python"], "engine=sglang needs engine.python='no-such-python', which is not "
+     "on PATH here: install SGLang on a GPU node and run there (docs/gpus.md)"),
+    ("vllm", ["engine.method=eagle"], "method 'eagle:gamma=2' needs engine.drafts.eagle"),
+    ("sglang", ["engine.method=medusa"], "engine.method='medusa' is invalid for engine=sglang"),
+])
+def test_a_bench_on_a_server_engine_that_cannot_start_fails_in_one_line_before_any_model_loads(
+        engine, overrides, words):
+    """BenchSettings.from_cfg runs before the models load: the engine's method, settings and server are checked
+    there."""
+    from harness.tasks.bench import BenchSettings
+    from harness.tasks.schemas import register
+    from tests.conftest import compose_overrides
+
+    register()
+    cfg = compose_overrides(f"engine={engine}", "models=llama3-8b-1b", "+workload=en", "gamma=[2]", *overrides)
+    with pytest.raises(SpectuneError) as err:
+        BenchSettings.from_cfg(cfg)
+    assert words in one_line(err)
+
+
+def test_a_server_engine_found_is_built_with_the_run_settings_and_starts_what_it_found(tmp_path):
+    """With the server's program found (here a stand-in file on PATH: nothing runs), the harness's checks pass and
+    the engine's servers would run it, one per method, sized by the run's concurrency."""
+    from harness.tasks.bench import BenchSettings
+    from harness.tasks.schemas import register
+    from tests.conftest import compose_overrides
+
+    register()
+    program = tmp_path / "vllm"
+    program.write_text("#!/bin/sh\nexit 1\n")
+    program.chmod(0o755)
+    cfg = compose_overrides("engine=vllm", "models=llama3-8b-1b", "+workload=en", "gamma=[2,4]",
+                            f"engine.executable={program}", "engine.method=suffix", "seed=3")
+    settings = BenchSettings.from_cfg(cfg)
+    assert settings.engine == "vllm" and [m.label for m in settings.methods()][1:] == ["suffix:gamma=2",
+                                                                                        "suffix:gamma=4"]
+    engine = VllmEngine.from_config(cfg, sampling=SamplingParams(), slots=4, log_dir=tmp_path)
+    command = engine.flavour.command(settings.methods()[-1], port=9000, threads=None, slots=4)
+    assert command[:3] == [str(program), "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert json.loads(command[command.index("--speculative-config") + 1])["num_speculative_tokens"] == 4
+    assert engine.describe()["engine"] == "vllm" and engine.seed == 3
+    sglang = SglangEngine.from_config(compose_overrides("engine=sglang", "models=llama3-8b-1b",
+                                                        f"engine.python={sys.executable}"),
+                                      sampling=SamplingParams(), slots=2, log_dir=tmp_path)
+    assert sglang.flavour.command(AR, port=9000, threads=None, slots=2)[:3] == [sys.executable, "-m",
+                                                                                "sglang.launch_server"]
