@@ -30,7 +30,6 @@ from policies.registry import make_policy
 from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
-from spectune.engine.policy import check_gamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
 from spectune.measure import (
@@ -42,7 +41,7 @@ from spectune.measure import (
 )
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.metadata import base_metadata
-from spectune.options import integer
+from spectune.options import check_gamma, integer
 from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from spectune.stats.compare import AA_LABEL, throughput_units

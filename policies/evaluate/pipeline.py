@@ -339,7 +339,7 @@ def _task_lines(table: pd.DataFrame) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from policies.train.ppo import split_requests
-    from spectune.measure import check_gamma, requests_of
+    from spectune.measure import check_context_fits, requests_of
     from workloads.setup import open_setup
 
     if not cfg.get("workload"):
@@ -350,7 +350,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     setup = open_setup(cfg, "evaluate")
     train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
                                     settings.train_prompts, settings.heldout_prompts)
-    check_gamma(train + heldout, settings.max_gamma, setup.max_context)
+    check_context_fits(train + heldout, settings.max_gamma, setup.max_context)
     language = str(cfg.workload.get("language") or setup.workload.name)
     heldout_ids = {r.prompt_id for r in heldout}
     metadata = {**setup.metadata, "task": "evaluate", "settings": asdict(settings),
