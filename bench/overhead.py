@@ -37,6 +37,7 @@ from spectune.engine.kv import cache_argument
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.io import write_json
 from spectune.metadata import base_metadata
+from spectune.methods import BASELINE
 from spectune.models.loading import load_pair
 from spectune.sampling import SamplingParams, inverse_cdf, sample
 from spectune.sampling.rejection import get_sampler
@@ -200,7 +201,7 @@ def main() -> None:
             "models": pair.metadata, "gamma": g, "threads": args.threads,
             "samples": {k: len(v) for k, v in rows.items()},
             "median_ms": {k: v * 1e3 for k, v in med.items()},
-            "ratios": {"ar": med["eng_ar"] / med["bare_ar"], "draft": med["eng_draft"] / med["bare_draft"],
+            "ratios": {BASELINE: med["eng_ar"] / med["bare_ar"], "draft": med["eng_draft"] / med["bare_draft"],
                        "draft_signals": med["eng_draft_signals"] / med["bare_draft"],
                        "verify": med["eng_verify"] / med["bare_verify"], "cycle": med["eng_cycle"] / budget},
             "draw_us": {"softmax": soft * 1e6, "inverse_cdf": inv * 1e6, "exponential_race": race * 1e6}})

@@ -41,10 +41,11 @@ from spectune.measure import (
 )
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.metadata import base_metadata
+from spectune.methods import AA, AA_LABEL, AR, BASELINE, Method, label_gammas
 from spectune.options import check_gamma, integer
 from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
-from spectune.stats.compare import AA_LABEL, throughput_units
+from spectune.stats.compare import throughput_units
 from spectune.stats.goodput import parse_slo
 from spectune.stats.intervals import paired_ratio_interval
 from spectune.stats.units import unit_size_of, units_needed
@@ -133,12 +134,15 @@ class BenchSettings:
         return cls(gammas, t.baseline, policy, c, rate, f.burstiness, t.warmup, repeats, t.noise_floor, slo,
                    block_for(design, block, batch), design, target, pilot, confirm, phases)
 
+    def grid(self) -> list[Method]:
+        """The grid's methods in order: AR (and its A/A duplicate) where asked, then the policy at each γ."""
+        baseline = [AR, AA] if self.noise_floor else [AR]
+        return (baseline if self.baseline else []) + [Method(self.policy["name"], g, self.policy)
+                                                       for g in self.gammas]
+
     def methods(self) -> list[tuple[str, int]]:
-        """(label, γ) per grid point; γ = 0 is the autoregressive baseline."""
-        points = [("ar", 0)] if self.baseline else []
-        if self.baseline and self.noise_floor:
-            points.append((AA_LABEL, 0))
-        return points + [(f"{self.policy['name']}:gamma={g}", g) for g in self.gammas]
+        """(label, γ) per grid point, as the measuring code takes them; γ = 0 is the autoregressive baseline."""
+        return label_gammas(self.grid())
 
 
 def _planning(task: BenchTask, resume: bool, unit: int) -> tuple[float | None, int]:
@@ -279,7 +283,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         final["answers_by_task"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
     if settings.confirm_prompts is not None:
-        final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
+        final["confirmation"] = _confirm(tp.get("best"), fresh[:settings.confirm_prompts], settings,
                                          lambda part, top: measure(part, run_dir / "confirm", methods=top,
                                                                    what="confirmation"))
         _write(run_dir, workload.name, settings, grid, final)
@@ -337,9 +341,9 @@ def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[s
     units = throughput_units(req, durations, unit_size=settings.unit_size)
     per_method: dict[str, Any] = {}
     for label in units.num:
-        if label in ("ar", AA_LABEL):
+        if label in (BASELINE, AA_LABEL):
             continue
-        iv = paired_ratio_interval(units.num[label], units.den[label], units.num["ar"], units.den["ar"])
+        iv = paired_ratio_interval(units.num[label], units.den[label], units.num[BASELINE], units.den[BASELINE])
         sd = (iv.se or 0.0) * math.sqrt(iv.n)  # the units' SD (a pilot's two or three repeats cannot plan the
         # method x repeat component: the planned run's interval still adds it)
         per_method[label] = {"pilot_sd_pct": 100 * sd, "units": units_needed(sd, iv.n, settings.target_mde)}
@@ -356,19 +360,17 @@ def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[s
     return plan
 
 
-def _confirm(top: str | None, methods: list[dict[str, Any]], fresh: list[Request], settings: BenchSettings,
-             measure: Any) -> dict[str, Any]:
+def _confirm(top: str | None, fresh: list[Request], settings: BenchSettings, measure: Any) -> dict[str, Any]:
     """The top estimate against AR again, on ``fresh`` prompts the grid never saw: a γ picked on some prompts is
     confirmed (or not) on others. The confirmation run is ``RUN/confirm/``; its verdict is logged."""
-    if top is None or top == "ar":
+    if top is None or top == BASELINE:
         log.info("confirmation: nothing to confirm (the top estimate is %s)", top or "missing")
         return {"method": top, "status": "nothing to confirm"}
     if len(fresh) < settings.confirm_prompts:
         log.warning("confirmation: %d fresh prompts left, %d asked; not confirmed", len(fresh),
                     settings.confirm_prompts)
         return {"method": top, "status": f"not enough fresh prompts ({len(fresh)})"}
-    gamma = next(int(m["gamma"]) for m in methods if m["method"] == top)
-    grid = measure(fresh, [("ar", 0), (top, gamma)])
+    grid = measure(fresh, label_gammas([AR, Method.parse(top)]))
     again, _ = aggregate(grid, seed=0, unit_size=settings.unit_size)
     row = next(m for m in again if m["method"] == top)
     out = {"method": top, "status": "ok", "prompts": len(fresh),
@@ -397,7 +399,7 @@ def target_answers(grid: Grid, models: Any, max_new_tokens: int) -> pd.DataFrame
     req, _ = grid.frames()
     if not len(req) or set(tasks_of(req)) <= {CHAT_LINES}:
         return None
-    method = "ar" if "ar" in set(req["method"]) else str(req["method"].iloc[0])
+    method = BASELINE if BASELINE in set(req["method"]) else str(req["method"].iloc[0])
     mine = req[req["method"] == method]
     mine = mine[mine["repeat"] == mine["repeat"].min()]
     decode, eos_ids = reading(models.tokenizer)
