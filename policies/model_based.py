@@ -30,9 +30,9 @@ from spectune.engine.policy import (
     DraftLengthPolicy,
     DraftStep,
     acceptance_trials,
-    check_gamma,
 )
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 from spectune.profile import CycleCosts
 
 # Position 1 starts from the protocol's prior (RECENT_PRIOR) before any cycle was observed; a position not yet

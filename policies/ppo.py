@@ -38,9 +38,9 @@ from spectune.engine.policy import (
     CycleFeedback,
     DraftLengthPolicy,
     DraftStep,
-    check_gamma,
 )
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 from spectune.profile import CycleCosts, Profile, load_profile, profile_mismatch
 
 log = logging.getLogger(__name__)

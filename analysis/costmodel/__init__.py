@@ -28,24 +28,19 @@ import pandas as pd
 
 from spectune.cycle import CycleCost, expected_tokens, expected_tokens_constant
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 from spectune.profile import Profile, load_profile
 
 VerifyCost: TypeAlias = float | int | Mapping[int, float] | Sequence[float] | Callable[[int], float]
 
 _JOINT_TOL = 1e-9
+DRAFTS = "γ (drafts per cycle)"  # what a γ is here, in its one-line error
 
 
 def check_alpha(alpha: float, name: str = "alpha") -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
         raise SpectuneError(f"{name}={alpha!r} is out of range: must be a number in [0, 1]")
     return float(alpha)
-
-
-def check_gamma(gamma: int, name: str = "gamma") -> int:
-    integral = isinstance(gamma, int) or (isinstance(gamma, float) and gamma.is_integer())
-    if isinstance(gamma, bool) or not integral or gamma < 1:
-        raise SpectuneError(f"{name}={gamma!r} is invalid: must be an integer >= 1 (drafts per cycle)")
-    return int(gamma)
 
 
 def check_cost(value: float, name: str, *, positive: bool = False) -> float:
@@ -91,7 +86,7 @@ def joint_from_accepted_lengths(histogram: Sequence[float]) -> list[float]:
 
 def verify_cost(g: VerifyCost, gamma: int, name: str = "g") -> float:
     """g(γ) in target steps: a constant, a mapping γ → cost, a sequence (entry i is g(i+1)) or a callable."""
-    gamma = check_gamma(gamma)
+    gamma = check_gamma(gamma, DRAFTS)
     if callable(g):
         value = g(gamma)
     elif isinstance(g, Mapping):
@@ -136,7 +131,7 @@ class StepCosts(CycleCost):
 
 def speedup(expected: float, gamma: int, c: float, g: VerifyCost = 1.0, overhead: float = 0.0) -> float:
     """S = E / (c·γ + g(γ) + overhead): tokens per target-step-equivalent of work."""
-    gamma = check_gamma(gamma)
+    gamma = check_gamma(gamma, DRAFTS)
     costs = StepCosts(check_cost(c, "c"), lambda drafts: verify_cost(g, drafts), check_cost(overhead, "overhead"))
     return expected / costs.cycle(gamma)
 
@@ -149,7 +144,7 @@ def sweep(alphas: Iterable[float], cs: Iterable[float], gammas: Iterable[int], g
     """
     alphas = [check_alpha(a, "alpha") for a in alphas]
     cs = [check_cost(c, "c") for c in cs]
-    gammas = sorted({check_gamma(x) for x in gammas})
+    gammas = sorted({check_gamma(x, DRAFTS) for x in gammas})
     overhead = check_cost(overhead, "overhead")
     series: list[tuple[str, float, Callable[[int], float], list[int]]] = [
         (f"alpha={a:g}", a, lambda gamma, a=a: expected_tokens_constant(a, gamma), gammas) for a in alphas]
@@ -274,7 +269,7 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
     costs = StepCosts(c, lambda drafts: profile.g(drafts, batch_size), o, c_first)
     seed = StepCosts(c, lambda drafts: 1.0)  # the plain model: g = 1, no overhead, every draft step alike
     rows = []
-    for gamma in sorted({check_gamma(x) for x in gammas}):
+    for gamma in sorted({check_gamma(x, DRAFTS) for x in gammas}):
         if gamma > len(joint):
             raise SpectuneError(f"gamma={gamma} is beyond the traces' max_gamma {len(joint)}: trace deeper")
         if gamma + 1 > profile.max_positions:

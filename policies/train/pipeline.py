@@ -161,10 +161,10 @@ def training_traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> 
     if settings.traces:
         return read_traces(settings.traces)
     from spectune.engine.traces import record
-    from spectune.measure import check_gamma
+    from spectune.measure import check_context_fits
 
     setup, train, heldout = split_setup(cfg, settings, "train")
-    check_gamma(train, settings.max_gamma, setup.max_context)
+    check_context_fits(train, settings.max_gamma, setup.max_context)
     log.info("tracing the training split: %d prompts of %s (held out: %d) at max_gamma %d, concurrency %d",
              len(train), setup.workload.name, len(heldout), settings.max_gamma, settings.concurrency)
     session = setup.engine.session(train, None, settings.concurrency, keep_laws=True)

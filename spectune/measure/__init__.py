@@ -148,8 +148,11 @@ def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
             for i, p in enumerate(prompts)]
 
 
-def check_gamma(requests: list[Request], max_gamma: int, max_context: int | None, key: str = "task.max_gamma") -> None:
-    """Drafting ``max_gamma`` writes max_gamma + 2 positions past a sequence: all must fit in the context."""
+def check_context_fits(requests: list[Request], max_gamma: int, max_context: int | None,
+                       key: str = "task.max_gamma") -> None:
+    """Whether drafting ``max_gamma`` fits the context: it writes max_gamma + 2 positions past a sequence, all of
+    which must fit (a config value's check: a one-line error naming ``key``). Whether γ is a γ at all is
+    :func:`spectune.options.check_gamma`."""
     if max_context is None or not requests:
         return
     need = max(len(r.input_ids) + r.max_new_tokens for r in requests) + max_gamma + 2
@@ -159,8 +162,9 @@ def check_gamma(requests: list[Request], max_gamma: int, max_context: int | None
                             f"1..{max_gamma - (need - max_context)}")
 
 
-def check_fits(requests: list[Request], gamma: int, max_context: int | None) -> None:
-    """A cycle at γ writes γ+1 positions past the sequence (the draft's first step 2): all must fit."""
+def check_point_fits(requests: list[Request], gamma: int, max_context: int | None) -> None:
+    """Whether one point's cycles at γ fit the context: a cycle writes γ+1 positions past the sequence (the draft's
+    first step 2). A caller's bug if not (the task checked its ``max_gamma`` first), hence RuntimeError."""
     if max_context is None or not requests:
         return
     need = max(len(r.input_ids) + r.max_new_tokens for r in requests) + gamma + 2
@@ -178,7 +182,7 @@ def measure_point(engine: Engine, requests: list[Request], policy: DraftLengthPo
     ``reset_policy=False`` goes on with what ``policy`` learned before (a later block; no warm-up then, which
     would teach it requests that are not measured). ``progress``: the run's one progress line, advanced per
     finished request (a point, or a block of one prompt, opens no line of its own)."""
-    check_fits(requests, gamma, max_context)
+    check_point_fits(requests, gamma, max_context)
     if warmup and not reset_policy:
         raise ValueError("measure_point: a run that keeps the policy's state takes no warm-up (warmup=0)")
     if warmup:
