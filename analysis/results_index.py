@@ -30,10 +30,10 @@ from typing import Any
 
 from analysis.headlines import REGISTERED_SUFFIX, conclusion, headline_table, interval, machine, pct, speedup
 from analysis.results_archive import archive_page
-from spectune import rundir
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
 from spectune.methods import Method, is_label
+from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.costmodel import as_profile, fit, joint_from_traces, mean_profile, predict
 from analysis.costmodel.cli import compare
-from spectune.cycle import expected_tokens_constant
+from spectune.costmodel.cycle import expected_tokens_constant
 from spectune.errors import SpectuneError
 
 

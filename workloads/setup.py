@@ -14,7 +14,7 @@ from typing import Any
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
 from spectune.measure import Models, load_models, open_engine
-from spectune.metadata import base_metadata
+from spectune.run.metadata import base_metadata
 from workloads.loader import Workload, load_workload
 from workloads.regimes import refuse_phases
 from workloads.task_sets import check_workload

@@ -9,9 +9,9 @@ With independent acceptances of constant probability α, E = Σ_{i=0..γ} α^i =
 This is a model for choosing where to measure, not a measurement: a constant α hides the accepted-length
 distribution, so :func:`expected_tokens_from_joint` takes measured joint probabilities instead.
 
-Both sides are the library's (:mod:`spectune.cycle`): E is :func:`spectune.cycle.expected_tokens` (the joint
-form) or its constant-α closed form, and the cycle's cost is :class:`StepCosts`, the library's
-:class:`~spectune.cycle.CycleCost` in units of one target step. This module validates the inputs with its
+Both sides are the library's (:mod:`spectune.costmodel.cycle`): E is :func:`spectune.costmodel.cycle.expected_tokens`
+(the joint form) or its constant-α closed form, and the cycle's cost is :class:`StepCosts`, the library's
+:class:`~spectune.costmodel.cycle.CycleCost` in units of one target step. This module validates the inputs with its
 own names, sweeps and fits.
 """
 
@@ -26,9 +26,9 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 
-from spectune.cycle import CycleCost, expected_tokens, expected_tokens_constant
+from spectune.costmodel.cycle import CycleCost, expected_tokens, expected_tokens_constant
+from spectune.costmodel.profile import Profile, load_profile
 from spectune.errors import SpectuneError
-from spectune.profile import Profile, load_profile
 
 VerifyCost: TypeAlias = float | int | Mapping[int, float] | Sequence[float] | Callable[[int], float]
 
@@ -58,7 +58,7 @@ def check_cost(value: float, name: str, *, positive: bool = False) -> float:
 
 def expected_tokens_from_joint(joint: Sequence[float], name: str = "joint") -> float:
     """E = 1 + Σ_i P(first i drafts all accepted), ``joint[i-1]`` = P(first i accepted), i = 1..γ, once the joint
-    is checked (:func:`spectune.cycle.expected_tokens` at the joint's γ).
+    is checked (:func:`spectune.costmodel.cycle.expected_tokens` at the joint's γ).
 
     The probabilities must lie in [0, 1] and be non-increasing (keeping i+1 drafts implies keeping i).
     """
@@ -115,9 +115,9 @@ class StepCosts(CycleCost):
     γ drafts ``g(γ)``, and the cycle ``overhead``. ``c_first``: a cycle's first draft step apart from the later
     ones (a fitted profile's c₁), None when every step costs ``c``.
 
-    A profile's :class:`~spectune.profile.CycleCosts` scaled to one target step is the same cost; the draft term is
-    written here as c₁ + c (γ − 1) and there as γ c + (c₁ − c), equal in exact arithmetic and apart by at most an
-    ulp in floating point, each kept so that the cost model's tables and the replays stay the numbers they were
+    A profile's :class:`~spectune.costmodel.profile.CycleCosts` scaled to one target step is the same cost; the draft
+    term is written here as c₁ + c (γ − 1) and there as γ c + (c₁ − c), equal in exact arithmetic and apart by at most
+    an ulp in floating point, each kept so that the cost model's tables and the replays stay the numbers they were
     (``tests/test_cycle.py`` checks the two agree)."""
 
     c: float
@@ -200,8 +200,8 @@ def plot(grid: pd.DataFrame, best: pd.DataFrame):
 # --- The model fitted to measurements: a task=profile result (costs) and task=trace traces (acceptance). ---
 
 def as_profile(profile: Profile | Mapping[str, Any] | str | Path) -> Profile:
-    """A :class:`spectune.profile.Profile` from itself, its JSON object, a ``profile.json`` path or a shipped name
-    (one schema and one validation for the replay environments and the cost model)."""
+    """A :class:`spectune.costmodel.profile.Profile` from itself, its JSON object, a ``profile.json`` path or a shipped
+    name (one schema and one validation for the replay environments and the cost model)."""
     if isinstance(profile, Profile):
         return profile
     if isinstance(profile, Mapping):
@@ -266,7 +266,7 @@ def predict(joint: Sequence[float], profile: Profile, gammas: Iterable[int], bat
     per-cycle overhead o paid by the AR step too (both are timed the same way, TPOT-based).
     ``constant_alpha_speedup``: the same costs with E from α = joint[0]. ``seed_speedup``: the plain
     S = E(α) / (c γ + 1) (g = 1, no overhead, every draft step alike). Costs are :class:`StepCosts` (the AR step
-    1 + o is their ``ar``), E is :func:`spectune.cycle.expected_tokens` of the joint.
+    1 + o is their ``ar``), E is :func:`spectune.costmodel.cycle.expected_tokens` of the joint.
     """
     expected_tokens_from_joint(joint)
     alpha, measured = float(joint[0]), expected_tokens(joint)
@@ -294,7 +294,7 @@ def fit(profile: Profile | Mapping[str, Any] | str | Path, traces: pd.DataFrame,
     """The cost model from a profile and traces (never from the runs it predicts): one row per γ.
 
     ``gammas`` defaults to 1..max_gamma of the traces (bounded by the profile's max_positions − 1). Costs at a
-    batch size the profile did not measure are interpolated by :class:`spectune.profile.Profile`.
+    batch size the profile did not measure are interpolated by :class:`spectune.costmodel.profile.Profile`.
     """
     profile = as_profile(profile)
     joint = joint_from_traces(traces, method)

@@ -27,7 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
 from harness.tasks.schemas import BenchFile, BenchTask
 from policies.registry import make_policy
-from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine.policy import check_gamma
@@ -41,8 +40,9 @@ from spectune.measure import (
     schedule,
 )
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
 from spectune.options import integer
+from spectune.run import conditions, resume, rundir
+from spectune.run.metadata import base_metadata
 from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from spectune.stats.compare import AA_LABEL, throughput_units

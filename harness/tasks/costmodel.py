@@ -23,10 +23,10 @@ from analysis.costmodel import (
     plot,
     sweep,
 )
-from spectune import rundir
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
 from spectune.options import as_list, flag, required
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
 from harness.tasks.schemas import CoverageFile
-from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.errors import SpectuneError
@@ -41,9 +40,10 @@ from spectune.measure import (
     requests_of,
 )
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
 from spectune.options import integer
-from spectune.progress import RunProgress
+from spectune.run import conditions, resume, rundir
+from spectune.run.metadata import base_metadata
+from spectune.run.progress import RunProgress
 from spectune.stats.compare import AA_LABEL, throughput_units
 from spectune.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
 from spectune.stats.units import speedup_interval, unit_size_of, units_of

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from spectune import rundir
 from spectune.audit.fit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
 from spectune.audit.laws import PositionLaws, total_variation, validate_pair
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
 from spectune.options import as_list, flag, integer, number, required
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 

@@ -58,13 +58,13 @@ from policies.envs.replay import replay_scores
 from policies.ppo_distilled import distill_into
 from policies.train.ppo import CycleTraining, GammaTraining, save_policy, split_requests
 from policies.train.schema import TrainConfig
-from spectune import rundir
 from spectune.config import typed
+from spectune.costmodel.profile import Profile, load_profile
 from spectune.errors import SpectuneError
 from spectune.io import write_figure
-from spectune.metadata import base_metadata
 from spectune.options import integer
-from spectune.profile import Profile, load_profile
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 

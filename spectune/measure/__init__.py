@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from spectune.engine.policy import DraftLengthPolicy
     from spectune.hardware import ExecutionPath
     from spectune.models.loading import ModelPair
-    from spectune.progress import RunProgress
+    from spectune.run.progress import RunProgress
     from spectune.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,8 @@ def load_models(models_cfg: Any, hardware_cfg: Any, draft: bool = True) -> Model
     held = _LOADED.get(key)
     if held is None or (draft and held.pair.draft is None):
         from spectune import hardware as hw
+        from spectune.costmodel.profile import device_name
         from spectune.models.loading import load_pair
-        from spectune.profile import device_name
 
         device = hw.setup(hardware_cfg)
         path = hw.execution_path(hardware_cfg)

@@ -40,7 +40,7 @@ from spectune.engine.records import Request, summarise
 from spectune.errors import SpectuneError
 from spectune.measure import Frames, Grid, _tag
 from spectune.options import integer
-from spectune.progress import RunProgress
+from spectune.run.progress import RunProgress
 from spectune.stats.compare import rotation
 
 log = logging.getLogger(__name__)
@@ -222,8 +222,8 @@ def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: i
     γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
     the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`), each finished
     request counted on ``progress`` (the run's one line). With ``phases`` a block runs at its phase's concurrency."""
-    from spectune.conditions import Window
     from spectune.measure import measure_point
+    from spectune.run.conditions import Window
 
     policies: dict[tuple[str, int], Any] = {}
 
@@ -327,9 +327,9 @@ def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, in
     builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive). ``phases`` (each phase's concurrency,
     the requests tagged with their phase in run order): every point runs phase by phase, and ``concurrency`` is
     not read. The run shows one progress line on stderr, ``what`` its first word
-    (:class:`spectune.progress.RunProgress`)."""
-    from spectune.conditions import watched
+    (:class:`spectune.run.progress.RunProgress`)."""
     from spectune.measure import measure_point, run_points, schedule
+    from spectune.run.conditions import watched
 
     points = len(methods) * repeats
     with RunProgress(what, points * len(requests), points=points) as progress:

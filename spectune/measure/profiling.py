@@ -19,11 +19,11 @@ import logging
 import statistics
 from typing import Any
 
+from spectune.costmodel.profile import Profile, dearer_note, fit_linear
 from spectune.engine.policy import FixedGamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
 from spectune.measure import Models, check_gamma
-from spectune.profile import Profile, dearer_note, fit_linear
 
 log = logging.getLogger(__name__)
 
