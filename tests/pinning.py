@@ -86,7 +86,7 @@ def compose(config: str, *overrides: str) -> Any:
 
 def open_engine() -> tuple[Any, list]:
     """The engine on the embedded pair and the workload's requests (models loaded once)."""
-    from spectune.measure import requests_of
+    from spectune.measure.point import requests_of
     from workloads.setup import open_setup
 
     setup = open_setup(compose("config", *WORKLOAD), "pinning")

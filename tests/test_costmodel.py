@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.costmodel import (
+from analysis.costmodel.model import (
     expected_tokens_from_joint,
     joint_from_accepted_lengths,
     optima,

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from analysis.costmodel import StepCosts, predict, speedup, sweep
+from analysis.costmodel.fit import predict
+from analysis.costmodel.model import StepCosts, speedup, sweep
 from spectune.costmodel.cycle import CycleCost, expected_tokens, expected_tokens_constant, expected_tokens_from_rates
 from spectune.costmodel.profile import CycleCosts, Profile
 

@@ -9,8 +9,8 @@ import pytest
 
 from policies.heuristic import HFHeuristic
 from spectune.engine import Engine
-from spectune.measure import measure_point
 from spectune.measure.interleave import block_order, blocks_of, merge_blocks, run_interleaved
+from spectune.measure.point import measure_point
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests

@@ -1,9 +1,9 @@
 """A workload served by an engine on the configured models and hardware: what every application that measures
 opens first (the harness tasks, ``policies.train``, ``policies.evaluate``).
 
-The models come from :func:`spectune.measure.load_models` (loaded once per process), the prompts from
+The models come from :func:`spectune.measure.models.load_models` (loaded once per process), the prompts from
 :func:`workloads.loader.load_workload` with the target's tokenizer, the engine from
-:func:`spectune.measure.open_engine` with the workload's sampling settings.
+:func:`spectune.measure.point.open_engine` with the workload's sampling settings.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
-from spectune.measure import Models, load_models, open_engine
+from spectune.measure.models import Models, load_models
+from spectune.measure.point import open_engine
 from spectune.run.metadata import base_metadata
 from workloads.loader import Workload, load_workload
 from workloads.regimes import refuse_phases
@@ -65,14 +66,14 @@ def proposer_node(cfg: Any) -> dict[str, Any] | None:
 
 
 def models_of(cfg: Any) -> Models:
-    """The configured models (:func:`spectune.measure.load_models`), the pair's draft model only where the
+    """The configured models (:func:`spectune.measure.models.load_models`), the pair's draft model only where the
     configured proposer drafts with it; its settings are checked first, before any weights load."""
     entry, _ = proposers.settings_of(proposer_node(cfg))
     return load_models(cfg.models, cfg.hardware, draft=entry.needs_draft_model)
 
 
 def engine_of(cfg: Any, models: Models, sampling: Any) -> Any:
-    """The engine of the configured proposer on ``models`` (:func:`spectune.measure.open_engine`), what every
+    """The engine of the configured proposer on ``models`` (:func:`spectune.measure.point.open_engine`), what every
     application opens: a proposer whose entry asks for the workload's training prompts (suffix decoding's frozen
     global trie, ``proposer.corpus=train``) gets them here."""
     proposer = proposer_node(cfg)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.costmodel import fit, joint_from_traces, mean_profile
+from analysis.costmodel.fit import fit, joint_from_traces, mean_profile
 from analysis.load import add_speedups, load_cycles, load_summaries, load_traces
 from spectune.costmodel.profile import Profile, load_profile, profile_mismatch
 from spectune.errors import SpectuneError

@@ -30,9 +30,9 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from analysis import plots
-from analysis.costmodel import sweep
 from analysis.costmodel.cli import measured
 from analysis.costmodel.cli import run as fit_and_compare
+from analysis.costmodel.model import sweep
 from analysis.load import load_cycles
 from spectune.run import rundir
 

@@ -136,7 +136,7 @@ def _median_ms(times: list[float]) -> float:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from spectune.measure import load_models
+    from spectune.measure.models import load_models
     from workloads.loader import load_workload
 
     if not cfg.get("workload"):

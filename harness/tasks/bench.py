@@ -32,14 +32,8 @@ from spectune.config import typed
 from spectune.engine.policy import check_gamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
-from spectune.measure import (
-    Grid,
-    aggregate,
-    pooled,
-    repeats_option,
-    schedule,
-)
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option, schedule
 from spectune.options import integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata

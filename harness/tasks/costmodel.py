@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.costmodel import (
+from analysis.costmodel.model import (
     VerifyCost,
     check_alpha,
     check_cost,

@@ -34,12 +34,9 @@ from spectune import hardware as hw
 from spectune.config import typed
 from spectune.errors import SpectuneError
 from spectune.io import write_json
-from spectune.measure import (
-    pooled,
-    repeats_option,
-    requests_of,
-)
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.point import requests_of
+from spectune.measure.repeats import pooled, repeats_option
 from spectune.options import integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata

@@ -24,7 +24,7 @@ from spectune.engine import proposers
 from spectune.engine.proposers.replay import COPY_N, GreedyOutput, replay
 from spectune.engine.records import requests_frame
 from spectune.errors import SpectuneError
-from spectune.measure import requests_of
+from spectune.measure.point import requests_of
 from spectune.measure.prediction import by_task, price
 from spectune.options import as_list, integer
 from spectune.run import rundir

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from spectune.measure import requests_of
+from spectune.measure.point import requests_of
 from spectune.measure.profiling import measure_profile
 from spectune.options import as_list, integer
 from spectune.run import rundir

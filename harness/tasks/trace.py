@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from harness.tasks.schemas import TraceTask
 from spectune.config import typed
-from spectune.measure import check_gamma, requests_of
+from spectune.measure.point import check_gamma, requests_of
 from spectune.options import integer
 from spectune.run import rundir
 

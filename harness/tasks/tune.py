@@ -29,13 +29,8 @@ from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
-from spectune.measure import (
-    Grid,
-    aggregate,
-    pooled,
-    repeats_option,
-)
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option
 from spectune.options import as_list, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import base_metadata

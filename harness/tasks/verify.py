@@ -201,7 +201,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
     from spectune.audit import real_pair as am  # loads torch and transformers
-    from spectune.measure import load_models
+    from spectune.measure.models import load_models
     from spectune.sampling import SamplingParams
     from spectune.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload

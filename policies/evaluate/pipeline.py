@@ -47,8 +47,8 @@ from policies.train.schema import TrainConfig
 from policies.train.tuning import tunable
 from spectune.config import typed
 from spectune.errors import SpectuneError
-from spectune.measure import Grid, aggregate, repeats_option
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.repeats import Grid, aggregate, repeats_option
 from spectune.options import as_list, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import finished_metadata
@@ -339,7 +339,7 @@ def _task_lines(table: pd.DataFrame) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from policies.train.ppo import split_requests
-    from spectune.measure import check_gamma, requests_of
+    from spectune.measure.point import check_gamma, requests_of
     from workloads.setup import open_setup
 
     if not cfg.get("workload"):

@@ -1,6 +1,6 @@
 """Methods interleaved prompt block by prompt block, so that a drifting machine drifts under every method alike.
 
-A point of :func:`spectune.measure.run_points` is one method run once over all prompts; the methods of a repeat
+A point of :func:`spectune.measure.repeats.run_points` is one method run once over all prompts; the methods of a repeat
 run one after the other. On a machine whose speed drifts by ±15% over minutes (a cloud VM's neighbours, thermal
 or frequency changes), that drift lands whole on whichever method ran at the time, and a paired (repeat,
 prompt) bootstrap cannot see it: the pairing assumes the two methods met the same conditions. Cutting the
@@ -25,7 +25,7 @@ The order of the methods on each block follows a Williams design, not a rotation
 some state: the allocator, the caches, garbage to collect. Under a rotation each method always follows the same
 predecessor, so that carry-over stays fixed on one method. Measured with a rotation on smollm2: AR against
 itself, run right after AR, +4.6% [+1.8, +11.6]. Garbage is also collected before every timed run
-(:func:`spectune.measure.measure_point`).
+(:func:`spectune.measure.point.measure_point`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ import pandas as pd
 
 from spectune.engine.records import Request, summarise
 from spectune.errors import SpectuneError
-from spectune.measure import Frames, Grid, _tag
+from spectune.measure.point import Frames
+from spectune.measure.repeats import Grid, _tag
 from spectune.options import integer
 from spectune.run.progress import RunProgress
 from spectune.stats.compare import rotation
@@ -208,8 +209,8 @@ def phase_blocks(requests: list[Request], size: int | None, phases: Phases) -> l
 def _warm_shapes(engine: Any, requests: list[Request], policy: Any, warmup: int, phases: Phases | None,
                  measured: int) -> None:
     """Before a point's first phase: warm-up at every other phase's concurrency (``measured``'s is warmed up by
-    :func:`spectune.measure.measure_point` itself)."""
-    from spectune.measure import warm_up
+    :func:`spectune.measure.point.measure_point` itself)."""
+    from spectune.measure.point import warm_up
 
     for concurrency in sorted(set((phases or {}).values()) - {measured}):
         warm_up(engine, requests, policy, concurrency, warmup)
@@ -218,11 +219,12 @@ def _warm_shapes(engine: Any, requests: list[Request], policy: Any, warmup: int,
 def block_runner(engine: Any, make: Callable[[str, int], Any], *, concurrency: int, warmup: int,
                  max_context: int | None, progress: RunProgress | None = None,
                  phases: Phases | None = None) -> BlockRun:
-    """A :data:`BlockRun` that measures a block with :func:`spectune.measure.measure_point`: the policy ``make(label,
-    γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones, warm-up before
-    the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`), each finished
-    request counted on ``progress`` (the run's one line). With ``phases`` a block runs at its phase's concurrency."""
-    from spectune.measure import measure_point
+    """A :data:`BlockRun` that measures a block with :func:`spectune.measure.point.measure_point`: the policy
+    ``make(label, γ)`` builds (None: autoregressive) made at a point's first block and carried to its later ones,
+    warm-up before the first block only, each block's conditions recorded (merged per point by :func:`merge_blocks`),
+    each finished request counted on ``progress`` (the run's one line). With ``phases`` a block runs at its phase's
+    concurrency."""
+    from spectune.measure.point import measure_point
     from spectune.run.conditions import Window
 
     policies: dict[tuple[str, int], Any] = {}
@@ -247,7 +249,7 @@ def phase_point(engine: Any, requests: list[Request], policy: Any, label: str, g
                 warmup: int, max_context: int | None, progress: RunProgress | None = None) -> Frames:
     """One point of a phased workload in the blocked design: its phases one after the other, each at its
     concurrency, the policy carried from phase to phase; merged into one run (:func:`merge_blocks`)."""
-    from spectune.measure import measure_point
+    from spectune.measure.point import measure_point
 
     parts = by_phase(requests)
     if warmup:
@@ -323,12 +325,13 @@ def run_design(engine: Any, requests: list[Request], methods: list[tuple[str, in
                what: str = "measuring", phases: Phases | None = None) -> Grid:
     """Every (label, γ) of ``methods`` on ``requests``, ``repeats`` times, in the run's design: interleaved block by
     block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on all prompts at once in the
-    rotated order (:func:`spectune.measure.run_points`), every point's conditions recorded. ``make(label, γ)``
+    rotated order (:func:`spectune.measure.repeats.run_points`), every point's conditions recorded. ``make(label, γ)``
     builds a point's policy (called for γ > 0 only: γ = 0 is autoregressive). ``phases`` (each phase's concurrency,
     the requests tagged with their phase in run order): every point runs phase by phase, and ``concurrency`` is
     not read. The run shows one progress line on stderr, ``what`` its first word
     (:class:`spectune.run.progress.RunProgress`)."""
-    from spectune.measure import measure_point, run_points, schedule
+    from spectune.measure.point import measure_point
+    from spectune.measure.repeats import run_points, schedule
     from spectune.run.conditions import watched
 
     points = len(methods) * repeats

@@ -23,7 +23,8 @@ from spectune.costmodel.profile import Profile, dearer_note, fit_linear
 from spectune.engine.policy import FixedGamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
-from spectune.measure import Models, check_gamma
+from spectune.measure.models import Models
+from spectune.measure.point import check_gamma
 
 log = logging.getLogger(__name__)
 
