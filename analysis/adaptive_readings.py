@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.timed_vs_predicted import same_outputs
-from spectune import rundir
 from spectune.methods import BASELINE
+from spectune.run import rundir
 from spectune.stats.by_task import by_task
 
 NO_DRAFT = "cycles with γ 0 chosen before drafting"  # the comparison's no_draft_cycles_pct column, as pages name it

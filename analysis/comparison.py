@@ -27,10 +27,10 @@ import pandas as pd
 from analysis.load import Paths, find_dirs, load_table
 from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.report import markdown_table
-from spectune import cli, rundir
 from spectune.errors import SpectuneError
 from spectune.io import write_text
 from spectune.methods import BASELINE
+from spectune.run import cli, rundir
 from spectune.stats.compare import EQUIVALENCE_MARGIN, decode_units
 from spectune.stats.intervals import mde, verdict
 from spectune.stats.units import components, speedup_interval, unit_size_of

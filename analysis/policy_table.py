@@ -73,7 +73,7 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
                     fixed: Mapping[str, int] | None = None, unit_size: int = 1) -> list[dict[str, Any]]:
     """One row per method of the held-out runs.
 
-    ``methods`` are ``spectune.measure.aggregate``'s per-method summaries (throughput and speedup CIs,
+    ``methods`` are ``spectune.measure.repeats.aggregate``'s per-method summaries (throughput and speedup CIs,
     latencies, acceptance), ``labels`` maps a method label to its policy name, ``best_label`` is the best fixed
     γ's method, ``replay`` maps a method label to its replay scores on the held-out traces, ``fixed`` maps the
     label of every fixed-γ method that ran (AR: γ 0) to its γ: with more than AR and the best fixed γ among them,

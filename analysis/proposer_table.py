@@ -20,8 +20,8 @@ from pathlib import Path
 
 from analysis.results_index import splice
 from analysis.timed_vs_predicted import TASKS
-from spectune import rundir
 from spectune.methods import Method
+from spectune.run import rundir
 from spectune.stats.by_task import ALL
 
 logger = logging.getLogger(__name__)

@@ -31,10 +31,10 @@ from typing import Any
 from analysis.headlines import REGISTERED_SUFFIX, conclusion, headline_table, interval, machine, pct, speedup
 from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.results_archive import archive_page
-from spectune import rundir
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE, Method, is_label
+from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from spectune import rundir
 from spectune.methods import BASELINE, Method
+from spectune.run import rundir
 from spectune.stats.by_task import ALL
 from workloads.task_sets import TASKS as TASK_SETS
 

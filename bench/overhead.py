@@ -46,9 +46,9 @@ from spectune.engine.features import reads_features
 from spectune.engine.kv import cache_argument
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.io import write_json
-from spectune.metadata import base_metadata
 from spectune.methods import BASELINE
 from spectune.models.loading import load_pair
+from spectune.run.metadata import base_metadata
 from spectune.sampling import SamplingParams, inverse_cdf, sample
 from spectune.sampling.rejection import get_sampler
 

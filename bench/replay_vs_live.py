@@ -28,8 +28,8 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
 from policies.evaluate.pipeline import learned_files, learned_profile, policy_node
 from policies.registry import make_policy
-from spectune import rundir
 from spectune.methods import BASELINE, Method, is_label
+from spectune.run import rundir
 
 AR_LABELS = (BASELINE, AA_POLICY)
 

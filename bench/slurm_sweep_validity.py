@@ -29,8 +29,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from spectune import rundir  # noqa: E402
 from spectune.methods import Method  # noqa: E402
+from spectune.run import rundir  # noqa: E402
 
 WORKLOADS = ("it", "en")
 

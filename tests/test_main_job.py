@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from hydra import compose, initialize_config_dir
 
-from spectune.progress import LOG_EVERY_S
+from spectune.run.progress import LOG_EVERY_S
 from tests.conftest import REPO
 from workloads.loader import load_workload
 from workloads.task_sets import CHAT_LINES, TASKS

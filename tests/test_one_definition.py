@@ -24,8 +24,8 @@ from policies.envs.gamma import DRAFT, DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS
 from policies.envs.replay import replay_gammas
 from policies.sb3_files import annotate_policy_file
+from spectune.costmodel.profile import load_profile
 from spectune.engine.policy import DRAFT_SIGNALS, FixedGamma
-from spectune.profile import load_profile
 from tests.conftest import REPO
 from tests.tiny_models import record_three_requests
 from tests.watched import Watched

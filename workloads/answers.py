@@ -34,10 +34,10 @@ from typing import Any
 
 import pandas as pd
 
-from spectune import rundir
-from spectune.cli import ArgumentParser, run_command
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE
+from spectune.run import rundir
+from spectune.run.cli import ArgumentParser, run_command
 from workloads.task_sets import LANGUAGES, read_task_file
 
 log = logging.getLogger(__name__)

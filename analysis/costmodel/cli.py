@@ -24,13 +24,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.costmodel import fit, joint_from_traces, mean_profile
+from analysis.costmodel.fit import fit, joint_from_traces, mean_profile
 from analysis.load import add_speedups, load_cycles, load_summaries, load_traces
-from spectune import cli, rundir
+from spectune.costmodel.profile import Profile, load_profile, profile_mismatch
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
 from spectune.methods import BASELINE
-from spectune.profile import Profile, load_profile, profile_mismatch
+from spectune.run import cli, rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
 
 
 def check_same_setup(profile: Profile, traces_meta: dict[str, Any], run: Path, allow_mixed: bool) -> None:
-    """The profile (models and hardware, :data:`spectune.profile.MATCH_FIELDS`) and the traces (models) must
+    """The profile (models and hardware, :data:`spectune.costmodel.profile.MATCH_FIELDS`) and the traces (models) must
     describe the runs, else the fit means nothing. A field the run did not record is not held against it."""
     if allow_mixed:
         return

@@ -30,24 +30,18 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
 from harness.tasks.schemas import BenchFile, BenchTask
 from policies.registry import make_policy
-from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine.records import Request
 from spectune.engines import engine_class
 from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
-from spectune.measure import (
-    Grid,
-    aggregate,
-    pooled,
-    repeats_option,
-    schedule,
-)
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
+from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option, schedule
 from spectune.methods import AA, AA_LABEL, AR, BASELINE, Method
 from spectune.options import check_gamma, integer
+from spectune.run import conditions, resume, rundir
+from spectune.run.metadata import base_metadata
 from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from spectune.stats.compare import throughput_units

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.costmodel import (
+from analysis.costmodel.model import (
     DRAFTS,
     VerifyCost,
     check_alpha,
@@ -23,10 +23,10 @@ from analysis.costmodel import (
     plot,
     sweep,
 )
-from spectune import rundir
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
 from spectune.options import as_list, check_gamma, flag, required
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 

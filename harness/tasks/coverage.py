@@ -30,22 +30,19 @@ from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
 from harness.tasks.schemas import CoverageFile
-from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.io import write_json
-from spectune.measure import (
-    pooled,
-    repeats_option,
-    requests_of,
-)
 from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
+from spectune.measure.point import requests_of
+from spectune.measure.repeats import pooled, repeats_option
 from spectune.methods import AA, AR, BASELINE, Method, label_gammas
 from spectune.options import integer
-from spectune.progress import RunProgress
+from spectune.run import conditions, resume, rundir
+from spectune.run.metadata import base_metadata
+from spectune.run.progress import RunProgress
 from spectune.stats.compare import throughput_units
 from spectune.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
 from spectune.stats.units import speedup_interval, unit_size_of, units_of

@@ -18,10 +18,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.tasks.schemas import TraceTask
-from spectune import rundir
 from spectune.config import typed
-from spectune.measure import check_context_fits, requests_of
+from spectune.measure.point import check_context_fits, requests_of
 from spectune.options import integer
+from spectune.run import rundir
 
 log = logging.getLogger(__name__)
 

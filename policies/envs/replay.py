@@ -23,8 +23,8 @@ were drafted to ``max_gamma``. Exact per cycle, approximate per run; the cycle t
 each request is the recorded one (it starts at the same context), which is what the tests compare.
 
 The replay's accounting lives here too: :func:`replay_costs` (what each entry is charged at every γ: its share
-of its batch's cycle, :meth:`spectune.profile.CycleCosts.cycle_s`, for the system's tokens/s, or the whole cycle for
-a request's decode tok/s), :func:`oracle_gammas` (the hindsight-best γ) and
+of its batch's cycle, :meth:`spectune.costmodel.profile.CycleCosts.cycle_s`, for the system's tokens/s, or the whole
+cycle for a request's decode tok/s), :func:`oracle_gammas` (the hindsight-best γ) and
 :func:`replay_scores`. :func:`replay_table` scores many policies this way with :func:`replay_scores` (tokens/s on
 realised outcomes), next to a fixed γ and the hindsight oracle.
 
@@ -48,9 +48,9 @@ import pandas as pd
 import torch
 
 from policies.envs.data import TraceSet
+from spectune.costmodel.profile import Profile
 from spectune.engine.policy import SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 
 log = logging.getLogger(__name__)
 

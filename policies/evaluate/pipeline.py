@@ -45,15 +45,15 @@ from policies.evaluate.schema import EvaluateConfig
 from policies.registry import POLICIES, make_policy
 from policies.train.schema import TrainConfig
 from policies.train.tuning import tunable
-from spectune import conditions, rundir
 from spectune.config import typed
 from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
-from spectune.measure import Grid, aggregate, repeats_option
 from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
-from spectune.metadata import finished_metadata
+from spectune.measure.repeats import Grid, aggregate, repeats_option
 from spectune.methods import AA_LABEL, BASELINE, Method
 from spectune.options import as_list, integer
+from spectune.run import conditions, rundir
+from spectune.run.metadata import finished_metadata
 from spectune.stats.by_task import by_task, durations_of, several_tasks
 from spectune.stats.compare import decode_rates
 from spectune.stats.units import unit_size_of
@@ -257,7 +257,7 @@ def learned_files(name: str, learned: Path | None, concurrency: int) -> dict[str
 
 def learned_profile(directory: Path) -> Any:
     """The cost profile the learned policies of ``directory`` were trained with (calibrated when it was)."""
-    from spectune.profile import load_profile
+    from spectune.costmodel.profile import load_profile
 
     for file in (rundir.PROFILE_CALIBRATED, rundir.PROFILE):
         if file.exists(directory):
@@ -342,7 +342,7 @@ def _task_lines(table: pd.DataFrame) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from policies.train.ppo import split_requests
-    from spectune.measure import check_context_fits, requests_of
+    from spectune.measure.point import check_context_fits, requests_of
     from workloads.setup import open_setup
 
     if not cfg.get("workload"):

@@ -19,11 +19,12 @@ import logging
 import statistics
 from typing import Any
 
+from spectune.costmodel.profile import Profile, dearer_note, fit_linear
 from spectune.engine.policy import FixedGamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
-from spectune.measure import Models, check_context_fits
-from spectune.profile import Profile, dearer_note, fit_linear
+from spectune.measure.models import Models
+from spectune.measure.point import check_context_fits
 
 log = logging.getLogger(__name__)
 
