@@ -217,12 +217,14 @@ def test_a_run_of_one_prompt_blocks_shows_one_progress_line_not_a_bar_per_block(
     request done, and no carriage return (no bar)."""
     import time
 
-    from spectune.measure.interleave import run_design
+    from spectune.engines.spectune import SpectuneEngine
+    from spectune.measure.interleave import as_method, run_design
     from spectune.run.progress import LOG_EVERY_S
 
+    measured = SpectuneEngine(engine, lambda method: _policy(method.label, method.gamma), max_context=None)
     start = time.monotonic()
-    grid = run_design(engine, random_requests(6, max_new=4), METHODS, 2, _policy, block_prompts=1, concurrency=1,
-                      warmup=0, max_context=None)
+    grid = run_design(measured, random_requests(6, max_new=4), [as_method(label, g) for label, g in METHODS], 2,
+                      block_prompts=1, concurrency=1, warmup=0)
     elapsed = time.monotonic() - start
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line]
