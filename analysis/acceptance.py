@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from spectune import cli, rundir
 from spectune.errors import SpectuneError
+from spectune.run import cli, rundir
 from spectune.stats.intervals import paired_difference_interval
 
 log = logging.getLogger(__name__)

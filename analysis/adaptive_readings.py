@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.timed_vs_predicted import same_outputs
-from spectune import rundir
+from spectune.methods import BASELINE
+from spectune.run import rundir
 from spectune.stats.by_task import by_task
 
 NO_DRAFT = "cycles with γ 0 chosen before drafting"  # the comparison's no_draft_cycles_pct column, as pages name it
@@ -111,7 +112,7 @@ def goal_lines(requests: pd.DataFrame, cycles: pd.DataFrame, learned: str, rule:
 
 def exactness_line(requests: pd.DataFrame, methods: list[str], reading: int) -> list[str]:
     """Reading ``reading``: every method's greedy output equals AR's, request by request."""
-    exact = {m: same_outputs(requests, m) for m in methods if m != "ar"}
+    exact = {m: same_outputs(requests, m) for m in methods if m != BASELINE}
     verdict = "pass" if all(same == total for same, total in exact.values()) else "fail"
     return ["", f"Reading {reading} (greedy output equals AR's): "
             + ", ".join(f"`{m}` {same}/{total}" for m, (same, total) in exact.items()) + f" — **{verdict}**."]

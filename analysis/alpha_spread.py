@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from spectune import rundir
+from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
 

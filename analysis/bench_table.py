@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from spectune.methods import BASELINE
+
 COLUMNS = {
     "output_throughput": "tok/s",
     "speedup": "speedup",
@@ -69,9 +71,9 @@ def bench_table(summaries: list[dict[str, Any]], ranking: dict[str, Any] | None 
             frame[key] = float("nan")
     if "speedup_verdict" not in frame:
         frame["speedup_verdict"] = "-"
-    frame["speedup_verdict"] = [("-" if m == "ar" or not isinstance(v, str) else v)
+    frame["speedup_verdict"] = [("-" if m == BASELINE or not isinstance(v, str) else v)
                                 for m, v in zip(frame["method"], frame["speedup_verdict"], strict=True)]
-    base = frame.loc[frame["method"] == "ar", "output_throughput"]
+    base = frame.loc[frame["method"] == BASELINE, "output_throughput"]
     base_tps = float(base.iloc[0]) if len(base) and pd.notna(base.iloc[0]) else None
     ratio = frame["output_throughput"] / base_tps if base_tps else float("nan")
     frame["speedup"] = frame["speedup"].astype(float).fillna(ratio) if base_tps else frame["speedup"]
@@ -152,7 +154,7 @@ def statistics_lines(st: dict[str, Any], methods: list[dict[str, Any]]) -> list[
     if "ci_method" in st:  # the old unit
         return [f"95% CI: {st['ci_method']}, {st.get('n_resamples')} resamples of {st.get('n_clusters')} (repeat, "
                 "prompt) clusters — repeats counted as independent: these intervals are too narrow"]
-    others = [m for m in methods if m.get("method") != "ar" and m.get("status") == "ok"]
+    others = [m for m in methods if m.get("method") != BASELINE and m.get("status") == "ok"]
     lines = [f"95% CI: {st['interval']} — {st['n_units']} units, unit = {st['unit']}, {st['repeats']} repeat(s) "
              f"each; a method is faster or slower only where its interval excludes 1, equivalent where it lies "
              f"within ±{100 * st['equivalence_margin']:g}%"]

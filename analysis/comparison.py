@@ -27,9 +27,10 @@ import pandas as pd
 from analysis.load import Paths, find_dirs, load_table
 from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.report import markdown_table
-from spectune import cli, rundir
 from spectune.errors import SpectuneError
 from spectune.io import write_text
+from spectune.methods import BASELINE
+from spectune.run import cli, rundir
 from spectune.stats.compare import EQUIVALENCE_MARGIN, decode_units
 from spectune.stats.intervals import mde, verdict
 from spectune.stats.units import components, speedup_interval, unit_size_of
@@ -85,7 +86,7 @@ def _mean(group: pd.DataFrame, column: str) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-FIXED_ROWS = ("ar", BEST_FIXED, AA_POLICY)  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
+FIXED_ROWS = (BASELINE, BEST_FIXED, AA_POLICY)  # the comparison's non-adaptive rows, beside the "fixed:gamma=N" ones
 
 
 def load_map(frame: pd.DataFrame, metric: str = "decode") -> pd.DataFrame:

@@ -21,9 +21,9 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
-from spectune import rundir
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE, Method, is_label
+from spectune.run import rundir
 from spectune.stats.by_task import ALL
 
 logger = logging.getLogger(__name__)

@@ -21,10 +21,11 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from spectune import rundir
 from spectune.engine.records import DEFAULT_TASK
 from spectune.errors import SpectuneError
-from spectune.rundir import read_json, read_parquet
+from spectune.methods import BASELINE
+from spectune.run import rundir
+from spectune.run.rundir import read_json, read_parquet
 
 __all__ = ["read_json", "read_parquet"]  # the run directory's readers, for the analysis code and notebooks
 
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 Paths = Path | str | Sequence[Path | str]
 
-# File names and the columns that define each table: spectune.rundir (the rest load under their recorded names).
+# File names and the columns that define each table: spectune.run.rundir (the rest load under their recorded names).
 SUMMARY = rundir.SUMMARY.name
 # What makes two runs comparable: same models (and weights) and same hardware and execution path.
 MODEL_KEYS = ("target", "target_revision", "target_sha256", "draft", "draft_revision", "draft_sha256", "dtype")
@@ -248,7 +249,7 @@ def add_speedups(summaries: pd.DataFrame) -> pd.DataFrame:
     for col in ("output_throughput", "mean_tpot_ms"):
         if col not in out:
             out[col] = float("nan")
-    ar = out[out["method"] == "ar"].drop_duplicates("run").set_index("run")
+    ar = out[out["method"] == BASELINE].drop_duplicates("run").set_index("run")
     ratio = out["output_throughput"] / out["run"].map(ar["output_throughput"])
     out["speedup"] = out["speedup"].fillna(ratio) if "speedup" in out else ratio
     out["tpot_speedup"] = out["run"].map(ar["mean_tpot_ms"]) / out["mean_tpot_ms"]

@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
+from spectune.methods import BASELINE
+
 log = logging.getLogger(__name__)
 
 N_RESAMPLES = 1000
@@ -58,13 +60,13 @@ def speedup_table(requests: pd.DataFrame) -> pd.DataFrame:
     pair_keys = [k for k in ("repeat", "prompt_id") if k in ok]
     rows = []
     for run, part in ok.groupby("run", sort=False):
-        ar = part[part["method"] == "ar"].groupby(pair_keys)["tpot_ms"].mean()
-        for method, rows_m in part[part["method"] != "ar"].groupby("method", sort=False):
-            both = pd.concat([ar.rename("ar"), rows_m.groupby(pair_keys)["tpot_ms"].mean().rename("m")],
+        ar = part[part["method"] == BASELINE].groupby(pair_keys)["tpot_ms"].mean()
+        for method, rows_m in part[part["method"] != BASELINE].groupby("method", sort=False):
+            both = pd.concat([ar.rename("base"), rows_m.groupby(pair_keys)["tpot_ms"].mean().rename("m")],
                              axis=1).dropna()
             if both.empty:
                 continue
-            first, ar_tpot, m_tpot = rows_m.iloc[0], both["ar"].to_numpy(), both["m"].to_numpy()
+            first, ar_tpot, m_tpot = rows_m.iloc[0], both["base"].to_numpy(), both["m"].to_numpy()
             row: dict[str, Any] = {"run": run, "method": method, "gamma": int(first["gamma"]),
                                    "language": first.get("language"), "concurrency": first.get("concurrency"),
                                    "n_prompts": len(both), "tpot_speedup": float(_mean_ratio(ar_tpot, m_tpot)),

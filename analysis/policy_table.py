@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from spectune.methods import BASELINE
 from spectune.stats.compare import EQUIVALENCE_MARGIN, decode_units, throughput_units
 from spectune.stats.intervals import mde, ratio_interval, verdict
 from spectune.stats.units import Units, components, speedup_interval
@@ -72,7 +73,7 @@ def comparison_rows(methods: list[dict[str, Any]], requests: pd.DataFrame, cycle
                     fixed: Mapping[str, int] | None = None, unit_size: int = 1) -> list[dict[str, Any]]:
     """One row per method of the held-out runs.
 
-    ``methods`` are ``spectune.measure.aggregate``'s per-method summaries (throughput and speedup CIs,
+    ``methods`` are ``spectune.measure.repeats.aggregate``'s per-method summaries (throughput and speedup CIs,
     latencies, acceptance), ``labels`` maps a method label to its policy name, ``best_label`` is the best fixed
     γ's method, ``replay`` maps a method label to its replay scores on the held-out traces, ``fixed`` maps the
     label of every fixed-γ method that ran (AR: γ 0) to its γ: with more than AR and the best fixed γ among them,
@@ -128,7 +129,7 @@ def _hindsight(decode: Units, fixed: Mapping[str, int], best_label: str) -> str 
     """The fixed-γ method with the highest decode tok/s on the held-out clusters, when more fixed γ ran than AR
     and the training grid's pick (else there is nothing to choose among)."""
     ran = [label for label in fixed if label in decode.num]
-    if len(set(ran) - {"ar", best_label}) == 0:
+    if len(set(ran) - {BASELINE, best_label}) == 0:
         return None
     return max(ran, key=lambda label: (decode.rate(label), -fixed[label]))
 
@@ -144,10 +145,10 @@ def _decode(decode: Units, label: str, best_label: str, hindsight: str | None, f
     per_repeat = decode.per_repeat(label)
     if len(per_repeat) > 1:  # the live run-to-run noise: what a replay's prediction can be held to
         out["decode_repeat_cv_pct"] = float(100 * np.std(per_repeat, ddof=1) / np.mean(per_repeat))
-    if "ar" in decode.num:
-        out["decode_speedup_vs_ar"] = decode.rate(label) / decode.rate("ar")
+    if BASELINE in decode.num:
+        out["decode_speedup_vs_ar"] = decode.rate(label) / decode.rate(BASELINE)
     for key, other in (("decode_vs_best_fixed_pct", best_label), ("decode_vs_hindsight_pct", hindsight),
-                       ("decode_vs_ar_pct", "ar")):
+                       ("decode_vs_ar_pct", BASELINE)):
         if other is None or other not in decode.num:
             continue
         pair = speedup_interval(decode, label, other)

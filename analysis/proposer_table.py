@@ -20,7 +20,8 @@ from pathlib import Path
 
 from analysis.results_index import splice
 from analysis.timed_vs_predicted import TASKS
-from spectune import rundir
+from spectune.methods import Method
+from spectune.run import rundir
 from spectune.stats.by_task import ALL
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _rows(draft: Draft, lang: str, root: Path) -> tuple[dict[str, dict], int]:
     run = root / draft.run.format(lang=lang)
     if not rundir.SUMMARY.exists(run):
         return {}, 0
-    method = f"fixed:gamma={draft.gamma}"
+    method = Method.fixed(draft.gamma).label
     rows = {r["task"]: r for r in rundir.SUMMARY.read(run)["by_task"] if r["method"] == method}
     return rows, int(rows["all"]["prompts"]) if "all" in rows else 0
 

@@ -20,9 +20,9 @@ import pandas as pd
 from analysis import plots
 from analysis.bench_table import bench_table, task_table
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
-from spectune import cli, rundir
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
+from spectune.run import cli, rundir
+from spectune.run.metadata import base_metadata
 from spectune.stats.by_task import by_task, durations_of, several_tasks
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from spectune import rundir
+from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
 

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from analysis.headlines import REGISTERED_SUFFIX, conclusion, headline_table, interval, machine, pct, speedup
+from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.results_archive import archive_page
-from spectune import rundir
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
-from spectune.methods import Method, is_label
+from spectune.methods import BASELINE, Method, is_label
+from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
 
@@ -175,13 +176,13 @@ def _evaluate(run: Path) -> tuple[str, str]:
             raise SpectuneError(f"{run / rundir.COMPARISON.name} has no 'best fixed γ' row at concurrency {conc}")
         head = f"c{conc}: best fixed γ = {int(best['gamma'])} {best['decode_speedup_vs_ar']:.2f}× AR (decode)"
         full, short = [head], [head]
-        aa = by.get("ar (A/A)")
+        aa = by.get(AA_POLICY)
         if aa is not None:
             note = (f"A/A {pct(aa['decode_vs_ar_pct'])}"
                     f"{interval(aa['decode_vs_ar_pct_ci95_lo'], aa['decode_vs_ar_pct_ci95_hi'], '+.1f')}")
             full.append(note)
             short.append(note)
-        skip = {"ar", "ar (A/A)", "best fixed γ"}
+        skip = {BASELINE, AA_POLICY, BEST_FIXED}
         adaptive = [r for name, r in by.items() if name not in skip and not name.startswith("fixed:")]
         for r in adaptive:
             full.append(f"{r['policy']} {_vs_best(r)}")

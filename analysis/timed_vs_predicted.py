@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from spectune import rundir
+from spectune.methods import BASELINE, Method
+from spectune.run import rundir
 from spectune.stats.by_task import ALL
 from workloads.task_sets import TASKS as TASK_SETS
 
@@ -58,7 +59,7 @@ def measured(run: Path, method: str) -> tuple[dict[str, dict], dict[str, tuple[f
 def same_outputs(requests: pd.DataFrame, method: str) -> tuple[int, int]:
     """Requests whose output equals AR's in the same repeat (greedy drafting must decode as AR), of all."""
     key = ["repeat", "request_id"]
-    ar = requests[requests["method"] == "ar"].set_index(key)["output_ids"]
+    ar = requests[requests["method"] == BASELINE].set_index(key)["output_ids"]
     spec = requests[requests["method"] == method].set_index(key)["output_ids"]
     same = sum(list(spec[k]) == list(ar[k]) for k in spec.index if k in ar.index)
     return same, len(spec)
@@ -68,12 +69,12 @@ def greedy_table(lang: str, run: Path, predicted: Path, gamma: int, draft: str, 
                  readings: Readings = Readings()) -> list[str]:
     """The judged table of one language: ``run`` (task=bench, AR and ``fixed:gamma=<gamma>``) against
     ``predicted`` (task=predict) at ``gamma``; ``draft`` names the proposer in the text, ``repeats`` the run's."""
-    method = f"fixed:gamma={gamma}"
+    method = Method.fixed(gamma).label
     prediction = {r["task"]: r for r in rundir.PREDICTION_SUMMARY.read(predicted)["by_task"] if r["gamma"] == gamma}
     rows, share, requests = measured(run, method)
     replayed = rundir.PREDICTION.read(predicted)
     replayed = replayed[replayed["gamma"] == gamma].set_index("prompt_id")["output_tokens"]
-    ar = requests[(requests["method"] == "ar") & (requests["repeat"] == 0)].set_index("prompt_id")["output_tokens"]
+    ar = requests[(requests["method"] == BASELINE) & (requests["repeat"] == 0)].set_index("prompt_id")["output_tokens"]
     same, total = same_outputs(requests, method)
     lines = [f"\n### {lang}, greedy ({repeats})\n",
              f"Prompts: {len(ar)} timed, {len(replayed)} predicted, {len(set(ar.index) & set(replayed.index))} in "
@@ -104,7 +105,7 @@ def sampled_table(lang: str, run: Path, gamma: int, heading: str | None = None,
                   same_as_ar: bool = False) -> list[str]:
     """The reported (not judged) per-task table of a run of one repeat (by default a T = 1 run's heading);
     ``same_as_ar``: then how many requests decoded exactly AR's output (a greedy run must)."""
-    method = f"fixed:gamma={gamma}"
+    method = Method.fixed(gamma).label
     rows, share, requests = measured(run, method)
     lines = [f"\n### {heading or f'{lang}, T = 1 (one repeat; reported, not judged)'}\n",
              "| task | tokens per cycle | acceptance length | no-proposal share | decode speed-up [95% CI] "

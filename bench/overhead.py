@@ -46,8 +46,9 @@ from spectune.engine.features import reads_features
 from spectune.engine.kv import cache_argument
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.io import write_json
-from spectune.metadata import base_metadata
+from spectune.methods import BASELINE
 from spectune.models.loading import load_pair
+from spectune.run.metadata import base_metadata
 from spectune.sampling import SamplingParams, inverse_cdf, sample
 from spectune.sampling.rejection import get_sampler
 
@@ -272,7 +273,7 @@ def timed(args, pair, engine: Engine, prompt: list[int]) -> dict[str, Any]:
     print(f"engine draft step / bare draft forward back to back (not inside a cycle, {med['bare_draft_b2b'] * 1e3:.3f} "
           f"ms): {b2b:.2f}x")
     return {"samples": {k: len(v) for k, v in rows.items()}, "median_ms": {k: v * 1e3 for k, v in med.items()},
-            "ratios": {"ar": med["eng_ar"] / med["bare_ar"], "draft": med["eng_draft"] / med["bare_draft"],
+            "ratios": {BASELINE: med["eng_ar"] / med["bare_ar"], "draft": med["eng_draft"] / med["bare_draft"],
                        "draft_back_to_back": b2b, "draft_signals": med["eng_draft_signals"] / med["bare_draft"],
                        "verify": med["eng_verify"] / med["bare_verify"], "cycle": med["eng_cycle"] / budget}}
 

@@ -23,13 +23,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.policy_table import AA_POLICY, BEST_FIXED
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
 from policies.evaluate.pipeline import learned_files, learned_profile, policy_node
 from policies.registry import make_policy
-from spectune import rundir
+from spectune.methods import BASELINE, Method, is_label
+from spectune.run import rundir
 
-AR_LABELS = ("ar", "ar (A/A)")
+AR_LABELS = (BASELINE, AA_POLICY)
 
 
 def learned_dir(run: Path, concurrency: int, policies_from: Path | None) -> Path:
@@ -54,8 +56,8 @@ def rescore(run: Path, concurrency: int, policies_from: Path | None) -> pd.DataF
         policy, gamma = str(live["policy"]), live.get("gamma")
         if policy in AR_LABELS:
             gammas = np.zeros(traces.count, dtype=int)
-        elif policy.startswith("fixed:gamma=") or policy == "best fixed γ":
-            gamma = int(policy.split("=")[1]) if "=" in policy else int(gamma)
+        elif is_label(policy) or policy == BEST_FIXED:
+            gamma = Method.parse(policy).gamma if is_label(policy) else int(gamma)
             gammas = np.full(traces.count, gamma)
         else:
             params = {**settings.get("params", {}).get(policy, {}), **tuned.get(policy, {})}

@@ -52,7 +52,7 @@ def _without(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
 
 def unread(name: str) -> tuple[str, ...]:
     """The columns of a run file (by its name) that no page, test or replay reads."""
-    from spectune import rundir  # after main() put this checkout first on the path
+    from spectune.run import rundir  # after main() put this checkout first on the path
 
     return {rundir.REQUESTS.name: UNREAD_REQUESTS, rundir.CYCLES.name: UNREAD_CYCLES}.get(name, ())
 

@@ -60,7 +60,7 @@ def _runs_with(task_files: tuple[str, ...]) -> list[Path]:
 
 def snapshot(out: Path) -> None:
     from analysis import proposer_table, results_index
-    from spectune import rundir
+    from spectune.run import rundir
 
     for script in sorted(p for name in SCRIPTS for p in RESULTS.glob(f"*/{name}")):
         log.info("%s", script.relative_to(REPO))

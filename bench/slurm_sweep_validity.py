@@ -29,7 +29,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from spectune import rundir  # noqa: E402
+from spectune.methods import Method  # noqa: E402
+from spectune.run import rundir  # noqa: E402
 
 WORKLOADS = ("it", "en")
 
@@ -60,7 +61,7 @@ def sweep(workloads: str, sweep_dir: Path, args: argparse.Namespace, extra: list
     jobs = {}
     for i, name in enumerate(workloads.split(",")):
         summary = rundir.SUMMARY.read(sweep_dir / str(i))
-        entry = next(m for m in summary["methods"] if m["method"] == f"fixed:gamma={args.gamma}")
+        entry = next(m for m in summary["methods"] if m["method"] == Method.fixed(args.gamma).label)
         cond = summary["conditions"]
         jobs[name] = {"speedup": entry["speedup"], "ci95": [entry["speedup_ci95_lo"], entry["speedup_ci95_hi"]],
                       "speedup_per_repeat": summary["speedup_per_repeat"][entry["method"]],

@@ -25,7 +25,7 @@ from gpu_check import timed  # a sibling script (run as python bench/small_m_gem
 from omegaconf import OmegaConf
 
 from spectune.io import write_text
-from spectune.metadata import base_metadata
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger("bench.small_m_gemm")
 ROOT = Path(__file__).resolve().parents[1]

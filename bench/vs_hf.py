@@ -35,8 +35,8 @@ from spectune.engine import Engine, Request
 from spectune.engine.features import reads_features
 from spectune.engine.policy import FixedGamma
 from spectune.io import write_json
-from spectune.metadata import base_metadata
 from spectune.models.loading import load_pair
+from spectune.run.metadata import base_metadata
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from workloads.loader import load_workload

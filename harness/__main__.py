@@ -2,7 +2,7 @@
 ``task`` (bench by default; ``task=train`` and ``task=evaluate`` too, which ``python -m policies.train`` and
 ``python -m policies.evaluate`` alias). :func:`entry` is the console script ``spectune`` (pyproject.toml).
 
-Bad input, logging and signals are the front door's (:mod:`spectune.cli`); a rerun with ``resume=true`` finishes
+Bad input, logging and signals are the front door's (:mod:`spectune.run.cli`); a rerun with ``resume=true`` finishes
 an interrupted run of a task that resumes (:func:`harness.tasks.resumes`).
 """
 
@@ -15,8 +15,8 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.tasks import resumes, run_task, schemas
-from spectune import cli
 from spectune.engine import proposers
+from spectune.run import cli
 from workloads.task_sets import check_workload
 
 schemas.register()  # the YAML files' schemas, before Hydra composes (spectune/config.py)

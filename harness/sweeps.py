@@ -16,15 +16,15 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from spectune import rundir
 from spectune.errors import SpectuneError
+from spectune.run import rundir
 
 log = logging.getLogger(__name__)
 
 
 class FlaggedRepeats(Callback):
     """At the end of a sweep, one console line per job with repeats measured under other load
-    (``conditions.flagged_repeats`` in its summary.json, spectune.conditions): the jobs' own warnings are in
+    (``conditions.flagged_repeats`` in its summary.json, spectune.run.conditions): the jobs' own warnings are in
     their logs, which a submitit sweep's user does not see."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 
 
 def _number(key: str, value: object, low: float, high: float) -> float:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 
-from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, check_gamma
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 
 
 class UCBBandit(DraftLengthPolicy):

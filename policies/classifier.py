@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.engine.policy import DRAFT_SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
 from spectune.io import write_json
-from spectune.metadata import base_metadata
+from spectune.options import check_gamma
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from policies.rows import RowTracker
-from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 
 # The q(x) thresholds policies.evaluate tries in replay (policies.train.tuning): they cover transformers' default
 # and what q(x) spans on a flat and on a peaked draft (a drafted token's q(x) has a median of 0.0024 on the

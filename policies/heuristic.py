@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from policies.rows import RowTracker
-from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 
 
 class HFHeuristic(DraftLengthPolicy):

@@ -4,9 +4,9 @@ The cost model's S(γ) = E(γ) / cost(γ), with E the tokens a cycle is expected
 per-position acceptance rates of the request itself, shrunk towards the rates pooled over every request while
 it has few observations of its own, and the costs are the ones this run pays, measured from its own cycles:
 the time of one draft step, the verification as an affine function of the positions verified, and the rest of
-the cycle, each per batch size. Both sides are the library's (:mod:`spectune.cycle`): E from the per-position
-rates, and the cycle's seconds as a :class:`~spectune.profile.CycleCosts` built from the measurements, the cost a
-profile's replay charges. Every cycle each row drafts the γ that maximises its expected tokens per second
+the cycle, each per batch size. Both sides are the library's (:mod:`spectune.costmodel.cycle`): E from the per-position
+rates, and the cycle's seconds as a :class:`~spectune.costmodel.profile.CycleCosts` built from the measurements, the
+cost a profile's replay charges. Every cycle each row drafts the γ that maximises its expected tokens per second
 (γ = 0, a plain target step, when no γ pays). No draft signal is read: the decision is made once per cycle, from
 the requests ``before_cycle`` names, and rows are stopped at their own γ without a host sync at steps where no
 row stops (none at all when every row chose the same γ).
@@ -23,17 +23,17 @@ import numpy as np
 import torch
 
 from policies.rows import RowTracker
-from spectune.cycle import expected_tokens_from_rates
+from spectune.costmodel.cycle import expected_tokens_from_rates
+from spectune.costmodel.profile import CycleCosts
 from spectune.engine.policy import (
     RECENT_PRIOR,
     CycleFeedback,
     DraftLengthPolicy,
     DraftStep,
     acceptance_trials,
-    check_gamma,
 )
 from spectune.errors import SpectuneError
-from spectune.profile import CycleCosts
+from spectune.options import check_gamma
 
 # Position 1 starts from the protocol's prior (RECENT_PRIOR) before any cycle was observed; a position not yet
 # observed assumes the pooled rate of the position before it (acceptance is roughly flat along a chain).
@@ -59,8 +59,8 @@ class _Ewm:
 class MeasuredCosts:
     """What a cycle costs at one batch size, measured from the run's own cycles (synchronised seconds): the draft
     step, the verification against positions verified and the rest of the cycle, each an exponentially weighted
-    mean. :meth:`costs` gives them as the library's :class:`~spectune.profile.CycleCosts`, whose cycle a profile's
-    replay charges too."""
+    mean. :meth:`costs` gives them as the library's :class:`~spectune.costmodel.profile.CycleCosts`, whose cycle a
+    profile's replay charges too."""
 
     def __init__(self, halflife: float, verify_slope: float) -> None:
         self.halflife, self.verify_slope = halflife, verify_slope

@@ -17,7 +17,7 @@ probability, a prefix of each row's chain. The cut reads the draft only, so the 
 
 A file written by ``policies.train`` carries ``spectune.json``: its feature names, actions and the profile it
 was trained for (whole, so ``policy.profile`` may stay unset). A policy trained for another profile than the
-run's ``policy.profile`` (other models or hardware, :data:`spectune.profile.MATCH_FIELDS`) is refused unless
+run's ``policy.profile`` (other models or hardware, :data:`spectune.costmodel.profile.MATCH_FIELDS`) is refused unless
 ``policy.allow_profile_mismatch=true``.
 """
 
@@ -33,15 +33,15 @@ from policies.numpy_actor import NumpyActor, SplitActor
 from policies.ppo_size import PPOSize
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
+from spectune.costmodel.profile import CycleCosts, Profile, load_profile, profile_mismatch
 from spectune.engine.policy import (
     AcceptanceHistory,
     CycleFeedback,
     DraftLengthPolicy,
     DraftStep,
-    check_gamma,
 )
 from spectune.errors import SpectuneError
-from spectune.profile import CycleCosts, Profile, load_profile, profile_mismatch
+from spectune.options import check_gamma
 
 log = logging.getLogger(__name__)
 

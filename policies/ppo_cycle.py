@@ -32,9 +32,10 @@ from policies.numpy_actor import NumpyActor
 from policies.ppo import check_flags, resolve_profile
 from policies.rows import RowTracker
 from policies.sb3_files import PolicyFile, read_policy_file
-from spectune.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep, check_gamma
+from spectune.costmodel.profile import CycleCosts
+from spectune.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
-from spectune.profile import CycleCosts
+from spectune.options import check_gamma
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
 from policies.ppo import PPOGamma
 from policies.sb3_files import PolicyFile, annotate_policy_file, read_policy_file
-from spectune import cli
+from spectune.costmodel.profile import Profile
 from spectune.engine.policy import DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
+from spectune.run import cli
 
 log = logging.getLogger(__name__)
 NEVER = 2.0  # a threshold above every probability: stop (the network stopped every row it decided at that step)
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _distill_file(args: argparse.Namespace) -> None:
-    from spectune.profile import load_profile
+    from spectune.costmodel.profile import load_profile
 
     if args.max_gamma is not None and args.max_gamma < 1:
         raise SpectuneError(f"--max-gamma={args.max_gamma} is invalid: an integer >= 1")

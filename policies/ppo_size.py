@@ -14,8 +14,8 @@ import torch
 from policies.envs.observation import size_cut, size_observation
 from policies.numpy_actor import NumpyActor
 from policies.sb3_files import read_policy_file
+from spectune.costmodel.profile import Profile
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 
 SIZE_EXTRA = ("levels", "obs_tokens")  # spectune.json keys of a size policy file
 

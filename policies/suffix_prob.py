@@ -18,8 +18,9 @@ import logging
 
 import torch
 
-from spectune.engine.policy import DraftLengthPolicy, DraftStep, check_gamma
+from spectune.engine.policy import DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 
 log = logging.getLogger(__name__)
 

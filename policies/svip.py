@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from spectune.engine.policy import DraftLengthPolicy, DraftStep, check_gamma
+from spectune.engine.policy import DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 
 
 class SVIP(DraftLengthPolicy):

@@ -3,7 +3,7 @@
 Each YAML file of a typed group names its schema in its defaults (Hydra's "structured config as a schema for YAML"
 pattern), so that Hydra types every key while it composes: a value of the wrong type or a key the schema does not
 have fails there, before any job starts, and :func:`one_line` restates OmegaConf's several-line error as the
-product's one line (spectune.cli). The fields carry no defaults (``MISSING``): the values live in the YAML files
+product's one line (spectune.run.cli). The fields carry no defaults (``MISSING``): the values live in the YAML files
 only, the schema adds the types, and the composed config (what ``--cfg job`` prints) is the YAML's, key for key.
 The schema comes first (before ``_self_``), so its field order is the keys' order, which each schema keeps as its
 file has it; the hardware files list their keys in different orders, and a models file's extra key (a subclass's

@@ -12,7 +12,7 @@ reads one back, so older run directories load as values too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,11 @@ class Method:
             return self.tag
         return BASELINE if not self.speculative else f"{self.name}{SEPARATOR}{self.gamma}"
 
+    def duplicate(self) -> Method:
+        """The same method under a label of its own, ``<label>#2``: its second run in one grid, whose difference
+        from the first is the noise floor (:data:`AA` is AR's)."""
+        return Method(self.name, self.gamma, self.settings, f"{self.label}#2")
+
     def __str__(self) -> str:
         return self.label
 
@@ -80,7 +85,13 @@ class Method:
 
 
 AR = Method()
-AA = Method(tag=AA_LABEL)
+AA = AR.duplicate()
+
+
+def label_gammas(methods: Iterable[Method]) -> list[tuple[str, int]]:
+    """(label, γ) per method: the pairs the measuring code (spectune.measure, its interleaved design) takes, built
+    here only."""
+    return [(m.label, m.gamma) for m in methods]
 
 
 def is_label(label: str) -> bool:

@@ -4,8 +4,8 @@ The number of tokens drafted in a cycle (chosen, fixed, or drafted so far) is ``
 ``max_gamma``, a list of them ``gammas``; names built on it follow (``mean_gamma``, ``best_fixed_gamma``, ...).
 Until 2026-12-05 the same quantity was also called ``depth`` (``max_depth``, ``mean_depth``, ``depth.zip``, the
 policy kind ``"depth"``, ...). What was written then — run directories, traces, profiles, policy files, configs
-recorded in metadata — still reads: the readers (:mod:`spectune.rundir`'s, ``policies.envs.data.read_traces``,
-``spectune.profile``'s, ``policies.sb3_files.read_policy_file``) pass what they read through :func:`upgrade`
+recorded in metadata — still reads: the readers (:mod:`spectune.run.rundir`'s, ``policies.envs.data.read_traces``,
+``spectune.costmodel.profile``'s, ``policies.sb3_files.read_policy_file``) pass what they read through :func:`upgrade`
 (JSON objects, policy files' ``spectune.json``) or :func:`upgrade_frame` (tables), which rename the old names
 listed here and leave everything else alone: a file written with the new names passes through unchanged, and
 applying them twice is applying them once.

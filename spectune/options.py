@@ -51,6 +51,15 @@ def integer(value: Any, key: str, *, lo: int | None = None, hi: int | None = Non
     return int(value)
 
 
+def check_gamma(value: Any, what: str = "γ", *, key: str = "gamma") -> int:
+    """γ as the grid, every policy and the cost model take it: an integer >= 1 (a bool is not one, nor is 4.0: a
+    draft length is counted, never measured); a one-line error naming ``key`` and ``what`` it is for. The one γ
+    check: whether a γ fits a context is another question (:func:`spectune.measure.check_context_fits`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpectuneError(f"{key}={value!r} is invalid: {what} must be an integer >= 1")
+    return value
+
+
 def as_list(value: Any, key: str) -> list[Any]:
     """A list from the config; a lone scalar becomes a one-element list (``task.alphas=0.7``)."""
     if isinstance(value, ListConfig | DictConfig):

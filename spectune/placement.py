@@ -1,6 +1,6 @@
 """Where a measurement ran: the scheduler's job, its restart, the node, the CPU model, the CPUs it was given.
 
-Recorded with every repeat (``spectune.conditions``): two repeats compare only when they ran in comparable places,
+Recorded with every repeat (``spectune.run.conditions``): two repeats compare only when they ran in comparable places,
 and a resumed job's repeats come from another allocation. Also the one place that turns the allocation into
 torch's thread count: a SLURM job given ``--cpus-per-task=N`` computes on N threads, not on every core of the
 node (torch's default), which would spill onto CPUs another job was given.

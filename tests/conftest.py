@@ -212,12 +212,12 @@ def compose_config():
 @pytest.fixture
 def harness_in_process(compose_config) -> Callable[..., int]:
     """What ``python -m harness OVERRIDES`` does, in this process: the front door's command-line checks
-    (spectune.cli), Hydra's composition, then the task, in ``run_dir``. Bad input raises the SpectuneError that the
+    (spectune.run.cli), Hydra's composition, then the task, in ``run_dir``. Bad input raises the SpectuneError that the
     front door would print as its one line (tests/test_cli.py checks that part on real processes)."""
 
     def run(run_dir: Path, *overrides: str) -> int:
         from harness.tasks import run_task
-        from spectune import cli
+        from spectune.run import cli
 
         cli.check_group_choices(list(overrides))
         cli.check_override_syntax(list(overrides))

@@ -328,7 +328,7 @@ def policy_file_pins(relative: str) -> dict[str, Any]:
     from policies.envs.replay import replay_gammas
     from policies.registry import make_policy
     from policies.sb3_files import read_policy_file
-    from spectune.profile import Profile
+    from spectune.costmodel.profile import Profile
 
     path = REPO / relative
     file = read_policy_file(path)

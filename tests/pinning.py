@@ -86,7 +86,7 @@ def compose(config: str, *overrides: str) -> Any:
 
 def open_engine() -> tuple[Any, list]:
     """The engine on the embedded pair and the workload's requests (models loaded once)."""
-    from spectune.measure import requests_of
+    from spectune.measure.point import requests_of
     from workloads.setup import open_setup
 
     setup = open_setup(compose("config", *WORKLOAD), "pinning")
@@ -139,7 +139,7 @@ def replay(frame: pd.DataFrame, gamma_zip: Path) -> dict[str, Any]:
     """Replay scores (tokens/s charged by the profile) of each policy, fixed γ and the oracle on the traces."""
     from policies.envs.data import TraceSet
     from policies.envs.replay import replay_gammas, replay_scores, replay_table
-    from spectune.profile import load_profile
+    from spectune.costmodel.profile import load_profile
 
     profile = load_profile(PROFILE)
     traces = TraceSet(frame, {"concurrency": 2}, "pinning traces")

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spectune import rundir
 from spectune.engine.records import acceptance_summary, per_request_acceptance, with_acceptance
+from spectune.run import rundir
 from spectune.stats.by_task import ALL
 from tests.conftest import run_composed
 

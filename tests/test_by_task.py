@@ -11,7 +11,7 @@ import pytest
 
 from analysis.load import load_requests
 from analysis.report import build
-from spectune import rundir
+from spectune.run import rundir
 from spectune.stats.by_task import ALL, SUMS, alpha_by_task, by_task, durations_of, several_tasks
 from tests.conftest import run_composed
 

@@ -10,8 +10,8 @@ import pytest
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_scores
 from policies.train.calibrate import calibrate_profile
+from spectune.costmodel.profile import Profile
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 
 
 def _traces(leading: list[int], gamma: int = 4) -> TraceSet:

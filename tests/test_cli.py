@@ -1,4 +1,4 @@
-"""The two front doors (spectune.cli), as a user meets them: real subprocesses of every command line with bad input.
+"""The two front doors (spectune.run.cli), as a user meets them: real subprocesses of every command line with bad input.
 
 The Hydra application (python -m harness, the console script ``spectune``, and the aliases python -m policies.train
 and policies.evaluate of its tasks train and evaluate) and the argparse ones (analysis.report, analysis.costmodel,
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spectune import rundir
+from spectune.run import rundir
 
 HYDRA_APPS = [
     ("harness", ["task=costmodel", "task.alfas=[0.5]"], "error: task.alfas is not a key of the config"),

@@ -210,7 +210,7 @@ def test_policies_evaluate_sweeps_through_sbatch(slurm_cluster, tmp_path):
 
 
 def test_accounting_is_read_from_the_controller(slurm_cluster):
-    from spectune import slurm
+    from spectune.run import slurm
 
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
     off = "accounting_storage/none" in config

@@ -1,6 +1,6 @@
-"""Measurement conditions (spectune.conditions, spectune.placement) and the SLURM request checks that need no cluster:
-a CPU burner beside a window is seen, a repeat is flagged for it, a partial repeat is dropped on resume, speed-ups
-pair points of the same repeat, torch's threads follow the allocation, sinfo's gres strings parse."""
+"""Measurement conditions (spectune.run.conditions, spectune.placement) and the SLURM request checks that need no
+cluster: a CPU burner beside a window is seen, a repeat is flagged for it, a partial repeat is dropped on resume,
+speed-ups pair points of the same repeat, torch's threads follow the allocation, sinfo's gres strings parse."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 import pandas as pd
 import pytest
 
-from spectune import conditions, placement
-from spectune.resume import Completed
+from spectune import placement
+from spectune.run import conditions
+from spectune.run.resume import Completed
 
 
 def _point(method: str, repeat: int, tp: float, others: float = 0.0, job: str = "7_0", restart: int = 0) -> dict:
@@ -89,13 +90,13 @@ def test_placement_names_the_array_task_and_its_restart(monkeypatch):
 @pytest.mark.parametrize(("gres", "count"), [("gpu:1", 1), ("gpu:h200:8(S:0-1)", 8), ("(null)", 0),
                                              ("gpu:a100:4,shard:8", 4)])
 def test_sinfo_gres_strings_give_the_gpus_per_node(gres, count):
-    from spectune.slurm import _gpu_count
+    from spectune.run.slurm import _gpu_count
 
     assert _gpu_count(gres) == count
 
 
 def test_an_sbatch_refusal_names_its_reason_and_the_request(monkeypatch):
-    from spectune import slurm
+    from spectune.run import slurm
 
     monkeypatch.setattr(slurm, "partitions", lambda: [slurm.Partition("gpu", True, 4, "64", "512000", 8, "2-00:00")])
     err = slurm.refusal("sbatch: error: Batch job submission failed: Invalid account or account/partition "

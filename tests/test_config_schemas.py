@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from spectune.cli import hydra_entry, task_alias
 from spectune.config import (
     HardwareConfig,
     MixWorkloadConfig,
@@ -34,6 +33,7 @@ from spectune.config import (
 )
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
+from spectune.run.cli import hydra_entry, task_alias
 from tests.conftest import REPO
 
 SEED = 20261205

@@ -1,11 +1,11 @@
 """The cost model reproduces the published worked numbers and its general form agrees with the constant-α form
-(E is the library's, :mod:`spectune.cycle`; ``tests/test_cycle.py`` holds its own claims)."""
+(E is the library's, :mod:`spectune.costmodel.cycle`; ``tests/test_cycle.py`` holds its own claims)."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis.costmodel import (
+from analysis.costmodel.model import (
     expected_tokens_from_joint,
     joint_from_accepted_lengths,
     optima,
@@ -13,7 +13,7 @@ from analysis.costmodel import (
     sweep,
     verify_cost,
 )
-from spectune.cycle import expected_tokens_constant
+from spectune.costmodel.cycle import expected_tokens_constant
 from spectune.errors import SpectuneError
 
 SEED_GRID = {"alphas": [0.3, 0.7, 0.9], "cs": [0.05, 0.20], "gammas": range(1, 17)}

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.costmodel import as_profile, fit, joint_from_traces, mean_profile, predict
 from analysis.costmodel.cli import compare
-from spectune.cycle import expected_tokens_constant
+from analysis.costmodel.fit import as_profile, fit, joint_from_traces, mean_profile, predict
+from spectune.costmodel.cycle import expected_tokens_constant
 from spectune.errors import SpectuneError
 
 

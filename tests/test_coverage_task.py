@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from spectune import rundir
 from spectune.errors import SpectuneError
+from spectune.run import rundir
 from spectune.stats.compare import throughput_units
 from spectune.stats.units import speedup_interval
 

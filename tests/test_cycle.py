@@ -1,5 +1,5 @@
-"""A cycle's cost and its expected tokens are each defined once (:mod:`spectune.cycle`): the closed form is the
-per-position form at a constant rate, the joint form sums left to right as the cost model always did, and the
+"""A cycle's cost and its expected tokens are each defined once (:mod:`spectune.costmodel.cycle`): the closed form is
+the per-position form at a constant rate, the joint form sums left to right as the cost model always did, and the
 three implementations of the cycle's cost (a profile's seconds, the model-based policy's measured seconds, the
 cost model's target steps) are one sum, equal to each other where they describe the same costs."""
 
@@ -11,9 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from analysis.costmodel import StepCosts, predict, speedup, sweep
-from spectune.cycle import CycleCost, expected_tokens, expected_tokens_constant, expected_tokens_from_rates
-from spectune.profile import CycleCosts, Profile
+from analysis.costmodel.fit import predict
+from analysis.costmodel.model import StepCosts, speedup, sweep
+from spectune.costmodel.cycle import CycleCost, expected_tokens, expected_tokens_constant, expected_tokens_from_rates
+from spectune.costmodel.profile import CycleCosts, Profile
 
 ALPHAS = (0.0, 0.05, 0.3, 0.5, 0.7, 0.9, 0.99, 1 - 1e-6, 1.0)
 

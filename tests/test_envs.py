@@ -16,10 +16,10 @@ from policies.envs import ENV_IDS, make_env
 from policies.envs.data import TraceSet
 from policies.envs.gamma import DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS, gamma_observation
+from spectune.costmodel.profile import Profile
 from spectune.engine import Engine, Request
 from spectune.engine.traces import record
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import perturbed, tiny_llama

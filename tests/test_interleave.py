@@ -9,8 +9,8 @@ import pytest
 
 from policies.heuristic import HFHeuristic
 from spectune.engine import Engine
-from spectune.measure import measure_point
 from spectune.measure.interleave import block_order, blocks_of, merge_blocks, run_interleaved
+from spectune.measure.point import measure_point
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
@@ -171,8 +171,8 @@ def test_bad_interleave_options_fail_in_one_line(override, message):
     from hydra import compose, initialize_config_dir
 
     from policies.evaluate.pipeline import EvaluateSettings
-    from spectune import cli
     from spectune.errors import SpectuneError
+    from spectune.run import cli
     from tests.conftest import REPO
 
     with pytest.raises(SpectuneError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -213,16 +213,18 @@ def test_block_size_is_one_rule_for_bench_and_evaluate():
 
 def test_a_run_of_one_prompt_blocks_shows_one_progress_line_not_a_bar_per_block(engine, capsys):
     """3 methods x 2 repeats x 6 prompts, each prompt a block: 36 blocks. Stderr (not a terminal here) gets the run's
-    one progress line, at most 10 + elapsed / LOG_EVERY_S lines (spectune.progress), the last with every point and
+    one progress line, at most 10 + elapsed / LOG_EVERY_S lines (spectune.run.progress), the last with every point and
     request done, and no carriage return (no bar)."""
     import time
 
-    from spectune.measure.interleave import run_design
-    from spectune.progress import LOG_EVERY_S
+    from spectune.engines.spectune import SpectuneEngine
+    from spectune.measure.interleave import as_method, run_design
+    from spectune.run.progress import LOG_EVERY_S
 
+    measured = SpectuneEngine(engine, lambda method: _policy(method.label, method.gamma), max_context=None)
     start = time.monotonic()
-    grid = run_design(engine, random_requests(6, max_new=4), METHODS, 2, _policy, block_prompts=1, concurrency=1,
-                      warmup=0, max_context=None)
+    grid = run_design(measured, random_requests(6, max_new=4), [as_method(label, g) for label, g in METHODS], 2,
+                      block_prompts=1, concurrency=1, warmup=0)
     elapsed = time.monotonic() - start
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line]

@@ -6,7 +6,7 @@ import logging
 import re
 import warnings
 
-from spectune.logs import BelowLevel, capture_warnings
+from spectune.run.logs import BelowLevel, capture_warnings
 
 STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[harness\.tasks\.costmodel\]\[INFO\] - ")
 

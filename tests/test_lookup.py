@@ -137,7 +137,8 @@ def test_the_configured_pair_drafts_by_prompt_lookup_and_greedy_stays_autoregres
     """The embedded tiny pair through the product's own loading (Hydra composition, workload, tokenizer): with
     ``{name: lookup}`` prompt lookup drafts, never a special (chat-template) id, and greedy output equals plain
     decoding on 6 English task prompts (24 new tokens); an unknown proposer or setting is a one-line error."""
-    from spectune.measure import draft_of, load_models, open_engine, requests_of
+    from spectune.measure.models import draft_of, load_models
+    from spectune.measure.point import open_engine, requests_of
     from workloads.loader import load_workload
 
     cfg = compose_config("+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=6",

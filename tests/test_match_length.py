@@ -18,11 +18,11 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas
 from policies.match_length import MIN_MATCHES
 from policies.registry import make_policy
+from spectune.costmodel.profile import load_profile
 from spectune.engine import Engine
 from spectune.engine.policy import SIGNALS, FixedGamma
 from spectune.engine.proposers.lookup import PromptLookup
 from spectune.errors import SpectuneError
-from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import live_against_replay, random_requests, record_lookup, tuned_in_replay

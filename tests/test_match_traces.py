@@ -19,11 +19,11 @@ from policies.envs.data import TraceSet
 from policies.envs.gamma import DRAFT, DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS, SCALE
 from policies.envs.replay import cycle_gammas, replay_costs, replay_gammas, replay_scores
+from spectune.costmodel.profile import load_profile
 from spectune.engine.policy import MATCH_SIGNALS, SIGNALS, FixedGamma
 from spectune.engine.proposers.ngram import clip, lookup_chain
 from spectune.engine.traces import CHAIN_COLUMNS, TRACE_COLUMNS, realised_accepted
 from spectune.errors import SpectuneError
-from spectune.profile import load_profile
 from tests.tiny_models import LOOKUP_MAX_NEW, record_lookup, record_three_requests
 
 GAMMA, SLOTS = 4, 2

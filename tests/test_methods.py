@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spectune.errors import SpectuneError
-from spectune.methods import AA, AR, BASELINE, Method, is_label
+from spectune.methods import AA, AR, BASELINE, Method, is_label, label_gammas
+from spectune.options import check_gamma
 
 
 @pytest.mark.parametrize("method", [AR, AA, Method("fixed", 4), Method("match-length", 12), Method("ngram-mod", 8)])
@@ -33,3 +34,22 @@ def test_a_malformed_label_fails_in_one_line(label):
 
 def test_settings_do_not_change_identity_or_label():
     assert Method("confidence", 4, {"threshold": 0.3}) == Method("confidence", 4)
+
+
+def test_a_duplicate_runs_the_same_point_under_a_label_of_its_own():
+    fixed = Method("fixed", 4)
+    assert AR.duplicate() == AA and AA.label == "ar#2" and Method.parse("ar#2") == AA
+    assert fixed.duplicate().label == "fixed:gamma=4#2" and fixed.duplicate().gamma == 4
+    assert fixed.duplicate() != fixed  # two runs of one grid: two methods
+
+
+def test_the_measuring_pairs_are_label_and_gamma_in_order():
+    assert label_gammas([AR, AA, Method("match-length", 8)]) == [("ar", 0), ("ar#2", 0), ("match-length:gamma=8", 8)]
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.0, True, "3", None])
+def test_a_gamma_that_is_no_positive_integer_fails_in_one_line_naming_key_and_purpose(value):
+    with pytest.raises(SpectuneError) as err:
+        check_gamma(value, "the bandit's largest arm", key="policy.gamma")
+    assert str(err.value) == f"policy.gamma={value!r} is invalid: the bandit's largest arm must be an integer >= 1"
+    assert check_gamma(3, "γ") == 3

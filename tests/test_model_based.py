@@ -78,8 +78,8 @@ def test_the_verification_line_is_fitted_from_measured_sizes():
 
 
 def test_the_policys_costs_are_the_library_cycle_and_its_old_arithmetic_bit_for_bit():
-    """The model-based policy charges through :class:`spectune.profile.CycleCosts` built from its measurements;
-    its seconds per γ are, bit for bit, what its own formula gave (γ × step + the verification line at γ
+    """The model-based policy charges through :class:`spectune.costmodel.profile.CycleCosts` built from its
+    measurements; its seconds per γ are, bit for bit, what its own formula gave (γ × step + the verification line at γ
     + 1 positions + the rest): folding the two definitions into one changed no decision."""
     rng = np.random.default_rng(7)
     for _ in range(50):

@@ -156,7 +156,7 @@ def test_a_model_free_proposer_runs_without_the_draft_model(compose_config):
     """open_setup with proposer=lookup or suffix: no draft model in the engine nor in the records (the metadata's
     models.draft is None); the default proposer in the same process still gets the pair's draft, and the two share
     the target. The configured proposer decides: proposer=model loads the draft."""
-    from spectune.measure import load_models, needs_draft_model
+    from spectune.measure.models import load_models, needs_draft_model
     from workloads.setup import open_setup
 
     base = ["+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=4"]

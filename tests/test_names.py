@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spectune import names, rundir
+from spectune import names
+from spectune.run import rundir
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_RUN = REPO / "bench" / "results" / "smollm2-eagle-policies-interleaved-cpu-20261202" / "en"  # written 2026-12-02
@@ -59,7 +60,7 @@ def test_a_committed_old_run_directory_reads_with_the_new_names():
 
 
 def test_a_committed_old_calibrated_profile_reads_with_the_new_names():
-    from spectune.profile import load_profile
+    from spectune.costmodel.profile import load_profile
 
     profile = load_profile(rundir.PROFILE_CALIBRATED.path(OLD_TRAIN))
     calibration = profile.fit["calibration"]
@@ -83,7 +84,7 @@ def test_an_old_policy_file_loads_and_decides_exactly_as_before(name):
     from policies.envs.replay import replay_gammas
     from policies.registry import make_policy
     from policies.sb3_files import read_policy_file
-    from spectune.profile import Profile
+    from spectune.costmodel.profile import Profile
 
     path = OLD_TRAIN / name
     file = read_policy_file(path)

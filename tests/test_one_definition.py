@@ -5,9 +5,14 @@ a policy the same draft steps, and takes the same decisions, as the live session
 
 Tiny random pair (tests/tiny_models.py), T = 1 with keyed streams, seed 5, concurrency 2, 3 requests × 14 tokens,
 γ 4: every recorded cycle is replayed; exact equality, no tolerance.
+
+And in the source: a method label is built in one module (``spectune.methods``), the baseline's label spelled
+there only, and one function checks a γ value (``spectune.options.check_gamma``).
 """
 
 from __future__ import annotations
+
+import ast
 
 import numpy as np
 import pytest
@@ -19,8 +24,9 @@ from policies.envs.gamma import DRAFT, DraftGammaEnv
 from policies.envs.observation import OBS_FIELDS
 from policies.envs.replay import replay_gammas
 from policies.sb3_files import annotate_policy_file
+from spectune.costmodel.profile import load_profile
 from spectune.engine.policy import DRAFT_SIGNALS, FixedGamma
-from spectune.profile import load_profile
+from tests.conftest import REPO
 from tests.tiny_models import record_three_requests
 from tests.watched import Watched
 
@@ -122,3 +128,48 @@ def test_scale_rows_is_scale_gamma_on_python_numbers_bit_for_bit():
     raw[:, OBS_FIELDS.index("context_length")] = np.floor(raw[:, OBS_FIELDS.index("context_length")])
     fast = scale_rows([raw[:, i].tolist() for i in range(len(OBS_FIELDS))], scales(OBS_FIELDS).tolist())
     assert fast.dtype == np.float32 and np.array_equal(fast, scale_gamma(raw))
+
+
+SOURCE = ("spectune", "workloads", "policies", "analysis", "harness", "hydra_plugins", "bench")
+
+
+def _trees() -> dict[str, ast.Module]:
+    """Every module of the library and applications by dotted name; a committed result's script (bench/results/)
+    is a record of what ran, not code to keep in step."""
+    out = {}
+    for package in SOURCE:
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            if rel.parts[:2] != ("bench", "results"):
+                out[".".join(rel.with_suffix("").parts)] = ast.parse(path.read_text(encoding="utf-8"))
+    return out
+
+
+def _strings(tree: ast.Module) -> list[tuple[int, str, bool]]:
+    """(line, text, built) of every string constant; ``built``: a constant piece of an f-string."""
+    pieces = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    return [(node.lineno, node.value, id(node) in pieces) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def test_a_method_label_is_built_only_in_spectune_methods():
+    """An f-string with ``:gamma=`` in it, or a string that ends in it (``"fixed:gamma=" + str(g)``), builds a
+    label; only spectune/methods.py may (docstrings and messages that quote a whole label are neither)."""
+    built = [f"{module}:{line}: {text!r}" for module, tree in _trees().items() if module != "spectune.methods"
+             for line, text, piece in _strings(tree)
+             if (piece and ":gamma=" in text) or text.rstrip().endswith(":gamma=")]
+    assert not built, "build a spectune.methods.Method and take .label:\n" + "\n".join(built)
+
+
+def test_the_baseline_label_is_spelled_only_in_spectune_methods():
+    """The literal "ar" is spectune.methods.BASELINE everywhere else (a committed result's script is a record)."""
+    spelled = [f"{module}:{line}" for module, tree in _trees().items() if module != "spectune.methods"
+               for line, text, _ in _strings(tree) if text == "ar"]
+    assert not spelled, "use spectune.methods.BASELINE (or AR):\n" + "\n".join(spelled)
+
+
+def test_one_function_checks_a_gamma_value():
+    """``def check_gamma`` once, in spectune.options; what fits a context or a replay has a name of its own."""
+    defined = [module for module, tree in _trees().items() for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "check_gamma"]
+    assert defined == ["spectune.options"], defined

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from analysis.comparison import main, paired_decode
-from spectune import rundir
 from spectune.errors import SpectuneError
+from spectune.run import rundir
 from spectune.stats.compare import decode_units
 
 

@@ -27,9 +27,9 @@ from policies.envs.replay import replay_costs, replay_gammas, replay_scores
 from policies.ppo_cycle import PPOCycle
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
+from spectune.costmodel.profile import load_profile
 from spectune.engine import Engine
 from spectune.errors import SpectuneError
-from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests, record_three_requests

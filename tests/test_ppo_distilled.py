@@ -19,9 +19,9 @@ from policies.envs.replay import replay_gammas
 from policies.ppo_distilled import NEVER, best_threshold, distill
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
+from spectune.costmodel.profile import Profile
 from spectune.engine import Engine
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests

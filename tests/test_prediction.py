@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from spectune.cycle import CycleCost
+from spectune.costmodel.cycle import CycleCost
 from spectune.engine.proposers.lookup import PromptLookup
 from spectune.engine.proposers.replay import GreedyOutput, replay
 from spectune.measure.prediction import by_task, price
@@ -79,9 +79,9 @@ def test_task_predict_replays_the_engines_greedy_lookup_and_prices_it_with_a_pro
                                                                                      tmp_path):
     """A profile measured here (task=profile, batch 1, up to 4 drafts), then task=predict at γ 2 and 4: each request's
     replayed cycles are the live engine's with prompt lookup at that γ, and the overall row is the tasks' sum."""
-    from spectune import rundir
     from spectune.engine.policy import FixedGamma
-    from spectune.measure import requests_of
+    from spectune.measure.point import requests_of
+    from spectune.run import rundir
     from workloads.setup import open_setup
 
     profiled = tmp_path / "profile"

@@ -8,8 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from spectune.errors import SpectuneError
-from spectune.profile import (
+from spectune.costmodel.profile import (
     Profile,
     check_profile,
     dearer_note,
@@ -19,8 +18,9 @@ from spectune.profile import (
     profile_mismatch,
     shipped_profiles,
 )
-from spectune.profiles.build import build
-from spectune.rundir import current_model_path
+from spectune.costmodel.profiles.build import build
+from spectune.errors import SpectuneError
+from spectune.run.rundir import current_model_path
 
 H200_DATA = {"meta": {}, "rows": [
     {"model": "llama3-8b", "n": 1, "compiled_ms": 6.94, "batch": 1},

@@ -1,4 +1,4 @@
-"""One progress line per run (spectune.progress): few whole lines in a log file, one line rewritten on a terminal,
+"""One progress line per run (spectune.run.progress): few whole lines in a log file, one line rewritten on a terminal,
 an ETA from this run's own rate. A hand-driven clock makes every case exact."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from spectune.progress import LOG_EVERY_S, RunProgress, duration
+from spectune.run.progress import LOG_EVERY_S, RunProgress, duration
 
 LINE = re.compile(r"^measuring: points \d+/6, requests \d+/600 \(\d+%\), elapsed \S+(, ETA \S+)?$")
 

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from spectune.errors import SpectuneError
-from spectune.measure import requests_of
+from spectune.measure.point import requests_of
 from spectune.models.loading import REPO_ROOT
 from spectune.sampling import SamplingParams
 from workloads.loader import load_workload

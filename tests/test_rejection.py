@@ -248,7 +248,7 @@ def test_the_audit_task_in_process_passes_the_exact_sampler_and_catches_both_mut
     is 0.15 from p in TV, at least 10 SE on every token at this n; "accept when the target's argmax matches" is
     0.2·δ_0 + 0.8·p = (0.6, 0.24, 0.16) at γ = 1, 0.1 from p in TV."""
     from harness.tasks import verify
-    from spectune import rundir
+    from spectune.run import rundir
 
     code = verify.run(compose_config("task=verify", "task.trials=5000"), tmp_path)
     out = rundir.VERIFY.read(tmp_path)

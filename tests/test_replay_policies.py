@@ -20,11 +20,11 @@ from policies.envs.replay import replay_gammas, replay_scores, replay_table
 from policies.registry import POLICIES, make_policy
 from policies.sb3_files import annotate_policy_file
 from policies.svip import SVIP
+from spectune.costmodel.profile import load_profile
 from spectune.engine import Engine
 from spectune.engine.policy import FixedGamma
 from spectune.engine.traces import record
 from spectune.errors import SpectuneError
-from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests

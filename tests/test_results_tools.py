@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spectune import rundir
+from spectune.run import rundir
 from tests.conftest import REPO
 
 RESULTS = REPO / "bench" / "results"

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from spectune import resume
 from spectune.errors import SpectuneError
+from spectune.run import resume
 from tests.conftest import REPO, SMALL_BENCH
 
 

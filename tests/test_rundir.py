@@ -1,4 +1,4 @@
-"""The run directory contract (spectune.rundir): names, readers, writers and the format version, read back from the
+"""The run directory contract (spectune.run.rundir): names, readers, writers and the format version, read back from the
 committed small sweep (tests/data/tiny_sweep) and from results written before the version existed
 (bench/results/)."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from spectune import rundir
 from spectune.errors import SpectuneError
+from spectune.run import rundir
 from tests.conftest import REPO
 
 OLD_PROFILE = REPO / "bench/results/archive/costmodel-fit-profile-tiny-cpu-20261130.json"  # task=profile, 2026-11-30
@@ -35,7 +35,7 @@ def _literals(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_module_spells_a_run_file_name_itself():
-    """Every reader and writer names its files through spectune.rundir: a literal "summary.json" elsewhere is a
+    """Every reader and writer names its files through spectune.run.rundir: a literal "summary.json" elsewhere is a
     second definition of the contract (docstrings and messages, which mention names inside longer text, pass)."""
     names = {f.name for f in rundir.FILES if "{" not in f.name}  # families (grid_c{concurrency}.csv) are patterns
     found = [f"{path.relative_to(REPO)}:{line} {value!r}"
@@ -90,7 +90,7 @@ def test_a_version_this_spectune_cannot_read_is_one_line_naming_the_file(tiny_sw
 def test_an_older_profile_and_training_run_still_read(tmp_path):
     """Files written on 2026-11-30, before the format version: a task=profile result and a policies.train
     summary whose traces metadata is older too. Both read, as version 1."""
-    from spectune.profile import load_profile
+    from spectune.costmodel.profile import load_profile
 
     run = tmp_path / "old"
     run.mkdir()
@@ -110,7 +110,7 @@ def test_an_older_profile_and_training_run_still_read(tmp_path):
 
 
 def test_writers_stamp_metadata_and_readers_refuse_foreign_tables(tmp_path):
-    from spectune.metadata import base_metadata
+    from spectune.run.metadata import base_metadata
 
     assert base_metadata()[rundir.VERSION_KEY] == rundir.FORMAT_VERSION
     path = rundir.METADATA.write(tmp_path, {"task": "bench", rundir.VERSION_KEY: 1})
@@ -176,7 +176,7 @@ def test_the_committed_sweep_has_the_structure_the_cli_writes_today(tiny_sweep, 
 
 
 def test_a_finished_run_keeps_the_commit_it_started_on():
-    from spectune.metadata import base_metadata, finished_metadata
+    from spectune.run.metadata import base_metadata, finished_metadata
 
     now = base_metadata()
     started = {**now, "git": {"commit": "0" * 40, "dirty": False}, "task": "evaluate"}
@@ -190,7 +190,7 @@ def test_a_finished_run_keeps_the_commit_it_started_on():
 
 def test_metadata_records_the_math_libraries_settings(monkeypatch):
     """MKL_CBWR=AVX512 changed verification times 1.4-1.8x on one CPU: a run must say what it ran under."""
-    from spectune.metadata import base_metadata
+    from spectune.run.metadata import base_metadata
 
     monkeypatch.setenv("MKL_CBWR", "AVX512")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")

@@ -322,7 +322,7 @@ def test_an_engine_configs_wrong_type_or_unknown_key_fails_in_one_line_before_th
                                                                                     overrides, message):
     """conf/engine/<name>.yaml names its schema (registered by the harness), so Hydra types its keys as it
     composes: through the front door, one line and exit 2, and the job never starts."""
-    from spectune.cli import hydra_entry
+    from spectune.run.cli import hydra_entry
 
     started = []
     monkeypatch.setattr(sys, "argv", ["harness", *overrides])
@@ -335,7 +335,7 @@ def test_an_engine_configs_wrong_type_or_unknown_key_fails_in_one_line_before_th
 def test_the_engine_group_defaults_to_spectune_and_names_its_options_when_unknown(monkeypatch, capsys, composed):
     """conf/config.yaml's engine default is spectune's own engine, so engine=vllm needs no `+`; an unknown engine
     is one line listing conf/engine/."""
-    from spectune.cli import hydra_entry
+    from spectune.run.cli import hydra_entry
     from tests.conftest import compose_overrides
 
     composed("vllm")  # registers the schemas

@@ -16,13 +16,13 @@ import torch
 
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas
+from spectune.costmodel.profile import load_profile
 from spectune.engine import Engine
 from spectune.engine.policy import AcceptanceHistory, CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.engine.proposers.lookup import PromptLookup
 from spectune.engine.proposers.ngram import lookup
 from spectune.engine.proposers.suffix import SuffixDrafting, request_chains
 from spectune.engine.records import Request
-from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import CONSTANT_LAW, constant_law_llama, random_requests, record_lookup

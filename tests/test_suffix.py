@@ -188,7 +188,7 @@ def test_the_configured_pair_drafts_by_suffix_with_a_frozen_training_corpus(comp
     """proposer=suffix through the product's own loading (composition, workload, tokenizer) on the tiny pair: the
     global trie holds the workload's training-split prompts (corpus=train) or nothing (corpus=none), greedy output
     equals plain decoding on 4 English task prompts, and a bad corpus fails in one line before any model loads."""
-    from spectune.measure import requests_of
+    from spectune.measure.point import requests_of
     from workloads.setup import open_setup
 
     base = ["+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=4",

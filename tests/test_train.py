@@ -14,8 +14,8 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import ORACLE_KEYS, oracle_gammas, replay_scores
 from policies.registry import make_policy
 from policies.train.ppo import WarmupLinear, split_requests
+from spectune.costmodel.profile import Profile
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 
 
 def _traces(leading: list[int], gamma: int = 3, accept_prob: float | None = 0.5) -> TraceSet:

@@ -22,10 +22,10 @@ from policies.envs.verify_size import VerifySizeEnv
 from policies.registry import make_policy
 from policies.sb3_files import annotate_policy_file
 from policies.train.size import LEVELS, GammaFixedSizeEnv, engine_gammas, size_extra
+from spectune.costmodel.profile import Profile
 from spectune.engine import Engine
 from spectune.engine.policy import DraftStep, FixedGamma
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from harness.tasks.tune import TuneSettings, _workload_cfgs
-from spectune import cli
 from spectune.engine.proposers import vllm_method
 from spectune.errors import SpectuneError
+from spectune.run import cli
 from spectune.vllm_export import VLLM_VERSION, VllmMethod, vllm_form, vllm_schedule
 from tests.conftest import REPO
 

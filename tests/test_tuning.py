@@ -9,9 +9,9 @@ from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
 from policies.registry import make_policy
 from policies.train.tuning import GRIDS, tunable, tune
+from spectune.costmodel.profile import load_profile
 from spectune.engine import Engine
 from spectune.engine.traces import record
-from spectune.profile import load_profile
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests

@@ -8,9 +8,9 @@ import re
 import pytest
 from hydra import compose, initialize_config_dir
 
-from spectune import cli
 from spectune.errors import SpectuneError
 from spectune.models.loading import REPO_ROOT
+from spectune.run import cli
 from workloads.loader import load_workload
 
 LANGS = ("it", "en", "zh", "es")

@@ -34,9 +34,10 @@ from typing import Any
 
 import pandas as pd
 
-from spectune import rundir
-from spectune.cli import ArgumentParser, run_command
 from spectune.errors import SpectuneError
+from spectune.methods import BASELINE
+from spectune.run import rundir
+from spectune.run.cli import ArgumentParser, run_command
 from workloads.task_sets import LANGUAGES, read_task_file
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def _tokenizer(models: dict[str, Any]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m workloads.answers", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a bench run directory (metadata.json, requests.parquet)")
-    parser.add_argument("--method", default="ar", help="whose answers (a method label of the run; default ar)")
+    parser.add_argument("--method", default=BASELINE, help="whose answers (a method label of the run; default ar)")
     parser.add_argument("--out", type=Path, default=None, help="write the per-request table to this CSV file")
 
     def body(args: argparse.Namespace) -> int:

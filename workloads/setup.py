@@ -1,9 +1,9 @@
 """A workload served by an engine on the configured models and hardware: what every application that measures
 opens first (the harness tasks, ``policies.train``, ``policies.evaluate``).
 
-The models come from :func:`spectune.measure.load_models` (loaded once per process), the prompts from
+The models come from :func:`spectune.measure.models.load_models` (loaded once per process), the prompts from
 :func:`workloads.loader.load_workload` with the target's tokenizer, the engine from
-:func:`spectune.measure.open_engine` with the workload's sampling settings. What runs the methods (``engine=``,
+:func:`spectune.measure.point.open_engine` with the workload's sampling settings. What runs the methods (``engine=``,
 conf/engine/) is :func:`measuring_engine`'s: spectune's own engine in process, or a server per method
 (:mod:`spectune.engines`); the tasks that read the engine's internals (traces, profiles, training) run in process
 only (:func:`require_in_process`).
@@ -17,8 +17,9 @@ from typing import Any
 from spectune.engine import proposers
 from spectune.engines import engine_class
 from spectune.errors import SpectuneError
-from spectune.measure import Models, load_models, open_engine
-from spectune.metadata import base_metadata
+from spectune.measure.models import Models, load_models
+from spectune.measure.point import open_engine
+from spectune.run.metadata import base_metadata
 from workloads.loader import Workload, load_workload
 from workloads.regimes import refuse_phases
 from workloads.task_sets import check_workload
@@ -88,7 +89,7 @@ def require_in_process(cfg: Any, task: str) -> None:
 
 
 def models_of(cfg: Any) -> Models:
-    """The configured models (:func:`spectune.measure.load_models`), the pair's draft model only where the
+    """The configured models (:func:`spectune.measure.models.load_models`), the pair's draft model only where the
     configured proposer drafts with it on spectune's own engine (a server engine needs the target's tokenizer,
     context and provenance only); the proposer's settings are checked first, before any weights load."""
     entry, _ = proposers.settings_of(proposer_node(cfg))
@@ -105,7 +106,7 @@ def measuring_engine(cfg: Any, models: Models, sampling: Any, make: Any, *, slot
 
 
 def engine_of(cfg: Any, models: Models, sampling: Any) -> Any:
-    """The engine of the configured proposer on ``models`` (:func:`spectune.measure.open_engine`), what every
+    """The engine of the configured proposer on ``models`` (:func:`spectune.measure.point.open_engine`), what every
     application opens: a proposer whose entry asks for the workload's training prompts (suffix decoding's frozen
     global trie, ``proposer.corpus=train``) gets them here."""
     proposer = proposer_node(cfg)

@@ -24,12 +24,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.costmodel import fit, joint_from_traces, mean_profile
+from analysis.costmodel.fit import fit, joint_from_traces, mean_profile
 from analysis.load import add_speedups, load_cycles, load_summaries, load_traces
-from spectune import cli, rundir
+from spectune.costmodel.profile import Profile, load_profile, profile_mismatch
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
-from spectune.profile import Profile, load_profile, profile_mismatch
+from spectune.methods import BASELINE
+from spectune.run import cli, rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
     and the cycle's terms in units of that AR's mean step (verify seconds of an AR cycle)."""
     summaries = add_speedups(load_summaries(run_dir, allow_mixed))
     fixed = summaries[summaries["method"].str.startswith("fixed:") & (summaries["status"] == "ok")]
-    if fixed.empty or not summaries["method"].eq("ar").any():
+    if fixed.empty or not summaries["method"].eq(BASELINE).any():
         raise SpectuneError(f"{run_dir} has no fixed-γ runs with an AR baseline to compare with: run "
                             "python -m harness +workload=NAME (policy=fixed, task.baseline=true)")
     rows_of_cycles = load_cycles(run_dir, allow_mixed)  # one row per (cycle, request)
@@ -56,9 +57,9 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
     rows = []
     for point in fixed.itertuples(index=False):
         run = point.run
-        if (run, "ar") not in per_cycle.index or (run, point.method) not in per_cycle.index:
+        if (run, BASELINE) not in per_cycle.index or (run, point.method) not in per_cycle.index:
             continue
-        step = per_cycle.loc[(run, "ar"), "verify_s"]
+        step = per_cycle.loc[(run, BASELINE), "verify_s"]
         times = per_cycle.loc[(run, point.method)]
         rows.append({"run": run, "gamma": int(point.gamma), "batch_size": int(point.concurrency or 1),
                      "language": point.language, "measured_speedup": point.tpot_speedup,
@@ -66,7 +67,7 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
                      "measured_emitted": emitted.get((run, point.method), float("nan")),
                      "measured_draft": times["draft_s"] / step, "measured_verify": times["verify_s"] / step,
                      "measured_overhead": times["rest_s"] / step,
-                     "measured_ar_overhead": per_cycle.loc[(run, "ar"), "rest_s"] / step})
+                     "measured_ar_overhead": per_cycle.loc[(run, BASELINE), "rest_s"] / step})
     out = pd.DataFrame(rows)
     if len(out):  # the formula with every term taken from the run itself: does the formula close?
         out["in_sample_speedup"] = out["measured_emitted"] * (1 + out["measured_ar_overhead"]) / (
@@ -75,7 +76,7 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
 
 
 def check_same_setup(profile: Profile, traces_meta: dict[str, Any], run: Path, allow_mixed: bool) -> None:
-    """The profile (models and hardware, :data:`spectune.profile.MATCH_FIELDS`) and the traces (models) must
+    """The profile (models and hardware, :data:`spectune.costmodel.profile.MATCH_FIELDS`) and the traces (models) must
     describe the runs, else the fit means nothing. A field the run did not record is not held against it."""
     if allow_mixed:
         return

@@ -30,11 +30,11 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from analysis import plots
-from analysis.costmodel import sweep
 from analysis.costmodel.cli import measured
 from analysis.costmodel.cli import run as fit_and_compare
+from analysis.costmodel.model import sweep
 from analysis.load import load_cycles
-from spectune import rundir
+from spectune.run import rundir
 
 # %% tags=["parameters"]
 results_dir = "multirun"  # a bench run or sweep with fixed-γ runs and the AR baseline

@@ -26,14 +26,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.acceptance import format_alpha_by_task
-from spectune import rundir
 from spectune.engine.features import HiddenTap, reads_features
 from spectune.engine.kv import cache_argument
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
 from spectune.models.feature_draft import unrolled
 from spectune.options import integer, required
-from spectune.progress import RunProgress
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
+from spectune.run.progress import RunProgress
 from spectune.sampling import SamplingParams, sample, warp
 from spectune.stats.by_task import alpha_by_task
 from spectune.stats.intervals import ratio_interval
@@ -136,7 +136,7 @@ def _median_ms(times: list[float]) -> float:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    from spectune.measure import load_models
+    from spectune.measure.models import load_models
     from workloads.loader import load_workload
 
     if not cfg.get("workload"):

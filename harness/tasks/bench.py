@@ -30,28 +30,21 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
 from harness.tasks.schemas import BenchFile, BenchTask
 from policies.registry import make_policy
-from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
-from spectune.engine.policy import check_gamma
 from spectune.engine.records import Request
 from spectune.engines import engine_class
 from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
-from spectune.measure import (
-    Grid,
-    aggregate,
-    pooled,
-    repeats_option,
-    schedule,
-)
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
-from spectune.methods import AA, AR, Method
-from spectune.options import integer
+from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option, schedule
+from spectune.methods import AA, AA_LABEL, AR, BASELINE, Method
+from spectune.options import check_gamma, integer
+from spectune.run import conditions, resume, rundir
+from spectune.run.metadata import base_metadata
 from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
-from spectune.stats.compare import AA_LABEL, throughput_units
+from spectune.stats.compare import throughput_units
 from spectune.stats.goodput import parse_slo
 from spectune.stats.intervals import paired_ratio_interval
 from spectune.stats.units import unit_size_of, units_needed
@@ -315,7 +308,7 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     metadata["engine"] = engine.describe()  # as it ended: a server's restarts, a server that failed
     rundir.METADATA.write(run_dir, metadata)
     if settings.confirm_prompts is not None:
-        final["confirmation"] = _confirm(tp.get("best"), methods, fresh[:settings.confirm_prompts], settings,
+        final["confirmation"] = _confirm(tp.get("best"), fresh[:settings.confirm_prompts], settings,
                                          lambda part, top: measure(part, run_dir / "confirm", methods=top,
                                                                    what="confirmation"))
         _write(run_dir, workload.name, settings, grid, final)
@@ -373,9 +366,9 @@ def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[s
     units = throughput_units(req, durations, unit_size=settings.unit_size)
     per_method: dict[str, Any] = {}
     for label in units.num:
-        if label in ("ar", AA_LABEL):
+        if label in (BASELINE, AA_LABEL):
             continue
-        iv = paired_ratio_interval(units.num[label], units.den[label], units.num["ar"], units.den["ar"])
+        iv = paired_ratio_interval(units.num[label], units.den[label], units.num[BASELINE], units.den[BASELINE])
         sd = (iv.se or 0.0) * math.sqrt(iv.n)  # the units' SD (a pilot's two or three repeats cannot plan the
         # method x repeat component: the planned run's interval still adds it)
         per_method[label] = {"pilot_sd_pct": 100 * sd, "units": units_needed(sd, iv.n, settings.target_mde)}
@@ -392,11 +385,10 @@ def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[s
     return plan
 
 
-def _confirm(top: str | None, methods: list[dict[str, Any]], fresh: list[Request], settings: BenchSettings,
-             measure: Any) -> dict[str, Any]:
+def _confirm(top: str | None, fresh: list[Request], settings: BenchSettings, measure: Any) -> dict[str, Any]:
     """The top estimate against AR again, on ``fresh`` prompts the grid never saw: a γ picked on some prompts is
     confirmed (or not) on others. The confirmation run is ``RUN/confirm/``; its verdict is logged."""
-    if top is None or top == "ar":
+    if top is None or top == BASELINE:
         log.info("confirmation: nothing to confirm (the top estimate is %s)", top or "missing")
         return {"method": top, "status": "nothing to confirm"}
     if len(fresh) < settings.confirm_prompts:
@@ -432,7 +424,7 @@ def target_answers(grid: Grid, models: Any, max_new_tokens: int) -> pd.DataFrame
     req, _ = grid.frames()
     if not len(req) or set(tasks_of(req)) <= {CHAT_LINES}:
         return None
-    method = "ar" if "ar" in set(req["method"]) else str(req["method"].iloc[0])
+    method = BASELINE if BASELINE in set(req["method"]) else str(req["method"].iloc[0])
     mine = req[req["method"] == method]
     mine = mine[mine["repeat"] == mine["repeat"].min()]
     decode, eos_ids = reading(models.tokenizer)

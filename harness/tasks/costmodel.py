@@ -13,20 +13,20 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.costmodel import (
+from analysis.costmodel.model import (
+    DRAFTS,
     VerifyCost,
     check_alpha,
     check_cost,
-    check_gamma,
     expected_tokens_from_joint,
     optima,
     plot,
     sweep,
 )
-from spectune import rundir
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
-from spectune.options import as_list, flag, required
+from spectune.options import as_list, check_gamma, flag, required
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
     def get(key: str) -> Any:
         return required(task, key, f"task.{key}")
 
-    gamma_min = check_gamma(get("gamma_min"), "task.gamma_min")
-    gamma_max = check_gamma(get("gamma_max"), "task.gamma_max")
+    gamma_min = check_gamma(get("gamma_min"), DRAFTS, key="task.gamma_min")
+    gamma_max = check_gamma(get("gamma_max"), DRAFTS, key="task.gamma_max")
     if gamma_max < gamma_min:
         raise SpectuneError(f"task.gamma_max={gamma_max} is below task.gamma_min={gamma_min}: "
                             "must be >= gamma_min")

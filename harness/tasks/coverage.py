@@ -30,30 +30,28 @@ from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
 from harness.tasks.schemas import CoverageFile
-from spectune import conditions, resume, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.io import write_json
-from spectune.measure import (
-    pooled,
-    repeats_option,
-    requests_of,
-)
 from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
+from spectune.measure.point import requests_of
+from spectune.measure.repeats import pooled, repeats_option
+from spectune.methods import AA, AR, BASELINE, Method, label_gammas
 from spectune.options import integer
-from spectune.progress import RunProgress
-from spectune.stats.compare import AA_LABEL, throughput_units
+from spectune.run import conditions, resume, rundir
+from spectune.run.metadata import base_metadata
+from spectune.run.progress import RunProgress
+from spectune.stats.compare import throughput_units
 from spectune.stats.intervals import bootstrap_paired_ratio_interval, mde, paired_ratio_interval
 from spectune.stats.units import speedup_interval, unit_size_of, units_of
 from workloads.regimes import refuse_phases
 
 log = logging.getLogger(__name__)
 
-PAIRS = ("ar", "fixed", "policy")
-NO_DIFFERENCE = ("ar", "fixed")  # the pairs whose truth is exactly no difference (same code, same work)
+PAIRS = (BASELINE, "fixed", "policy")  # a pair is named after its reference method (AR's A/A pair: "ar")
+NO_DIFFERENCE = (BASELINE, "fixed")  # the pairs whose truth is exactly no difference (same code, same work)
 POLICY = {"name": "confidence", "threshold": 0.0}  # q(x) >= 0 always: drafts every one of its γ tokens
 WORKER_DONE = "worker.json"  # written last by a worker: its comparison is complete
 
@@ -91,22 +89,25 @@ class CoverageSettings:
     def unit_size(self) -> int:
         return unit_size_of(self.concurrency, self.block_prompts)
 
+    def pair(self, pair: str) -> tuple[Method, Method]:
+        """(compared, reference) methods of a pair; a method's settings are its policy node."""
+        fixed = Method("fixed", self.gamma, {"name": "fixed"})
+        return {BASELINE: (AA, AR), "fixed": (fixed.duplicate(), fixed),
+                "policy": (Method("confidence-0", self.gamma, dict(POLICY)), fixed)}[pair]
+
     def labels(self, pair: str) -> tuple[str, str]:
         """(compared, reference) method labels of a pair."""
-        fixed = f"fixed:gamma={self.gamma}"
-        return {"ar": (AA_LABEL, "ar"), "fixed": (f"{fixed}#2", fixed),
-                "policy": (f"confidence-0:gamma={self.gamma}", fixed)}[pair]
+        compared, reference = self.pair(pair)
+        return compared.label, reference.label
 
-    def methods(self) -> list[tuple[str, int, dict[str, Any] | None]]:
-        """(label, γ, policy node) of every method a worker runs, in the order of the first repeat."""
-        out: dict[str, tuple[int, dict[str, Any] | None]] = {}
+    def methods(self) -> list[Method]:
+        """Every method a worker runs, once each, in the order of the first repeat."""
+        out: dict[str, Method] = {}
         for pair in self.pairs:
-            compared, reference = self.labels(pair)
-            for label in (reference, compared):
-                gamma = 0 if label.startswith("ar") else self.gamma
-                out.setdefault(label, (gamma, dict(POLICY) if label.startswith("confidence") else
-                                       (None if gamma == 0 else {"name": "fixed"})))
-        return [(label, gamma, node) for label, (gamma, node) in out.items()]
+            compared, reference = self.pair(pair)
+            for method in (reference, compared):
+                out.setdefault(method.label, method)
+        return list(out.values())
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
@@ -132,8 +133,8 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     workload = load_workload(cfg.workload, models.tokenizer)
     requests = requests_of(workload.prompts, workload.max_new_tokens)
     engine = engine_of(cfg, models, workload.sampling)
-    nodes = {label: node for label, _, node in s.methods()}
-    order = [(label, gamma) for label, gamma, _ in s.methods()]
+    nodes = {m.label: dict(m.settings) if m.speculative else None for m in s.methods()}
+    order = label_gammas(s.methods())
     rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,
                                     "models": models.pair.metadata, "hardware": hw.describe(cfg.hardware,
                                                                                             models.device),

@@ -19,16 +19,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from spectune import rundir
+from spectune.costmodel.profile import check_profile, load_profile
 from spectune.engine import proposers
 from spectune.engine.proposers.replay import COPY_N, GreedyOutput, replay
 from spectune.engine.records import requests_frame
 from spectune.errors import SpectuneError
-from spectune.measure import requests_of
+from spectune.measure.point import requests_of
 from spectune.measure.prediction import by_task, price
 from spectune.options import as_list, integer
-from spectune.profile import check_profile, load_profile
-from spectune.progress import RunProgress
+from spectune.run import rundir
+from spectune.run.progress import RunProgress
 from workloads.answers import answers_by_task, reading, warnings
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ every cycle with a draft; it also feeds the draft the tokens the last cycle emit
 t_draft(b) (over the cycles of γ ≥ 2), the verification t_verify(b, n) (n = 1 is the autoregressive step), and the
 per-cycle overhead outside both (rollback, emission, bookkeeping). A least-squares line
 t_verify ≈ a + b·n per batch is reported with its largest relative residual. Writes ``profile.json``
-(schema: :mod:`spectune.profile`).
+(schema: :mod:`spectune.costmodel.profile`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from spectune import rundir
-from spectune.measure import requests_of
+from spectune.measure.point import requests_of
 from spectune.measure.profiling import measure_profile
 from spectune.options import as_list, integer
+from spectune.run import rundir
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.tasks.schemas import TraceTask
-from spectune import rundir
 from spectune.config import typed
-from spectune.measure import check_gamma, requests_of
+from spectune.measure.point import check_context_fits, requests_of
 from spectune.options import integer
+from spectune.run import rundir
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     settings = TraceSettings.from_cfg(cfg)
     setup = open_setup(cfg, "trace")
     requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
-    check_gamma(requests, settings.max_gamma, setup.max_context)
+    check_context_fits(requests, settings.max_gamma, setup.max_context)
     engine = setup.engine
     if settings.warmup:
         warm = [type(r)(-1 - i, "warmup", r.language, r.input_ids, r.max_new_tokens)

@@ -25,21 +25,16 @@ from analysis.bench_table import bench_table, format_ranking, format_table, form
 from harness.tasks.bench import BenchSettings, build_requests, task_breakdown
 from harness.tasks.schemas import TuneFile
 from policies.registry import make_policy
-from spectune import conditions, rundir
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine import proposers
 from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
-from spectune.measure import (
-    Grid,
-    aggregate,
-    pooled,
-    repeats_option,
-)
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
-from spectune.metadata import base_metadata
+from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option
 from spectune.options import as_list, integer
+from spectune.run import conditions, rundir
+from spectune.run.metadata import base_metadata
 from spectune.stats.goodput import parse_slo
 from spectune.vllm_export import vllm_form
 from workloads.regimes import refuse_phases

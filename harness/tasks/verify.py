@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from spectune import rundir
 from spectune.audit.fit import FitResult, FitRule, conditional_tables, fit, fmt, pair_law, token_labels
 from spectune.audit.laws import PositionLaws, total_variation, validate_pair
 from spectune.errors import SpectuneError
-from spectune.metadata import base_metadata
 from spectune.options import as_list, flag, integer, number, required
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 def run_models(cfg: DictConfig, run_dir: Path, s: dict[str, Any]) -> int:
     """The audit on the real pair: sampler level on K prompts, then the Engine on the shortest of them."""
     from spectune.audit import real_pair as am  # loads torch and transformers
-    from spectune.measure import load_models
+    from spectune.measure.models import load_models
     from spectune.sampling import SamplingParams
     from spectune.sampling.rejection import SAMPLERS, get_sampler
     from workloads.loader import load_workload

@@ -3,11 +3,11 @@
 Hydra instantiates launchers from the ``hydra_plugins`` package only, hence this module's place. On top of the
 stock launcher (one job array, ``array_parallelism`` at once, results in the sweep directory):
 
-- before submitting, the request is checked against ``sinfo`` (``spectune.slurm.check_request``), and an sbatch
+- before submitting, the request is checked against ``sinfo`` (``spectune.run.slurm.check_request``), and an sbatch
   refusal is one ``error:`` line naming the values asked and what the cluster offers; exit code 2, nothing of an
   earlier run in the sweep directory touched;
 - ``additional_parameters.exclusive: false`` (or null) leaves the flag out, since sbatch has no ``--exclusive=false``;
-- where the cluster keeps no accounting, job states come from squeue (``spectune.slurm.SqueueJob``);
+- where the cluster keeps no accounting, job states come from squeue (``spectune.run.slurm.SqueueJob``);
 - a job that ends without a result (cancelled, killed, crashed, out of requeues) is written to ``error.json`` in
   its run directory and the sweep goes on collecting the others; ``harness.sweeps.FailedJobsExit`` then lists the
   failures and exits 2. The stock launcher instead raises at the first such job, with a traceback.
@@ -27,14 +27,14 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf, open_dict
 
-from spectune import rundir
+from spectune.run import rundir
 
 try:
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 except ImportError:  # no `cluster` extra: Hydra imports every plugin at start, which must not warn on every run
     from hydra.plugins.launcher import Launcher as SlurmLauncher
 
-log = logging.getLogger("spectune.slurm")
+log = logging.getLogger("spectune.run.slurm")
 
 
 class SpectuneSlurmLauncher(SlurmLauncher):
@@ -51,8 +51,8 @@ class SpectuneSlurmLauncher(SlurmLauncher):
         import submitit
         from submitit.core.utils import FailedJobError
 
-        from spectune import slurm
         from spectune.errors import SpectuneError
+        from spectune.run import slurm
 
         assert self.config is not None and job_overrides
         try:

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spectune import names, rundir
+from spectune import names
+from spectune.costmodel.profile import CycleCosts, Profile, check_profile, load_profile
 from spectune.engine.policy import DRAFT_SIGNALS, MATCH_SIGNALS, SIGNALS
 from spectune.errors import SpectuneError
-from spectune.profile import CycleCosts, Profile, check_profile, load_profile
+from spectune.run import rundir
 
 
 class TraceSet:

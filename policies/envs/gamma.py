@@ -51,8 +51,8 @@ class DraftGammaEnv(gym.Env):
     Args:
         backend: ``"replay"`` or ``"live"``.
         traces: ``traces.parquet`` of ``task=trace`` (replay).
-        profile: a profile path, a shipped profile name, a :class:`~spectune.profile.Profile`, or a list of them.
-        max_gamma: deepest draft (default: the traces' max_gamma; live: 12).
+        profile: a profile path, a shipped profile name, a :class:`~spectune.costmodel.profile.Profile`, or a list of
+        them. max_gamma: deepest draft (default: the traces' max_gamma; live: 12).
         reward: ``"throughput"`` (tokens − ρ·time) or ``"ratio"`` (LTD's tokens / time).
         outcome: ``"realised"`` (that cycle's outcome) or ``"expected"`` (over the acceptance uniforms; replay).
         profile_jitter: log-scale half-width of the random scaling of draft and verification costs per episode.
@@ -108,8 +108,9 @@ class DraftGammaEnv(gym.Env):
 
     def _recorded(self, gamma: int) -> tuple[float, float]:
         """The recorded row verified at ``gamma``: the tokens it emits (accepted prefix + the target's one) and its
-        1/b share of the batch cycle's cost (:meth:`spectune.profile.CycleCosts.cycle_s`). A model-free draft's chain
-        may end before ``gamma``: the engine verifies no further, so that depth is charged (the replay's rule,
+        1/b share of the batch cycle's cost (:meth:`spectune.costmodel.profile.CycleCosts.cycle_s`). A model-free
+        draft's chain may end before ``gamma``: the engine verifies no further, so that depth is charged (the replay's
+        rule,
         :func:`policies.envs.replay.replay_costs`); a draft model's chain always reaches the ceiling."""
         gamma = min(gamma, self._ceiling)
         tokens = self.traces.accepted_at(self._entry, gamma, self.expected) + 1.0

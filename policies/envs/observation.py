@@ -61,8 +61,8 @@ from spectune.engine.policy import DRAFT_SIGNALS, MATCH_SIGNALS, SIGNALS
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
+    from spectune.costmodel.profile import CycleCosts
     from spectune.engine.policy import DraftStep
-    from spectune.profile import CycleCosts
 
 OBS_FIELDS: tuple[str, ...] = (*DRAFT_SIGNALS, "position", "context_length", "batch_size", "recent_acceptance",
                                "c", "g")

@@ -23,8 +23,8 @@ were drafted to ``max_gamma``. Exact per cycle, approximate per run; the cycle t
 each request is the recorded one (it starts at the same context), which is what the tests compare.
 
 The replay's accounting lives here too: :func:`replay_costs` (what each entry is charged at every γ: its share
-of its batch's cycle, :meth:`spectune.profile.CycleCosts.cycle_s`, for the system's tokens/s, or the whole cycle for
-a request's decode tok/s), :func:`oracle_gammas` (the hindsight-best γ) and
+of its batch's cycle, :meth:`spectune.costmodel.profile.CycleCosts.cycle_s`, for the system's tokens/s, or the whole
+cycle for a request's decode tok/s), :func:`oracle_gammas` (the hindsight-best γ) and
 :func:`replay_scores`. :func:`replay_table` scores many policies this way with :func:`replay_scores` (tokens/s on
 realised outcomes), next to a fixed γ and the hindsight oracle.
 
@@ -48,9 +48,9 @@ import pandas as pd
 import torch
 
 from policies.envs.data import TraceSet
+from spectune.costmodel.profile import Profile
 from spectune.engine.policy import SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +157,9 @@ def replay_scores(traces: TraceSet, profile: Profile, max_gamma: int, gammas: np
             "informed_oracle_vs_best_fixed_pct": 100 * (informed_rate / fixed[best] - 1)}
 
 
-def check_gamma(traces: TraceSet, max_gamma: int, profile: Profile) -> int:
-    """``max_gamma`` if the traces recorded that deep and the profile verifies max_gamma + 1 positions."""
+def check_replay_depth(traces: TraceSet, max_gamma: int, profile: Profile) -> int:
+    """``max_gamma`` if the replay can go that deep: the traces recorded that deep and the profile verifies
+    max_gamma + 1 positions."""
     limit = min(traces.max_gamma, profile.max_positions - 1)
     if isinstance(max_gamma, bool) or not isinstance(max_gamma, int | np.integer) or not 1 <= max_gamma <= limit:
         raise SpectuneError(f"max_gamma={max_gamma!r} is out of range: must be an integer in 1..{limit} (the "
@@ -254,7 +255,7 @@ def replay_gammas(policy: DraftLengthPolicy, traces: TraceSet, max_gamma: int, p
     """The γ ``policy`` chooses for every recorded (cycle, row), in TraceSet entry order (see the module).
 
     ``policy.reset()`` first; ``observe`` after every cycle with the realised outcome and ``profile``'s costs."""
-    max_gamma = check_gamma(traces, max_gamma, profile)
+    max_gamma = check_replay_depth(traces, max_gamma, profile)
     slots = slot_count(traces)
     policy.reset()
     gammas = np.zeros(traces.count, dtype=int)
@@ -280,7 +281,7 @@ def replay_table(policies: Mapping[str, DraftLengthPolicy], traces: TraceSet, pr
     is ``fixed_gamma`` when given (chosen beforehand, e.g. on training traces) — then the best fixed γ in
     hindsight on these traces is listed too — else the best in hindsight. ``attrs`` hold the γ used.
     """
-    max_gamma = check_gamma(traces, max_gamma, profile)
+    max_gamma = check_replay_depth(traces, max_gamma, profile)
     if fixed_gamma is not None and not 0 <= fixed_gamma <= max_gamma:
         raise SpectuneError(f"fixed_gamma={fixed_gamma!r} is out of range: must be in 0..{max_gamma}")
     base = replay_scores(traces, profile, max_gamma, np.zeros(traces.count, dtype=int), oracles=False)

@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 
 from policies.evaluate import schema
 from policies.evaluate.pipeline import run
-from spectune import cli
 from spectune.engine import proposers
+from spectune.run import cli
 
 schema.register()  # conf/task/evaluate.yaml's schemas and conf/config.yaml's, before Hydra composes
 

@@ -45,21 +45,22 @@ from policies.evaluate.schema import EvaluateConfig
 from policies.registry import POLICIES, make_policy
 from policies.train.schema import TrainConfig
 from policies.train.tuning import tunable
-from spectune import conditions, rundir
 from spectune.config import typed
 from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
-from spectune.measure import Grid, aggregate, repeats_option
 from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
-from spectune.metadata import finished_metadata
+from spectune.measure.repeats import Grid, aggregate, repeats_option
+from spectune.methods import AA_LABEL, BASELINE, Method
 from spectune.options import as_list, integer
+from spectune.run import conditions, rundir
+from spectune.run.metadata import finished_metadata
 from spectune.stats.by_task import by_task, durations_of, several_tasks
-from spectune.stats.compare import AA_LABEL, decode_rates
+from spectune.stats.compare import decode_rates
 from spectune.stats.units import unit_size_of
 
 log = logging.getLogger("policies.evaluate")
 CONF = Path(__file__).resolve().parents[2] / "conf"
-AR, FIXED = "ar", "fixed"
+FIXED = "fixed"
 LEARNED = ("ppo", "ppo-distilled", "ppo-cycle", "acceptance-classifier")  # their files come from the training stage
 
 
@@ -256,7 +257,7 @@ def learned_files(name: str, learned: Path | None, concurrency: int) -> dict[str
 
 def learned_profile(directory: Path) -> Any:
     """The cost profile the learned policies of ``directory`` were trained with (calibrated when it was)."""
-    from spectune.profile import load_profile
+    from spectune.costmodel.profile import load_profile
 
     for file in (rundir.PROFILE_CALIBRATED, rundir.PROFILE):
         if file.exists(directory):
@@ -286,7 +287,7 @@ def _grid_search(engine: Any, train: list, settings: EvaluateSettings, concurren
     """Every γ of the grid (``evaluate.grid``; AR included) on the training prompts: the best by pooled decode
     throughput (ties: smaller γ)."""
     gammas = settings.grid_gammas
-    methods = [(AR if g == 0 else f"fixed:gamma={g}", g, {"name": FIXED}) for g in gammas]
+    methods = [(Method.fixed(g).label, g, {"name": FIXED}) for g in gammas]
     log.info("grid search on %d training prompts, concurrency %d: γ = %s, %d repeat(s)", len(train), concurrency,
              f"0..{settings.max_gamma}" if settings.grid is None else ", ".join(map(str, gammas)),
              settings.grid_repeats)
@@ -341,7 +342,7 @@ def _task_lines(table: pd.DataFrame) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
     from policies.train.ppo import split_requests
-    from spectune.measure import check_gamma, requests_of
+    from spectune.measure.point import check_context_fits, requests_of
     from workloads.setup import open_setup
 
     if not cfg.get("workload"):
@@ -352,7 +353,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     setup = open_setup(cfg, "evaluate")
     train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
                                     settings.train_prompts, settings.heldout_prompts)
-    check_gamma(train + heldout, settings.max_gamma, setup.max_context)
+    check_context_fits(train + heldout, settings.max_gamma, setup.max_context)
     language = str(cfg.workload.get("language") or setup.workload.name)
     heldout_ids = {r.prompt_id for r in heldout}
     metadata = {**setup.metadata, "task": "evaluate", "settings": asdict(settings),
@@ -389,16 +390,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         grid_csv = rundir.GRID_CSV.named(concurrency=concurrency).write(run_dir, grid) if settings.calibrate else None
         needs_learned = set(LEARNED) & set(settings.policies) or (settings.tune and tunable(settings.policies))
         learned = _trained(cfg, settings, run_dir, concurrency, heldout_ids, grid_csv) if needs_learned else None
-        best_label = AR if best == 0 else f"fixed:gamma={best}"
-        methods: list[tuple[str, int, dict]] = [(AR, 0, {"name": FIXED})]
+        best_label = Method.fixed(best).label
+        methods: list[tuple[str, int, dict]] = [(BASELINE, 0, {"name": FIXED})]
         if best:
             methods.append((best_label, best, {"name": FIXED}))
-        labels = {AR: AR, best_label: BEST_FIXED}
-        fixed = {AR: 0, best_label: best}
+        labels = {BASELINE: BASELINE, best_label: BEST_FIXED}
+        fixed = {BASELINE: 0, best_label: best}
         if settings.hindsight:  # every other fixed γ too: the best of them on these prompts is the ceiling
             for gamma in range(1, settings.max_gamma + 1):
                 if gamma != best:
-                    label = f"fixed:gamma={gamma}"
+                    label = Method.fixed(gamma).label
                     methods.append((label, gamma, {"name": FIXED}))
                     labels[label], fixed[label] = label, gamma
         for name in settings.policies:

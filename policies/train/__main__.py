@@ -16,8 +16,8 @@ from omegaconf import DictConfig
 
 from policies.train import schema
 from policies.train.pipeline import train_policies
-from spectune import cli
 from spectune.engine import proposers
+from spectune.run import cli
 
 schema.register()  # conf/task/train.yaml's schemas and conf/config.yaml's, before Hydra composes
 

@@ -40,8 +40,8 @@ from scipy.optimize import nnls
 
 from policies.envs.data import TraceSet
 from policies.envs.replay import realised_tokens, replay_costs
+from spectune.costmodel.profile import Profile
 from spectune.errors import SpectuneError
-from spectune.profile import Profile
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from policies.classifier import fit_classifier, save_classifier
 from policies.envs.data import read_traces
-from spectune import cli
+from spectune.run import cli
 
 log = logging.getLogger(__name__)
 

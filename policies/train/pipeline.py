@@ -38,7 +38,7 @@ Steps, all into the given run directory:
    replay score is evaluated again (round ``live``).
 
 :func:`train_policies` reads as these stages, each taking values and returning values; the models are loaded once per
-process (:func:`spectune.measure.load_models`) for the traces, the profile and the live stage.
+process (:func:`spectune.measure.models.load_models`) for the traces, the profile and the live stage.
 """
 
 from __future__ import annotations
@@ -58,13 +58,13 @@ from policies.envs.replay import replay_scores
 from policies.ppo_distilled import distill_into
 from policies.train.ppo import CycleTraining, GammaTraining, save_policy, split_requests
 from policies.train.schema import TrainConfig
-from spectune import rundir
 from spectune.config import typed
+from spectune.costmodel.profile import Profile, load_profile
 from spectune.errors import SpectuneError
 from spectune.io import write_figure
-from spectune.metadata import base_metadata
 from spectune.options import integer
-from spectune.profile import Profile, load_profile
+from spectune.run import rundir
+from spectune.run.metadata import base_metadata
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[An
             raise
         raise SpectuneError(f"train.train_prompts={settings.train_prompts} + train.heldout_prompts="
                             f"{settings.heldout_prompts} is invalid: {err}") from None
-    from spectune.measure import requests_of
+    from spectune.measure.point import requests_of
 
     train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
                                     settings.train_prompts, settings.heldout_prompts)
@@ -161,10 +161,10 @@ def training_traces(settings: TrainSettings, cfg: DictConfig, run_dir: Path) -> 
     if settings.traces:
         return read_traces(settings.traces)
     from spectune.engine.traces import record
-    from spectune.measure import check_gamma
+    from spectune.measure.point import check_context_fits
 
     setup, train, heldout = split_setup(cfg, settings, "train")
-    check_gamma(train, settings.max_gamma, setup.max_context)
+    check_context_fits(train, settings.max_gamma, setup.max_context)
     log.info("tracing the training split: %d prompts of %s (held out: %d) at max_gamma %d, concurrency %d",
              len(train), setup.workload.name, len(heldout), settings.max_gamma, settings.concurrency)
     session = setup.engine.session(train, None, settings.concurrency, keep_laws=True)

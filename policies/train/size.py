@@ -27,8 +27,8 @@ import pandas as pd
 from policies.envs.data import TraceSet
 from policies.envs.verify_size import VerifySizeEnv
 from policies.train.ppo import EvalCallback, GammaTraining, policy_gammas, ppo_model, save_policy
-from spectune import rundir
 from spectune.errors import SpectuneError
+from spectune.run import rundir
 
 log = logging.getLogger("policies.train")
 

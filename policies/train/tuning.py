@@ -24,7 +24,7 @@ import pandas as pd
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
 from policies.registry import POLICIES, make_policy
-from spectune.profile import Profile
+from spectune.costmodel.profile import Profile
 
 log = logging.getLogger(__name__)
 

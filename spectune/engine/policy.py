@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from spectune.errors import SpectuneError
+from spectune.options import check_gamma
 from spectune.sampling import SamplingParams
 
 # Signals computed from the draft law q at each step. Each costs time on every draft step, so the engine
@@ -55,14 +55,6 @@ def acceptance_trials(accepted: int, drafted: int) -> int:
     drafted to the ceiling would see a lower "recent acceptance" than the same requests give it live.
     """
     return accepted + (1 if accepted < drafted else 0)
-
-
-def check_gamma(gamma: object, what: str = "γ", key: str = "gamma") -> int:
-    """γ as the grid and every policy take it: an integer >= 1 (a bool is not one); a one-line error naming
-    ``key`` and ``what`` it is for."""
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise SpectuneError(f"{key}={gamma!r} is invalid: {what} must be an integer >= 1")
-    return gamma
 
 
 RECENT_PRIOR = 0.5  # the recent acceptance of a request before its first cycle

@@ -26,7 +26,7 @@ from spectune.engine.records import Request
 from spectune.methods import Method
 
 if TYPE_CHECKING:
-    from spectune.progress import RunProgress
+    from spectune.run.progress import RunProgress
 
 Frames = tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]  # requests, cycles, summary of one measured block
 

@@ -45,7 +45,7 @@ import pandas as pd
 from spectune.engine.records import Request, RequestRecord, requests_frame, summarise
 from spectune.errors import SpectuneError
 from spectune.methods import Method
-from spectune.progress import RunProgress
+from spectune.run.progress import RunProgress
 
 log = logging.getLogger(__name__)
 

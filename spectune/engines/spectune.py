@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spectune.engine.records import Request
-from spectune.measure import Frames, measure_point, warm_up
+from spectune.measure.point import Frames, measure_point, warm_up
 from spectune.methods import Method
 
 if TYPE_CHECKING:
     from spectune.engine import Engine
     from spectune.engine.policy import DraftLengthPolicy
-    from spectune.progress import RunProgress
+    from spectune.run.progress import RunProgress
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Methods interleaved prompt block by prompt block, so that a drifting machine drifts under every method alike.
 
-A point of :func:`spectune.measure.run_points` is one method run once over all prompts; the methods of a repeat
+A point of :func:`spectune.measure.repeats.run_points` is one method run once over all prompts; the methods of a repeat
 run one after the other. On a machine whose speed drifts by ±15% over minutes (a cloud VM's neighbours, thermal
 or frequency changes), that drift lands whole on whichever method ran at the time, and a paired (repeat,
 prompt) bootstrap cannot see it: the pairing assumes the two methods met the same conditions. Cutting the
@@ -25,7 +25,7 @@ The order of the methods on each block follows a Williams design, not a rotation
 some state: the allocator, the caches, garbage to collect. Under a rotation each method always follows the same
 predecessor, so that carry-over stays fixed on one method. Measured with a rotation on smollm2: AR against
 itself, run right after AR, +4.6% [+1.8, +11.6]. Garbage is also collected before every timed run
-(:func:`spectune.measure.measure_point`).
+(:func:`spectune.measure.point.measure_point`).
 """
 
 from __future__ import annotations
@@ -39,10 +39,11 @@ import pandas as pd
 
 from spectune.engine.records import Request, add_counters, summarise
 from spectune.errors import SpectuneError
-from spectune.measure import Frames, Grid, _tag
+from spectune.measure.point import Frames
+from spectune.measure.repeats import Grid, _tag
 from spectune.methods import Method
 from spectune.options import integer
-from spectune.progress import RunProgress
+from spectune.run.progress import RunProgress
 from spectune.stats.compare import rotation
 
 log = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ def block_runner(engine: Any, methods: Mapping[str, Method], *, concurrency: int
     server starts clean) with the warm-up before it, its later blocks going on from there; each block's conditions
     recorded (merged per point by :func:`merge_blocks`), each finished request counted on ``progress`` (the run's one
     line). With ``phases`` a block runs at its phase's concurrency."""
-    from spectune.conditions import Window
+    from spectune.run.conditions import Window
 
     def run(label: str, gamma: int, repeat: int, index: int, part: list[Request]) -> Frames:
         batch = phases[part[0].phase] if phases else concurrency
@@ -320,12 +321,12 @@ def run_design(engine: Any, requests: list[Request], methods: Sequence[Method], 
     """Every method of ``methods`` on ``requests``, ``repeats`` times, on ``engine`` (any
     :class:`~spectune.engines.base.MeasuringEngine`: spectune's own, or a server per method), in the run's
     design: interleaved block by block (:func:`run_interleaved`) when ``block_prompts`` is set, else each method on
-    all prompts at once in the rotated order (:func:`spectune.measure.run_points`), every point's conditions
+    all prompts at once in the rotated order (:func:`spectune.measure.repeats.run_points`), every point's conditions
     recorded. ``phases`` (each phase's concurrency, the requests tagged with their phase in run order): every point
     runs phase by phase, and ``concurrency`` is not read. The run shows one progress line on stderr, ``what`` its
-    first word (:class:`spectune.progress.RunProgress`)."""
-    from spectune.conditions import watched
-    from spectune.measure import run_points, schedule
+    first word (:class:`spectune.run.progress.RunProgress`)."""
+    from spectune.measure.repeats import run_points, schedule
+    from spectune.run.conditions import watched
 
     by_label = {m.label: m for m in methods}
     if len(by_label) != len(methods):

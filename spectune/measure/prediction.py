@@ -4,9 +4,9 @@ Greedy verification accepts a draft iff it is the target's own next greedy token
 proposer's cycles follow from the target's autoregressive output alone: :mod:`spectune.engine.proposers.replay`
 gives them exactly (a test compares them with the engine's, cycle by cycle). Priced by a cost profile of the same
 pair on the same machine (a target forward over n positions and the per-cycle overhead,
-:class:`spectune.profile.CycleCosts`) plus what the proposer's own search costs, they predict the decode speed-up
-over autoregressive decoding. The copyable fraction (output tokens inside an n-gram that occurred earlier) says how
-much of the output any lookup could have copied. Written down before the timed runs, a prediction is what the
+:class:`spectune.costmodel.profile.CycleCosts`) plus what the proposer's own search costs, they predict the decode
+speed-up over autoregressive decoding. The copyable fraction (output tokens inside an n-gram that occurred earlier) says
+how much of the output any lookup could have copied. Written down before the timed runs, a prediction is what the
 measurement then confirms or refutes.
 
 Seconds are summed over requests before dividing (a ratio of sums, as the benchmark's decode speed-up is); the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from spectune.cycle import CycleCost
+from spectune.costmodel.cycle import CycleCost
 
 
 def price(frame: pd.DataFrame, costs: CycleCost, search_s: float | None = None) -> pd.DataFrame:

@@ -19,11 +19,12 @@ import logging
 import statistics
 from typing import Any
 
+from spectune.costmodel.profile import Profile, dearer_note, fit_linear
 from spectune.engine.policy import FixedGamma
 from spectune.engine.records import Request
 from spectune.errors import SpectuneError
-from spectune.measure import Models, check_gamma
-from spectune.profile import Profile, dearer_note, fit_linear
+from spectune.measure.models import Models
+from spectune.measure.point import check_context_fits
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def measure_profile(engine: Any, requests: list[Request], models: Models, sizes:
         max_new = (warmup + repeats) * positions + 1  # enough tokens for warm-up + repeats at the deepest γ
         rows = [Request(i, r.prompt_id, r.language, r.input_ids, max_new, task=r.task)
                 for i, r in enumerate(requests[i % len(requests)] for i in range(max(sizes)))]
-        check_gamma(rows, max_gamma, models.max_context)
+        check_context_fits(rows, max_gamma, models.max_context)
         draft, verify, overhead, first, fit = measure_costs(engine, rows, sizes, max_gamma, warmup, repeats)
     finally:
         engine.eos = eos

@@ -32,7 +32,7 @@ from spectune.errors import SpectuneError
 from spectune.hardware import DTYPES
 from spectune.models import draft_vocab, feature_draft, gguf
 from spectune.placement import NATIVE_BF16, cpu_bf16, cpu_model
-from spectune.rundir import current_model_path
+from spectune.run.rundir import current_model_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from spectune.io import write_json
-from spectune.metadata import base_metadata
+from spectune.run.metadata import base_metadata
 
 LANGS = ("it", "en", "zh", "es")
 ROOT = Path(__file__).resolve().parents[2]

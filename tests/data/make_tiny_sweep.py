@@ -7,7 +7,7 @@ It is a real sweep of the CLI on the embedded tiny pair: two jobs (concurrency 1
 baseline and γ = 1, 2 on three English prompts of eight new tokens (about a minute on 2 CPU cores). What
 differs from machine to machine and means nothing to the readers is dropped: Hydra's own ``hydra.yaml`` (the
 launcher's absolute paths and environment) and the job logs. Regenerate it when the run format changes
-(spectune.rundir.FORMAT_VERSION); tests/test_rundir.py checks that the committed copy has the structure the
+(spectune.run.rundir.FORMAT_VERSION); tests/test_rundir.py checks that the committed copy has the structure the
 CLI writes today.
 """
 

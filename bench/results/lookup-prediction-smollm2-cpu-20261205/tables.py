@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spectune import rundir
+from spectune.run import rundir
 
 HERE = Path(__file__).resolve().parent
 TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code", "all"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spectune import rundir
+from spectune.costmodel.profile import load_profile
 from spectune.measure.prediction import by_task, price
-from spectune.profile import load_profile
+from spectune.run import rundir
 
 HERE = Path(__file__).resolve().parent
 LOOKUP = HERE.parent / "lookup-prediction-smollm2-cpu-20261205"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.timed_vs_predicted import measured, sampled_table
-from spectune import rundir
-from spectune.profile import Profile, dearer_than_longer
+from spectune.costmodel.profile import Profile, dearer_than_longer
+from spectune.run import rundir
 
 HERE = Path(__file__).resolve().parent
 GAMMAS = (2, 4)

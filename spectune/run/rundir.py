@@ -9,7 +9,7 @@ Writers are the atomic ones of :mod:`spectune.io` (a killed run never leaves a t
 one line naming the file (:class:`~spectune.errors.SpectuneError`) on a half-written or foreign file.
 
 Format version. The metadata a run writes (``metadata.json``, ``traces.metadata.json`` and the ``metadata`` block
-that other result files embed, all from :func:`spectune.metadata.base_metadata`) carries ``format_version``:
+that other result files embed, all from :func:`spectune.run.metadata.base_metadata`) carries ``format_version``:
 
 - 1: everything written before the version was recorded (no ``format_version`` key). Read as version 1.
 - 2: ``format_version`` recorded; the files and columns are those of version 1.
@@ -178,7 +178,7 @@ class RunFile:
 
 
 # ---- what a run writes ------------------------------------------------------------------------------------
-# Metadata: packages, git commit, host, hardware, models, config (spectune.metadata).
+# Metadata: packages, git commit, host, hardware, models, config (spectune.run.metadata).
 METADATA = RunFile("metadata.json", "json", metadata=True)
 # task=bench, task=tune, policies.evaluate: per-method results, per-request and per-cycle records.
 SUMMARY = RunFile("summary.json", "json")
@@ -190,7 +190,7 @@ RECOMMENDATION = RunFile("recommendation.json", "json")  # task=tune
 # task=trace and policies.train: recorded cycles and their metadata (a sidecar: it names no summary).
 TRACES = RunFile("traces.parquet", "parquet", ("cycle", "row", "position", "accept_prob", "accepted"))
 TRACES_METADATA = RunFile("traces.metadata.json", "json", metadata=True)
-# task=profile and policies.train: the hardware cost profile (spectune.profile reads it).
+# task=profile and policies.train: the hardware cost profile (spectune.costmodel.profile reads it).
 PROFILE = RunFile("profile.json", "json")
 PROFILE_CALIBRATED = RunFile("profile.calibrated.json", "json")
 # task=predict: prompt lookup replayed from greedy outputs, a row per (request, γ), and its per-task summary.
@@ -232,7 +232,7 @@ COMPARISON_MD = RunFile("comparison.md", "text")
 # A run over several tasks: per (concurrency, method, task) tokens, seconds and speed-up over the best fixed γ.
 BY_TASK = RunFile("by_task.parquet", "parquet", ("concurrency", "method", "task"))
 CONDITIONS = RunFile("conditions.json", "json")  # policies.evaluate: what else ran during each measured point
-# A job of a multirun that failed on bad input (spectune.cli): the sweep goes on, the sweep's end reports it.
+# A job of a multirun that failed on bad input (spectune.run.cli): the sweep goes on, the sweep's end reports it.
 ERROR = RunFile("error.json", "json")
 
 FILES: tuple[RunFile, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, RunFile))

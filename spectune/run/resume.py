@@ -1,7 +1,7 @@
 """Sweeps that survive: resume from the complete grid points on disk, stop cleanly on SIGTERM / SIGINT.
 
 A grid point is the unit of work, keyed by ``(method label, repeat index)`` (repeat 0 when a run measures each
-point once); the repeat is the unit that is kept (``spectune.conditions.whole_repeats``). A run rewrites its result
+point once); the repeat is the unit that is kept (``spectune.run.conditions.whole_repeats``). A run rewrites its result
 files atomically after every point, so a killed run leaves on disk exactly the points it finished. With
 ``resume=true`` a rerun into the same directory checks what is there -- same config (the recorded one minus
 ``resume``), readable files, a summary entry with status ok and the rows it counts -- and runs only the rest.
@@ -27,8 +27,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from spectune import rundir
 from spectune.errors import SpectuneError
+from spectune.run import rundir
 
 log = logging.getLogger(__name__)
 

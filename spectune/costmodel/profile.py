@@ -1,6 +1,6 @@
 """Hardware cost profiles: what a draft step, a verification and a cycle's overhead cost on one setup.
 
-A profile (``profile.json``, written by ``task=profile`` or shipped in ``spectune/profiles/``) lets a
+A profile (``profile.json``, written by ``task=profile`` or shipped in ``spectune/costmodel/profiles/``) lets a
 replay environment charge a cycle what it would cost on that hardware, without the hardware. Schema:
 
     {"kind": "spectune-profile", "version": 1, "label", "synthetic", "notes": [...], "models": {...},
@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from spectune import names
-from spectune.cycle import CycleCost
+from spectune.costmodel.cycle import CycleCost
 from spectune.errors import SpectuneError
 from spectune.placement import cpu_model
-from spectune.rundir import current_model_path
+from spectune.run.rundir import current_model_path
 
 KIND, VERSION = "spectune-profile", 1
 # Fields that must agree between a profile and the run it is applied to (dotted paths in models/hardware).
@@ -52,9 +52,9 @@ WHERE_RECORDED = ("hardware.cpu_bf16", "models.draft.name_or_path")
 @dataclass(frozen=True)
 class CycleCosts(CycleCost):
     """What one batch shape costs (seconds): a draft step, the verification of n = 1..max_positions positions and
-    the per-cycle overhead; a cycle's cost is :class:`~spectune.cycle.CycleCost`'s sum of them. A profile gives one
-    per batch size (:meth:`Profile.costs`); the model-based policy builds one from the costs it measures. Replays,
-    environments and the profile itself charge through :meth:`cycle_s`."""
+    the per-cycle overhead; a cycle's cost is :class:`~spectune.costmodel.cycle.CycleCost`'s sum of them. A profile
+    gives one per batch size (:meth:`Profile.costs`); the model-based policy builds one from the costs it measures.
+    Replays, environments and the profile itself charge through :meth:`cycle_s`."""
 
     t_draft: float
     t_verify: np.ndarray  # [max_positions]: n = 1, 2, ...
@@ -228,8 +228,8 @@ class Profile:
 
 
 def shipped_profiles() -> list[str]:
-    """Names of the profiles shipped with spectune (``spectune/profiles/<name>.json``)."""
-    return sorted(p.name.removesuffix(".json") for p in resources.files("spectune.profiles").iterdir()
+    """Names of the profiles shipped with spectune (``spectune/costmodel/profiles/<name>.json``)."""
+    return sorted(p.name.removesuffix(".json") for p in resources.files("spectune.costmodel.profiles").iterdir()
                   if p.name.endswith(".json"))
 
 
@@ -239,7 +239,7 @@ def load_profile(path_or_name: str | Path) -> Profile:
     if not path.is_file():
         name = str(path_or_name)
         if name in shipped_profiles():
-            path = Path(str(resources.files("spectune.profiles").joinpath(f"{name}.json")))
+            path = Path(str(resources.files("spectune.costmodel.profiles").joinpath(f"{name}.json")))
         else:
             raise SpectuneError(f"profile={name!r} is not found: give a profile.json path or one of "
                                 f"{', '.join(shipped_profiles())}")

@@ -1,7 +1,7 @@
 """Rebuild the shipped H200 profiles from the compiled rows of an H200 step-cost measurement.
 
-``python -m spectune.profiles.build /path/to/h200-compiled-step-costs.json`` writes
-``spectune/profiles/h200-llama3-8b-1b.json`` and ``h200-llama3-8b-160m.json``.
+``python -m spectune.costmodel.profiles.build /path/to/h200-compiled-step-costs.json`` writes
+``spectune/costmodel/profiles/h200-llama3-8b-1b.json`` and ``h200-llama3-8b-160m.json``.
 
 What was measured (one H200, torch 2.11, transformers 5.17, bf16, random weights of the real shapes,
 StaticCache + torch.compile reduce-overhead, context 256, median of 20 CUDA-event timings): the 8B target
@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from spectune.costmodel.profile import Profile
 from spectune.io import write_json
-from spectune.profile import Profile
 
 BATCHES = [1, 2, 4, 8, 16, 32]
 MAX_POSITIONS = 13  # max_gamma 12

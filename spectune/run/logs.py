@@ -4,7 +4,7 @@ Tasks log their progress lines and tables with ``logging.getLogger(__name__).inf
 (conf/hydra/job_logging/spectune.yaml) sends records below WARNING to stdout as ``%(message)s`` (so the console
 looks as it did when tasks printed, and the README transcripts stay true), WARNING and above to stderr (so
 ``error: ...`` lines stay one line on stderr), and everything to ``<run dir>/__main__.log`` with a timestamp.
-A measuring run's progress line (:mod:`spectune.progress`) writes to stderr directly and never reaches the log.
+A measuring run's progress line (:mod:`spectune.run.progress`) writes to stderr directly and never reaches the log.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class BelowLevel(logging.Filter):
 
 
 def below(level: str | int = "WARNING") -> BelowLevel:
-    """Factory for logging's dictConfig (``"()": spectune.logs.below``)."""
+    """Factory for logging's dictConfig (``"()": spectune.run.logs.below``)."""
     return BelowLevel(level)
 
 

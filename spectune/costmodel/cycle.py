@@ -2,7 +2,7 @@
 
 A cycle drafts γ tokens, verifies them with one target forward over γ + 1 positions and pays its own overhead;
 it emits the accepted prefix plus the target's one token. Its speed is E(γ) / cost(γ). Three places need both
-sides: the replay and the environments (a profile's seconds, :class:`spectune.profile.CycleCosts`), the
+sides: the replay and the environments (a profile's seconds, :class:`spectune.costmodel.profile.CycleCosts`), the
 model-based policy (seconds it measures from its own cycles, as the same class) and the cost model
 (:mod:`analysis.costmodel`, in units of one target step). Each says what drafting and verifying cost in its own
 terms; :class:`CycleCost` adds them up, once, so that "a cycle" means the same sum everywhere.

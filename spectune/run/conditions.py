@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from spectune.methods import BASELINE
 from spectune.placement import placement
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def assess(points: list[dict[str, Any]], limit: float = OTHERS_LIMIT) -> dict[st
             "repeats": repeats}
 
 
-def speedups_per_repeat(points: list[dict[str, Any]], baseline: str = "ar") -> dict[str, list[float | None]]:
+def speedups_per_repeat(points: list[dict[str, Any]], baseline: str = BASELINE) -> dict[str, list[float | None]]:
     """Per method, its throughput over the baseline's in the same repeat (None where either failed)."""
     ok = {(p["method"], int(p.get("repeat", 0))): p.get("output_throughput") for p in points
           if p.get("status") == "ok"}

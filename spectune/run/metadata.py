@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from spectune.rundir import FORMAT_VERSION, VERSION_KEY
+from spectune.run.rundir import FORMAT_VERSION, VERSION_KEY
 
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow", "hydra-core",
              "datasets", "stable-baselines3", "gymnasium", "spectune")
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def package_versions() -> dict[str, str | None]:

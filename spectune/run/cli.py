@@ -38,13 +38,14 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from spectune import config, rundir
+from spectune import config
 from spectune.errors import SpectuneError
-from spectune.logs import capture_warnings
+from spectune.run import rundir
+from spectune.run.logs import capture_warnings
 
 log = logging.getLogger(__name__)
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 # The config groups a command line chooses options of: conf/'s folders (hydra/ is Hydra's own), so that a new group
 # (conf/proposer/) has its options checked without a change here.
 GROUPS = tuple(sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name != "hydra"))
@@ -193,7 +194,7 @@ def hydra_entry(main: Callable[[], Any], config_name: str, resumable: bool = Fal
     """``if __name__ == "__main__"`` of a Hydra application: check the command line (one line, exit 2, no job
     started), then run ``main``. ``resumable``: SIGTERM/SIGINT stop the process cleanly between and inside jobs
     (the harness tasks, whose reruns resume); not under submitit, whose signals are its own."""
-    from spectune.resume import install_handlers, under_submitit
+    from spectune.run.resume import install_handlers, under_submitit
 
     sys.argv[1:] = settle_appended_groups(sys.argv[1:])  # before Hydra reads them
     try:
@@ -232,7 +233,7 @@ def run_job(job: Callable[[DictConfig, Path], int], cfg: DictConfig, resumable: 
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from spectune.resume import Interrupted, stop_on_signals, under_submitit
+    from spectune.run.resume import Interrupted, stop_on_signals, under_submitit
 
     capture_warnings()
     hydra_cfg = HydraConfig.get()
