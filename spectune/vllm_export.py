@@ -2,6 +2,18 @@
 whatever drafted: its :class:`VllmMethod` (the draft model's ``draft_model``, prompt lookup's ``ngram``, suffix
 decoding's ``suffix``) comes from its proposer's entry (:func:`spectune.engine.proposers.vllm_method`).
 
+What vLLM reads, checked in its source. ``num_speculative_tokens_per_batch_size`` is a field of vLLM's
+``SpeculativeConfig`` since v0.25.0 (docs: "Dynamic Speculative Decoding", :data:`VLLM_DOCS`) and is unchanged in
+v0.34.0 (:data:`VLLM_CHECKED`): ``vllm/config/speculative.py`` types it ``list[tuple[int, int, int]]``, entries
+``(range_start, range_end, K)`` with inclusive batch-size ranges, and
+``vllm/v1/spec_decode/dynamic/utils.py`` accepts a table whose ranges are positive, sorted, non-overlapping and
+start at 1, with every K >= 0 (0: no drafting); it carries the previous K over a gap and the last K to every batch
+size above the table, and clamps each K to ``num_speculative_tokens`` (the docs require K <= it). The batch size
+is the number of requests the scheduler runs in a step (``vllm/v1/core/sched/scheduler.py``), which a closed loop
+of c clients keeps at or below c. With ``--data-parallel-size`` > 1 vLLM drops the table for the fixed
+``num_speculative_tokens`` (``vllm/config/vllm.py``). :func:`vllm_form` writes exactly such a table: ranges from
+1 up to each measured concurrency, contiguous, K >= 0, and ``num_speculative_tokens`` the largest K.
+
 Library, not application: ``task=tune`` writes it into its recommendation and ``analysis.comparison`` into its
 report, so it lives below both (an application module that another application imports is a package cycle).
 """
@@ -12,7 +24,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-VLLM_VERSION = "0.25.0"
+VLLM_VERSION = "0.25.0"  # the first release that reads the table
+VLLM_CHECKED = "0.34.0"  # the release whose source the format and the notes were checked against
 VLLM_DOCS = (f"https://docs.vllm.ai/en/v{VLLM_VERSION}/features/speculative_decoding/"
              "dynamic_speculative_decoding/")
 
@@ -44,8 +57,9 @@ def vllm_schedule(best_k: dict[int, int]) -> list[list[int]]:
 
 
 def vllm_form(best_k: dict[int, int], method: VllmMethod | None) -> dict[str, Any]:
-    """The recommendation as vLLM v0.25.0's ``--speculative-config`` JSON (or speculation off), for the ``method``
-    that was measured (its proposer's entry gives it; None: vLLM has none, and the form says so).
+    """The recommendation as vLLM's ``--speculative-config`` JSON (v0.25.0 on, checked on v0.34.0; or speculation
+    off), for the ``method`` that was measured (its proposer's entry gives it; None: vLLM has none, and the form
+    says so).
 
     A K above the proposer's own chain ceiling drafted no more than the ceiling when measured: vLLM gets the
     ceiling, which is what ran."""
@@ -66,6 +80,10 @@ def vllm_form(best_k: dict[int, int], method: VllmMethod | None) -> dict[str, An
     form["notes"] = [
         "num_speculative_tokens is the largest K of the table (vLLM requires every K <= it); K = 0: no drafting",
         f"batch sizes above {max(best_k)} were not measured; vLLM uses the last range's K for them",
+        "vLLM picks K by the number of requests it runs in a step (at most the concurrency measured); with "
+        "--data-parallel-size > 1 it ignores the table and drafts num_speculative_tokens",
+        f"format checked against vLLM v{VLLM_CHECKED}'s source (vllm/config/speculative.py, "
+        "vllm/v1/spec_decode/dynamic/utils.py)",
         "vLLM's docs list Dynamic SD as tested with EAGLE, EAGLE-3 and DFlash drafters; with method "
         f"{method.config['method']!r} check that your vLLM build honours the table",
         *method.differences,

@@ -6,13 +6,20 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from harness.tasks.tune import TuneSettings, _workload_cfgs
 from spectune.engine.proposers import vllm_method
 from spectune.errors import SpectuneError
 from spectune.run import cli
-from spectune.vllm_export import VLLM_VERSION, vllm_form, vllm_schedule
+from spectune.vllm_export import VLLM_VERSION, VllmMethod, vllm_form, vllm_schedule
+from tests.conftest import REPO
+
+# every field of vLLM v0.34.0's SpeculativeConfig, read from its wheel (tests/data/engines/README.md)
+VLLM_FIELDS = set((REPO / "tests" / "data" / "engines" / "vllm-speculative-config-fields.txt").read_text().split())
 
 
 def test_vllm_schedule_covers_every_batch_size_from_1_and_merges_equal_k():
@@ -34,6 +41,24 @@ def test_vllm_form_is_a_speculative_config_with_max_k_or_speculation_off():
     assert none["speculative_config"] is None and "vLLM has no speculative method" in none["cli"]
 
 
+@hypothesis_settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(1, 512), st.integers(0, 8), min_size=1, max_size=8))
+def test_the_vllm_table_keeps_the_rules_vllm_0_34_checks(best_k):
+    """vllm/v1/spec_decode/dynamic/utils.py (v0.34.0) accepts ranges that are positive, sorted, non-overlapping and
+    start at 1, with K >= 0; every K <= num_speculative_tokens (the docs); each measured concurrency gets its K."""
+    form = vllm_form(best_k, VllmMethod({"method": "draft_model", "model": "org/draft"}))
+    if max(best_k.values()) == 0:
+        assert form["speculative_config"] is None
+        return
+    config = form["speculative_config"]
+    table = config["num_speculative_tokens_per_batch_size"]
+    assert set(config) <= VLLM_FIELDS and table[0][0] == 1
+    assert all(1 <= start <= end and k >= 0 for start, end, k in table)
+    assert all(table[i + 1][0] == table[i][1] + 1 for i in range(len(table) - 1))
+    assert config["num_speculative_tokens"] == max(k for _, _, k in table) > 0
+    assert all(next(k for start, end, k in table if start <= c <= end) == best_k[c] for c in best_k)
+
+
 @pytest.mark.parametrize(("proposer", "method"), [
     ({"name": "lookup", "max_n": 3, "min_n": 1},
      {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1}),
@@ -53,6 +78,7 @@ def test_a_model_free_drafts_vllm_form_names_vllms_method_and_its_settings(propo
     assert form["speculative_config"] == {**method, "num_speculative_tokens": 8,
                                           "num_speculative_tokens_per_batch_size": [[1, 1, 8], [2, 4, 3]]}
     assert json.loads(form["cli"].split("'")[1]) == form["speculative_config"]
+    assert set(form["speculative_config"]) <= VLLM_FIELDS
     assert any(repr(method["method"]) in note for note in form["notes"])
     if method["method"] == "suffix":
         assert any(f"proposer.corpus={proposer['corpus']}" in note for note in form["notes"])

@@ -18,7 +18,7 @@ from omegaconf import MISSING
 
 from policies.evaluate.schema import EvaluateFile
 from policies.train.schema import TrainFile
-from spectune import config
+from spectune import config, engines
 from spectune.engine import proposers
 
 
@@ -176,9 +176,10 @@ SCHEMAS: dict[str, tuple[type, bool]] = {
 
 
 def register() -> None:
-    """Store every task's schema as /schema/task/<task> (and the library's and the proposers' schemas), where
-    conf/task/<task>.yaml names it."""
+    """Store every task's schema as /schema/task/<task> (and the library's, the proposers' and the server engines'
+    schemas: /schema/engine/<name>), where conf/task/<task>.yaml names it."""
     config.register()
     proposers.register_schemas()
+    engines.register_schemas()
     for name, (schema, root) in SCHEMAS.items():
         config.store(f"task/{name}", schema, root=root)

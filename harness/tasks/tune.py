@@ -5,10 +5,10 @@ and the fixed-γ grid run ``task.repeats`` times in rotated order, exactly as `t
 Per cell the best γ is the highest pooled throughput — or, when SLOs are set, the highest request goodput
 — with its paired CI against AR, the set of γ indistinguishable from it and the MAD rule's pick.
 
-``recommendation.json`` holds that table and the same choice in the form vLLM v0.25.0 reads for a
-per-batch-size speculative length (``num_speculative_tokens_per_batch_size`` in ``--speculative-config``:
-a list of ``[start_bs, end_bs, K]``, K = 0 meaning no drafting; see vLLM's "Dynamic Speculative Decoding"
-docs). It holds only for the measured pair, hardware and workload.
+``recommendation.json`` holds that table and the same choice in the form vLLM reads (since v0.25.0; checked on
+v0.34.0) for a per-batch-size speculative length (``num_speculative_tokens_per_batch_size`` in
+``--speculative-config``: a list of ``[start_bs, end_bs, K]``, K = 0 meaning no drafting; see vLLM's "Dynamic
+Speculative Decoding" docs and spectune/vllm_export.py). It holds only for the measured pair, hardware and workload.
 """
 
 from __future__ import annotations

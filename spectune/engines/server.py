@@ -349,10 +349,12 @@ def record_of(request: Request, got: Streamed) -> tuple[RequestRecord, dict[str,
     rec.finish_s = got.events[-1][0]
     last = got.events[-1][1]
     drafted, accepted = last.drafted, last.accepted
+    # the last event that names it: vLLM's closing usage chunk follows the chunk that carries it
+    finish = next((e.finish_reason for _, e in reversed(got.events) if e.finish_reason is not None), None)
     counters = {"engine_prompt_tokens": last.prompt_tokens, "drafted_tokens": drafted, "accepted_tokens": accepted,
                 "acceptance_rate": accepted / drafted if drafted and accepted is not None else None,
                 "engine_prompt_ms": last.prompt_ms, "engine_decode_ms": last.decode_ms,
-                "finish_reason": last.finish_reason}
+                "finish_reason": finish}
     if last.prompt_tokens is not None and last.prompt_tokens != len(request.input_ids):
         raise ServerFailure(f"the server evaluated {last.prompt_tokens} prompt tokens for prompt "
                             f"{request.prompt_id!r}, {len(request.input_ids)} were sent")

@@ -30,7 +30,7 @@ from spectune.engine.proposers.base import DraftSources, ProposerEntry
 from spectune.engine.proposers.ngram import Chain
 from spectune.engine.proposers.suffix_tree import TIE, Draft, SuffixTrie, speculate
 from spectune.errors import SpectuneError
-from spectune.vllm_export import VllmMethod
+from spectune.vllm_export import VLLM_CHECKED, VllmMethod
 
 if TYPE_CHECKING:
     from spectune.engine.proposer import EngineParts, Proposer
@@ -199,6 +199,10 @@ def vllm(node: Mapping[str, Any], draft_name: str | None) -> VllmMethod:
     if not adaptive:
         notes.append("measured with proposer.adaptive=false: suffix_decoding_max_spec_factor is the tree's "
                      "depth so that no match length caps a chain below num_speculative_tokens")
+    notes.append(f"vLLM v{VLLM_CHECKED} accepts suffix_decoding_max_spec_factor and suffix_decoding_min_token_prob "
+                 "but ignores them (deprecated: its GPU suffix speculator always drafts num_speculative_tokens, "
+                 "vllm/config/speculative.py), so there it does not cut chains as the suffix decoding measured "
+                 "here did")
     # the longest chain it could draft whatever γ allowed: SuffixDrafting.ceiling's rule, on the recorded node
     ceiling = int(node["max_gamma"]) if node.get("max_gamma") is not None else depth
     return VllmMethod({"method": "suffix", "suffix_decoding_max_tree_depth": depth,
