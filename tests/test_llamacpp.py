@@ -92,6 +92,10 @@ def test_ar_and_ngram_mod_on_llama_server_agree_and_count_acceptance(cli, tmp_pa
     assert methods[NGRAM]["engine_counters"]["spec_decode_draft_tokens"] == spec["drafted_tokens"].sum()
     assert methods["ar"]["peak_rss_bytes"] > 10 * 2**20  # the server process's RSS, not the harness's
     assert all("server process RSS" in p["memory_method"] for p in summary["points"])
+    # what the client adds beyond the server's own prompt and decode ms: reported per method, from these requests
+    # (its size is a benchmark's reading on a quiet machine, not this test's)
+    assert {m: c["requests"] for m, c in summary["client_cost"].items()} == {"ar": 3, NGRAM: 3}
+    assert "client time beyond the engine's own" in proc.stderr + proc.stdout
 
     servers = servers_of(tmp_path)
     ar_cmd, spec_cmd = servers["ar"]["command"], servers[NGRAM]["command"]

@@ -44,6 +44,7 @@ from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata
 from spectune.stats.by_phase import by_phase, format_phase_table
 from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
+from spectune.stats.client_cost import client_cost, client_cost_line
 from spectune.stats.compare import throughput_units
 from spectune.stats.goodput import parse_slo
 from spectune.stats.intervals import paired_ratio_interval
@@ -302,6 +303,9 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     per_phase = by_phase(grid.frames()[0])
     if per_phase:
         final["by_phase"] = per_phase
+    client = client_cost(grid.frames()[0])
+    if client:
+        final["client_cost"] = client
     if answers is not None:
         final["answers_by_task"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
@@ -323,6 +327,8 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     if per_phase:
         log.info("per phase (each phase's own span; speed-up over ar in the same phase, a point estimate):\n%s",
                  format_phase_table(per_phase))
+    if client:
+        log.info(client_cost_line(client))
     log.info(f"results: {run_dir}")
     return _exit_code(methods, grid.points)
 
