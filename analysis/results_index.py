@@ -33,7 +33,7 @@ from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.results_archive import archive_page
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
-from spectune.methods import BASELINE, Method, is_label
+from spectune.methods import BASELINE, Method, is_fixed_label, is_label
 from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def _evaluate(run: Path) -> tuple[str, str]:
             full.append(note)
             short.append(note)
         skip = {BASELINE, AA_POLICY, BEST_FIXED}
-        adaptive = [r for name, r in by.items() if name not in skip and not name.startswith("fixed:")]
+        adaptive = [r for name, r in by.items() if name not in skip and not is_fixed_label(name)]
         for r in adaptive:
             full.append(f"{r['policy']} {_vs_best(r)}")
         if adaptive:
