@@ -202,3 +202,19 @@ def test_every_probe_that_left_bench_is_indexed_with_its_commit_and_records():
         if known.returncode == 0:  # a full clone: the script stands at the commit named
             at = subprocess.run(["git", "cat-file", "-e", f"{probe['commit']}:bench/{probe['script']}"], cwd=REPO)
             assert at.returncode == 0, probe
+
+
+def test_every_bench_script_the_code_and_docs_name_is_in_bench():
+    """A ``bench/<script>.py`` in the library, the applications, the tests, conf/ or the docs is a script a reader can
+    open; a probe that left is cited as archived (its name, bench/results/archive/probes.json), not by a path that
+    is gone. The committed results (bench/results/) are records of their day and are not read."""
+    roots = ("spectune", "workloads", "policies", "analysis", "harness", "hydra_plugins", "bench", "tests", "conf",
+             "docs", "scripts")
+    files = [REPO / "README.md", *(p for root in roots for p in sorted((REPO / root).rglob("*"))
+                                   if p.suffix in {".py", ".md", ".yaml", ".ipynb", ".toml"})]
+    stale = [f"{path.relative_to(REPO)}: bench/{name}" for path in files
+             if path.relative_to(REPO).parts[:2] != ("bench", "results")
+             for name in re.findall(r"\bbench/([A-Za-z0-9_]+\.py)\b", path.read_text(encoding="utf-8"))
+             if not (REPO / "bench" / name).exists()]
+    assert not stale, "cite a removed script as an archived probe (bench/results/archive/probes.json):\n" + \
+        "\n".join(stale)

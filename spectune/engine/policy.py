@@ -119,8 +119,9 @@ def draft_signals(q: torch.Tensor, x: torch.Tensor, names: frozenset[str],
 
     ``support``: the ids outside which q is exactly 0 (a reduced-vocabulary draft head). Entropy and the top-2
     margin are then computed over those columns only: the same values (the entropy up to float32 summation
-    order), over a quarter of the columns for smollm2's draft (12,288 of 49,152 ids; measured inside the engine,
-    ``bench/signal_cost.py``: 0.42–0.46 → 0.26–0.27 ms a step at 8 rows)."""
+    order), over a quarter of the columns for smollm2's draft (12,288 of 49,152 ids; measured inside the engine by
+    the archived probe ``signal_cost.py``, bench/results/archive/probes.json: 0.42–0.46 → 0.26–0.27 ms a step at
+    8 rows)."""
     out: dict[str, torch.Tensor] = {}
     if not names:
         return out
