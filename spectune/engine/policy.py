@@ -31,7 +31,8 @@ DRAFT_SIGNALS: dict[str, str] = {
     "margin": "top-1 minus top-2 probability of q",
     "cum_prob": "product of token_prob over this cycle's drafts so far",
 }
-# Signals of what a model-free draft matched (prompt lookup, suffix decoding: spectune/engine/lookup.py, suffix.py).
+# Signals of what a model-free draft matched (prompt lookup, suffix decoding: spectune/engine/proposers/lookup.py,
+# suffix.py).
 # Their q is a point mass, so DRAFT_SIGNALS say nothing there (entropy 0, token_prob 1); these say how good the match
 # is. Found with the chain at the cycle's first draft step; [B] each, 0 on a row without a chain this cycle; a model
 # draft computes none of them (DraftStep leaves them None, and its traces have no such columns). Computed, like the
