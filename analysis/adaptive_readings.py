@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.timed_vs_predicted import same_outputs
-from spectune.methods import BASELINE
+from spectune.methods import BASELINE, is_fixed_label
 from spectune.run import rundir
 from spectune.stats.by_task import by_task
 
@@ -26,7 +26,7 @@ def baselines(comparison: pd.DataFrame, rules: tuple[str, ...]) -> tuple[list[st
     """The run's methods in order, its best fixed γ (the grid's, as the comparison labels it) and the best
     non-learned rule on the held-out prompts: the fastest by decode tok/s of that fixed γ and ``rules``."""
     methods = list(dict.fromkeys(comparison["method"]))
-    best_fixed = next(m for m in methods if m.startswith("fixed:"))
+    best_fixed = next(m for m in methods if is_fixed_label(m))
     rate = dict(zip(comparison["method"], comparison["decode_tok_s"], strict=True))
     return methods, best_fixed, max([best_fixed, *rules], key=lambda m: rate[m])
 

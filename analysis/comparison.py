@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import Paths, find_dirs, load_table
+from analysis.load import Paths, find_dirs, fixed_gamma, load_table
 from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.report import markdown_table
 from spectune.errors import SpectuneError
@@ -102,7 +102,7 @@ def load_map(frame: pd.DataFrame, metric: str = "decode") -> pd.DataFrame:
     for (language, concurrency), group in frame.groupby(["language", "concurrency"], sort=True):
         best = int(group["best_fixed_gamma"].iloc[0])
         fixed = group[group["policy"] == BEST_FIXED]
-        adaptive = group[~group["policy"].isin(FIXED_ROWS) & ~group["policy"].str.startswith("fixed:")]
+        adaptive = group[~group["policy"].isin(FIXED_ROWS) & ~fixed_gamma(group["policy"])]
         row = {"language": language, "concurrency": int(concurrency), "best_fixed_gamma": best,
                "best_fixed_speedup_vs_ar": float(fixed[speedup].iloc[0]) if best and len(fixed) else 1.0,
                "hindsight_gamma": _first(group, "hindsight_gamma")}

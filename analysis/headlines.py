@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
+from analysis.load import fixed_gamma
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE, Method, is_label
 from spectune.run import rundir
@@ -200,7 +201,7 @@ def adaptive(runs: list[Path], root: Path) -> tuple[str, str, str]:
         metas.append(meta)
         frame = rundir.COMPARISON.read(run)
         for conc, rows in frame.groupby("concurrency", sort=True):
-            policies = rows[~rows["policy"].isin(SKIP) & ~rows["policy"].str.startswith("fixed:")]
+            policies = rows[~rows["policy"].isin(SKIP) & ~fixed_gamma(rows["policy"])]
             if policies.empty:
                 continue
             top = policies.loc[policies["decode_vs_best_fixed_pct"].idxmax()]

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from spectune.engine.records import DEFAULT_TASK
 from spectune.errors import SpectuneError
-from spectune.methods import BASELINE
+from spectune.methods import BASELINE, is_fixed_label
 from spectune.run import rundir
 from spectune.run.rundir import read_json, read_parquet
 
@@ -38,6 +38,12 @@ SUMMARY = rundir.SUMMARY.name
 # What makes two runs comparable: same models (and weights) and same hardware and execution path.
 MODEL_KEYS = ("target", "target_revision", "target_sha256", "draft", "draft_revision", "draft_sha256", "dtype")
 HARDWARE_KEYS = ("hardware", "device", "device_name", "execution_path", "processor", "cpu_count")
+
+
+def fixed_gamma(labels: pd.Series) -> pd.Series:
+    """True where a method label names a fixed γ (spectune.methods.is_fixed_label): a frame's grid rows, beside
+    AR and the adaptive rules."""
+    return pd.Series([isinstance(v, str) and is_fixed_label(v) for v in labels], index=labels.index, dtype=bool)
 
 
 def _as_list(paths: Paths) -> list[Path]:

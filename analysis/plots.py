@@ -18,7 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
-from spectune.methods import BASELINE
+from analysis.load import fixed_gamma
+from spectune.methods import BASELINE, is_fixed_label
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def speedup_table(requests: pd.DataFrame) -> pd.DataFrame:
 
 def speedup_vs_gamma(table: pd.DataFrame) -> Figure | None:
     """Fixed-γ speed-up against γ, one line per language (and concurrency), with 95% intervals."""
-    fixed = table[table["method"].str.startswith("fixed:")] if len(table) else table
+    fixed = table[fixed_gamma(table["method"])] if len(table) else table
     if fixed.empty:
         return None
     fig = Figure(figsize=(7, 4.5))
@@ -126,7 +127,7 @@ def _spec_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
 def accepted_length_histogram(cycles: pd.DataFrame) -> Figure | None:
     """Share of cycles that accepted k drafts, per γ, one panel per language: where the mass sits."""
     spec = _spec_cycles(cycles)
-    spec = spec[spec["method"].str.startswith("fixed:")] if len(spec) else spec
+    spec = spec[fixed_gamma(spec["method"])] if len(spec) else spec
     if spec.empty:
         return None
     languages = sorted(spec["language"].dropna().unique()) if "language" in spec else ["?"]
@@ -228,7 +229,7 @@ def costmodel_figure(fit: pd.DataFrame) -> Figure | None:
 
 def policies_vs_grid(table: pd.DataFrame) -> Figure | None:
     """Every method's speed-up as a bar, adaptive policies beside the fixed-γ grid (best fixed γ dashed)."""
-    if table.empty or not (~table["method"].str.startswith("fixed:")).any():
+    if table.empty or not (~fixed_gamma(table["method"])).any():
         return None
     table = table.assign(label=_label(table))
     panels = sorted(table["label"].unique())
@@ -236,9 +237,9 @@ def policies_vs_grid(table: pd.DataFrame) -> Figure | None:
     for i, label in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         part = table[table["label"] == label].groupby("method", sort=False)["tpot_speedup"].mean()
-        colors = ["tab:blue" if m.startswith("fixed:") else "tab:orange" for m in part.index]
+        colors = ["tab:blue" if is_fixed_label(m) else "tab:orange" for m in part.index]
         ax.bar(range(len(part)), part.to_numpy(), color=colors)
-        fixed = part[[m.startswith("fixed:") for m in part.index]]
+        fixed = part[[is_fixed_label(m) for m in part.index]]
         if len(fixed):
             ax.axhline(float(fixed.max()), color="tab:blue", linestyle="--", linewidth=0.8, label="best fixed γ")
             ax.legend(fontsize=8)

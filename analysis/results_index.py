@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from analysis.policy_table import AA_POLICY, BEST_FIXED
 from analysis.results_archive import archive_page
 from spectune.engine import proposers
 from spectune.errors import SpectuneError
-from spectune.methods import BASELINE, Method, is_label
+from spectune.methods import BASELINE, Method, is_fixed_label, is_label
 from spectune.run import rundir
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ END = "<!-- results-index:end -->"
 HEADLINE_BEGIN = "<!-- results-headline:begin (python -m analysis.results_index writes this table and conclusion) -->"
 HEADLINE_END = "<!-- results-headline:end -->"
 COMMANDS = {"evaluate": "python -m policies.evaluate", "train": "python -m policies.train"}
+PROSE_WIDTH = 120  # a page's prose lines at most (a table's row is one line, however long)
+# a word that, first on a line, would turn a paragraph's line into a list item, heading, quote or rule
+BLOCK_MARKER = re.compile(r"[-+*]|\d{1,9}[.)]|#{1,6}|>.*|=+|-+")
 RUN_FILES = (rundir.METADATA.name, rundir.ACCEPTANCE.name)
 
 
@@ -183,7 +187,7 @@ def _evaluate(run: Path) -> tuple[str, str]:
             full.append(note)
             short.append(note)
         skip = {BASELINE, AA_POLICY, BEST_FIXED}
-        adaptive = [r for name, r in by.items() if name not in skip and not name.startswith("fixed:")]
+        adaptive = [r for name, r in by.items() if name not in skip and not is_fixed_label(name)]
         for r in adaptive:
             full.append(f"{r['policy']} {_vs_best(r)}")
         if adaptive:
@@ -392,7 +396,22 @@ def outputs(repo: Path = REPO) -> dict[Path, str]:
 
 def front(root: Path, link_prefix: str | None) -> str:
     """The headline table (one row per question) and the conclusion, both from the runs under ``root``."""
-    return f"{headline_table(root, link_prefix)}\n\n{conclusion(root)}"
+    return f"{headline_table(root, link_prefix)}\n\n{wrapped(conclusion(root))}"
+
+
+def wrapped(paragraph: str, width: int = PROSE_WIDTH) -> str:
+    """``paragraph`` in lines of at most ``width`` characters, broken at spaces only (a longer word stands on a
+    line of its own), so that a page's source reads without scrolling; no line starts with a word Markdown would
+    read as a block's marker (:data:`BLOCK_MARKER`): the word before it goes down with it."""
+    lines: list[list[str]] = []
+    line: list[str] = []
+    for word in paragraph.split():
+        if line and len(" ".join([*line, word])) > width:
+            carried = [line.pop()] if BLOCK_MARKER.fullmatch(word) and len(line) > 1 else []
+            lines.append(line)
+            line = carried
+        line.append(word)
+    return "\n".join(" ".join(words) for words in [*lines, line])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,10 @@
 """SB3 actors in numpy, for decisions taken between forwards.
 
 The engine calls a policy between forwards that have just evicted the caches, where every numpy call costs ~10 µs
-(the probe ``bench/actor_cold.py``, in git history at 2fb8dda: a 5→64→64→9 actor ~8 µs a call warm, ~80–100 µs
-after a 16 MB matrix product). On cold caches the number of calls is the cost, so these actors make few:
-:class:`NumpyActor` runs the network as it is; :class:`SplitActor` takes the per-step γ decision with the first
-layer split by how often its inputs change.
+(the archived probe ``actor_cold.py``, bench/results/archive/probes.json, in git history at 2fb8dda: a 5→64→64→9
+actor ~8 µs a call warm, ~80–100 µs after a 16 MB matrix product). On cold caches the number of calls is the cost,
+so these actors make few: :class:`NumpyActor` runs the network as it is; :class:`SplitActor` takes the per-step γ
+decision with the first layer split by how often its inputs change.
 """
 
 from __future__ import annotations

@@ -19,8 +19,10 @@ from typing import Any
 from spectune.errors import SpectuneError
 
 BASELINE = "ar"  # the autoregressive baseline's label: the one place it is spelled
-AA_LABEL = "ar#2"  # the second AR run of a repeat (task.noise_floor=true): the A/A comparison
 SEPARATOR = ":gamma="
+DUPLICATE = "#2"  # what a method's second run in one grid adds to its label
+AA_LABEL = BASELINE + DUPLICATE  # the second AR run of a repeat (task.noise_floor=true): the A/A comparison
+FIXED = "fixed"  # the fixed γ's name: the grid every adaptive rule is measured against
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ class Method:
         return self.name == BASELINE and self.tag is None
 
     @property
+    def is_fixed(self) -> bool:
+        """A fixed γ, or its duplicate: a point of the grid, not an adaptive rule."""
+        return self.name == FIXED and self.speculative
+
+    @property
     def label(self) -> str:
         """``ar``, ``ar#2`` (the A/A duplicate) or ``<name>:gamma=<γ>``: the name in every table and record."""
         if self.tag is not None:
@@ -60,7 +67,7 @@ class Method:
     def duplicate(self) -> Method:
         """The same method under a label of its own, ``<label>#2``: its second run in one grid, whose difference
         from the first is the noise floor (:data:`AA` is AR's)."""
-        return Method(self.name, self.gamma, self.settings, f"{self.label}#2")
+        return Method(self.name, self.gamma, self.settings, f"{self.label}{DUPLICATE}")
 
     def __str__(self) -> str:
         return self.label
@@ -81,7 +88,7 @@ class Method:
     @classmethod
     def fixed(cls, gamma: int) -> Method:
         """AR at γ 0, else the fixed γ."""
-        return AR if gamma == 0 else cls("fixed", gamma)
+        return AR if gamma == 0 else cls(FIXED, gamma)
 
 
 AR = Method()
@@ -101,3 +108,12 @@ def is_label(label: str) -> bool:
     except SpectuneError:
         return False
     return True
+
+
+def is_fixed_label(label: str) -> bool:
+    """Whether ``label`` names a fixed γ (``fixed:gamma=4``, or its duplicate ``fixed:gamma=4#2``, as a coverage
+    run records it); AR, an adaptive rule and a table's own row names (``best fixed γ``) do not."""
+    try:
+        return Method.parse(label.removesuffix(DUPLICATE)).is_fixed
+    except SpectuneError:
+        return False

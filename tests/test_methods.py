@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spectune.errors import SpectuneError
-from spectune.methods import AA, AR, BASELINE, Method, is_label, label_gammas
+from spectune.methods import AA, AR, BASELINE, Method, is_fixed_label, is_label, label_gammas
 from spectune.options import check_gamma
 
 
@@ -41,6 +41,16 @@ def test_a_duplicate_runs_the_same_point_under_a_label_of_its_own():
     assert AR.duplicate() == AA and AA.label == "ar#2" and Method.parse("ar#2") == AA
     assert fixed.duplicate().label == "fixed:gamma=4#2" and fixed.duplicate().gamma == 4
     assert fixed.duplicate() != fixed  # two runs of one grid: two methods
+
+
+@pytest.mark.parametrize(("label", "fixed"), [
+    ("fixed:gamma=1", True), ("fixed:gamma=24", True), ("fixed:gamma=2#2", True),  # labels committed runs carry
+    ("ar", False), ("ar#2", False), ("confidence-0:gamma=2", False), ("match-length", False), ("ppo", False),
+    ("best fixed γ", False), ("ar (A/A)", False), ("fixed", False), ("fixed:gamma=0", False), ("", False)])
+def test_a_fixed_gamma_is_told_by_its_label(label, fixed):
+    assert is_fixed_label(label) is fixed
+    if is_label(label):
+        assert Method.parse(label).is_fixed is fixed
 
 
 def test_the_measuring_pairs_are_label_and_gamma_in_order():

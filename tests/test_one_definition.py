@@ -7,7 +7,7 @@ Tiny random pair (tests/tiny_models.py), T = 1 with keyed streams, seed 5, concu
 γ 4: every recorded cycle is replayed; exact equality, no tolerance.
 
 And in the source: a method label is built in one module (``spectune.methods``), the baseline's label spelled
-there only, and one function checks a γ value (``spectune.options.check_gamma``).
+and a fixed γ's label recognised there only, and one function checks a γ value (``spectune.options.check_gamma``).
 """
 
 from __future__ import annotations
@@ -166,6 +166,14 @@ def test_the_baseline_label_is_spelled_only_in_spectune_methods():
     spelled = [f"{module}:{line}" for module, tree in _trees().items() if module != "spectune.methods"
                for line, text, _ in _strings(tree) if text == "ar"]
     assert not spelled, "use spectune.methods.BASELINE (or AR):\n" + "\n".join(spelled)
+
+
+def test_a_fixed_gamma_is_recognised_only_by_spectune_methods():
+    """A string that starts ``fixed:`` (``label.startswith("fixed:")``) reads a label by hand; elsewhere a label is
+    asked ``spectune.methods.is_fixed_label`` or parsed (``Method.parse(label).is_fixed``)."""
+    read = [f"{module}:{line}: {text!r}" for module, tree in _trees().items() if module != "spectune.methods"
+            for line, text, _ in _strings(tree) if text.startswith("fixed:")]
+    assert not read, "use spectune.methods.is_fixed_label (or Method.is_fixed):\n" + "\n".join(read)
 
 
 def test_one_function_checks_a_gamma_value():

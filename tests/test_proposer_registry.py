@@ -29,6 +29,8 @@ from spectune.sampling.rejection import get_sampler
 from tests.conftest import REPO
 
 PROPOSER_CONF = REPO / "conf" / "proposer"
+# what an unknown name's message lists: every conf/proposer/ file, the default (conf/config.yaml's) first
+KNOWN = ", ".join(sorted((p.stem for p in PROPOSER_CONF.glob("*.yaml")), key=lambda name: (name != "model", name)))
 
 
 def protocol_members() -> dict[str, object]:
@@ -80,7 +82,7 @@ def test_the_registry_and_every_entry_import_without_torch():
 
 
 @pytest.mark.parametrize(("node", "message"), [
-    ({"name": "ngram"}, "proposer='ngram' is unknown: choose one of model, lookup, suffix"),
+    ({"name": "ngram"}, f"proposer='ngram' is unknown: choose one of {KNOWN}"),
     ({"name": "lookup", "n": 3}, "proposer.n is not a setting of proposer=lookup: its settings are max_n, min_n"),
     ({"name": "model", "max_n": 3}, "proposer.max_n is not a setting of proposer=model: its settings are none"),
     ({"name": "lookup", "min_n": 5},

@@ -183,6 +183,30 @@ def test_the_front_page_answers_follow_the_runs(tmp_path):
     assert headlines.conclusion(root).endswith(after.sentence)
 
 
+@pytest.mark.parametrize("marker", ["-", "+", "*", "1.", "12)", "#", "##", ">5%", "===", "---"])
+def test_a_conclusion_is_wrapped_at_spaces_and_no_line_starts_a_markdown_block(marker):
+    """A word that would open a list, heading, quote or rule at a line's start takes the word before it along."""
+    text = f"aaa {'x' * 116} {marker} y"  # the marker would start the second line
+    lines = results_index.wrapped(text, 120).splitlines()
+    assert lines[0] == "aaa" and lines[1].startswith(f"{'x' * 116} {marker}") and " ".join(lines) == text
+    plain = " ".join(f"w{i}" for i in range(200))
+    lines = results_index.wrapped(plain, 40).splitlines()
+    assert " ".join(lines) == plain and all(len(line) <= 40 for line in lines) and len(lines) > 10
+    assert results_index.wrapped("y" * 50 + " z", 40).splitlines() == ["y" * 50, "z"]  # a long word stands alone
+
+
+def test_the_readme_prose_is_in_lines_of_at_most_120_characters():
+    """Outside code blocks (a program's output, as it prints) and tables (a row is one line in Markdown), every
+    line of README.md reads without scrolling."""
+    long, code = [], False
+    for number, line in enumerate((REPO / "README.md").read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            code = not code
+        elif not code and not line.startswith("|") and len(line) > results_index.PROSE_WIDTH:
+            long.append(f"README.md:{number}: {len(line)} characters")
+    assert not long, "\n".join(long)
+
+
 def test_every_probe_that_left_bench_is_indexed_with_its_commit_and_records():
     """archive/probes.json names each probe once, with the commit it stands at, its question and its records (here,
     or listed as having left the tree); none is in bench/ any more, each has its line on the archive page, and where
@@ -202,3 +226,19 @@ def test_every_probe_that_left_bench_is_indexed_with_its_commit_and_records():
         if known.returncode == 0:  # a full clone: the script stands at the commit named
             at = subprocess.run(["git", "cat-file", "-e", f"{probe['commit']}:bench/{probe['script']}"], cwd=REPO)
             assert at.returncode == 0, probe
+
+
+def test_every_bench_script_the_code_and_docs_name_is_in_bench():
+    """A ``bench/<script>.py`` in the library, the applications, the tests, conf/ or the docs is a script a reader can
+    open; a probe that left is cited as archived (its name, bench/results/archive/probes.json), not by a path that
+    is gone. The committed results (bench/results/) are records of their day and are not read."""
+    roots = ("spectune", "workloads", "policies", "analysis", "harness", "hydra_plugins", "bench", "tests", "conf",
+             "docs", "scripts")
+    files = [REPO / "README.md", *(p for root in roots for p in sorted((REPO / root).rglob("*"))
+                                   if p.suffix in {".py", ".md", ".yaml", ".ipynb", ".toml"})]
+    stale = [f"{path.relative_to(REPO)}: bench/{name}" for path in files
+             if path.relative_to(REPO).parts[:2] != ("bench", "results")
+             for name in re.findall(r"\bbench/([A-Za-z0-9_]+\.py)\b", path.read_text(encoding="utf-8"))
+             if not (REPO / "bench" / name).exists()]
+    assert not stale, "cite a removed script as an archived probe (bench/results/archive/probes.json):\n" + \
+        "\n".join(stale)

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.costmodel.fit import fit, joint_from_traces, mean_profile
-from analysis.load import add_speedups, load_cycles, load_summaries, load_traces
+from analysis.load import add_speedups, fixed_gamma, load_cycles, load_summaries, load_traces
 from spectune.costmodel.profile import Profile, load_profile, profile_mismatch
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE
@@ -46,7 +46,7 @@ def measured(run_dir: Path | str, allow_mixed: bool = False) -> pd.DataFrame:
     """Per fixed-γ grid point of the runs below ``run_dir``: the TPOT-based speed-up over the same run's AR,
     and the cycle's terms in units of that AR's mean step (verify seconds of an AR cycle)."""
     summaries = add_speedups(load_summaries(run_dir, allow_mixed))
-    fixed = summaries[summaries["method"].str.startswith("fixed:") & (summaries["status"] == "ok")]
+    fixed = summaries[fixed_gamma(summaries["method"]) & (summaries["status"] == "ok")]
     if fixed.empty or not summaries["method"].eq(BASELINE).any():
         raise SpectuneError(f"{run_dir} has no fixed-γ runs with an AR baseline to compare with: run "
                             "python -m harness +workload=NAME (policy=fixed, task.baseline=true)")

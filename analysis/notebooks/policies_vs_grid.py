@@ -23,15 +23,15 @@
 from IPython.display import Markdown, display
 
 from analysis import plots
-from analysis.load import load_requests
+from analysis.load import fixed_gamma, load_requests
 
 # %% tags=["parameters"]
 results_dir = "multirun"  # a sweep (or list of runs) holding fixed-γ and policy runs
 
 # %%
 speedups = plots.speedup_table(load_requests(results_dir))
-policies = speedups[~speedups["method"].str.startswith("fixed:")]
-fixed = speedups[speedups["method"].str.startswith("fixed:")]
+policies = speedups[~fixed_gamma(speedups["method"])]
+fixed = speedups[fixed_gamma(speedups["method"])]
 display(speedups)
 
 # %%

@@ -38,7 +38,7 @@ from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option, schedule
-from spectune.methods import AA, AA_LABEL, AR, BASELINE, Method
+from spectune.methods import AA, AA_LABEL, AR, BASELINE, FIXED, Method
 from spectune.options import check_gamma, integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata
@@ -116,7 +116,7 @@ class BenchSettings:
             make_policy(policy, g)
         engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
         method_name = engine_class(engine).method_name(cfg)  # a bad engine setting: one line, before any model loads
-        if not getattr(engine_class(engine), "in_process", False) and policy["name"] != "fixed":
+        if not getattr(engine_class(engine), "in_process", False) and policy["name"] != FIXED:
             raise SpectuneError(f"policy={policy['name']} is invalid with engine={engine}: a draft-length policy runs "
                                 f"on engine=spectune; engine={engine} drafts with its own type, fixed γ per server")
         engine_class(engine).check_config(cfg, [Method(method_name, g) for g in gammas])

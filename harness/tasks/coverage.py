@@ -38,7 +38,7 @@ from spectune.io import write_json
 from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
 from spectune.measure.point import requests_of
 from spectune.measure.repeats import pooled, repeats_option
-from spectune.methods import AA, AR, BASELINE, Method, label_gammas
+from spectune.methods import AA, AR, BASELINE, FIXED, Method, label_gammas
 from spectune.options import integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata
@@ -91,7 +91,7 @@ class CoverageSettings:
 
     def pair(self, pair: str) -> tuple[Method, Method]:
         """(compared, reference) methods of a pair; a method's settings are its policy node."""
-        fixed = Method("fixed", self.gamma, {"name": "fixed"})
+        fixed = Method(FIXED, self.gamma, {"name": FIXED})
         return {BASELINE: (AA, AR), "fixed": (fixed.duplicate(), fixed),
                 "policy": (Method("confidence-0", self.gamma, dict(POLICY)), fixed)}[pair]
 

@@ -32,6 +32,7 @@ from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option
+from spectune.methods import FIXED
 from spectune.options import as_list, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import base_metadata
@@ -76,7 +77,7 @@ class TuneSettings:
                 if lang not in BUNDLED_LANGUAGES:
                     raise SpectuneError(f"task.languages={list(languages)} is invalid: {lang!r} is not a bundled "
                                         f"language ({', '.join(BUNDLED_LANGUAGES)})")
-        if cfg.policy.name != "fixed":
+        if cfg.policy.name != FIXED:
             raise SpectuneError(f"policy={cfg.policy.name} is invalid for task=tune: it tunes a fixed γ "
                                 "(policy=fixed), the K a vLLM deployment takes")
         rate = t.request_rate

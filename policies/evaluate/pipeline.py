@@ -50,7 +50,7 @@ from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
 from spectune.measure.repeats import Grid, aggregate, repeats_option
-from spectune.methods import AA_LABEL, BASELINE, Method
+from spectune.methods import AA_LABEL, BASELINE, FIXED, Method
 from spectune.options import as_list, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import finished_metadata
@@ -60,7 +60,6 @@ from spectune.stats.units import unit_size_of
 
 log = logging.getLogger("policies.evaluate")
 CONF = Path(__file__).resolve().parents[2] / "conf"
-FIXED = "fixed"
 LEARNED = ("ppo", "ppo-distilled", "ppo-cycle", "acceptance-classifier")  # their files come from the training stage
 
 

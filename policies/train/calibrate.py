@@ -25,7 +25,7 @@ replay over-rates. With ``per_gamma=True`` the verification of k + 1 positions t
 additive correction δ_k that makes the replay at each grid γ = k equal the grid's live rate: the costs a policy
 learns are the costs the grid paid, per γ (γ outside the grid keep the two-number fit). The price is the
 grid's own noise, now in the costs; a separate run tests it (the held-out fixed-γ rows of ``task=evaluate``; the
-probe ``bench/replay_fidelity.py``, in git history at 2fb8dda).
+archived probe ``replay_fidelity.py``, bench/results/archive/probes.json, in git history at 2fb8dda).
 """
 
 from __future__ import annotations

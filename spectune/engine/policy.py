@@ -31,7 +31,8 @@ DRAFT_SIGNALS: dict[str, str] = {
     "margin": "top-1 minus top-2 probability of q",
     "cum_prob": "product of token_prob over this cycle's drafts so far",
 }
-# Signals of what a model-free draft matched (prompt lookup, suffix decoding: spectune/engine/lookup.py, suffix.py).
+# Signals of what a model-free draft matched (prompt lookup, suffix decoding: spectune/engine/proposers/lookup.py,
+# suffix.py).
 # Their q is a point mass, so DRAFT_SIGNALS say nothing there (entropy 0, token_prob 1); these say how good the match
 # is. Found with the chain at the cycle's first draft step; [B] each, 0 on a row without a chain this cycle; a model
 # draft computes none of them (DraftStep leaves them None, and its traces have no such columns). Computed, like the
@@ -119,8 +120,9 @@ def draft_signals(q: torch.Tensor, x: torch.Tensor, names: frozenset[str],
 
     ``support``: the ids outside which q is exactly 0 (a reduced-vocabulary draft head). Entropy and the top-2
     margin are then computed over those columns only: the same values (the entropy up to float32 summation
-    order), over a quarter of the columns for smollm2's draft (12,288 of 49,152 ids; measured inside the engine,
-    ``bench/signal_cost.py``: 0.42–0.46 → 0.26–0.27 ms a step at 8 rows)."""
+    order), over a quarter of the columns for smollm2's draft (12,288 of 49,152 ids; measured inside the engine by
+    the archived probe ``signal_cost.py``, bench/results/archive/probes.json: 0.42–0.46 → 0.26–0.27 ms a step at
+    8 rows)."""
     out: dict[str, torch.Tensor] = {}
     if not names:
         return out
