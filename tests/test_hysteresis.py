@@ -7,18 +7,22 @@ told each request's settings, never which setting accepts well."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from policies.envs.data import TraceSet
 from policies.envs.replay import replay_gammas, replay_scores
 from policies.hysteresis import Hysteresis
 from spectune.costmodel.profile import Profile, load_profile
+from spectune.engine import Engine
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
+from spectune.sampling.rejection import get_sampler
+from tests.tiny_models import random_requests
 
 GREEDY, HOT = SamplingParams(temperature=0), SamplingParams(temperature=1.0)
 CEILING = 8
@@ -177,3 +181,41 @@ def test_bad_parameters_fail_in_one_line():
         Hysteresis(4, margin=0.7)
     with pytest.raises(SpectuneError, match="verifies up to 13 positions: gamma=16 needs 17"):
         Hysteresis(16, profile=PROFILE)
+
+
+class RecordingHysteresis(Hysteresis):
+    """The controller, remembering each cycle's γ per request (what the records must show)."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.choices: list[dict[int, int]] = []
+
+    def before_cycle(self, rows, request_ids, context_lengths=None, sampling=None) -> None:
+        super().before_cycle(rows, request_ids, context_lengths, sampling)
+        self.choices.append({request: self.limits[row] for row, request in zip(rows, request_ids, strict=True)})
+
+
+@torch.inference_mode()
+def test_a_run_on_a_mixed_temperature_batch_records_the_controllers_gamma_for_every_row(pair):
+    """The tiny pair, 8 requests alternating greedy and T = 1 (24 new tokens each) at concurrency 4, seed 5, ceiling
+    4, priced by the shipped tiny profile (so its choices do not depend on this machine's clock). Every cycle record
+    carries, per row, the γ the controller chose for that request (its drafts) and the cycle's ceiling (their
+    largest); the controller chose different γ for rows of one cycle at least once and γ 0 at least once; the
+    greedy requests emit what autoregressive greedy decoding emits (the controller only picks γ)."""
+    target, draft = pair
+    requests = [replace(r, sampling=GREEDY if r.request_id % 2 == 0 else HOT)
+                for r in random_requests(8, max_new=24)]
+    engine = Engine(target, draft, sampling=HOT, sampler=get_sampler("exact"), device="cpu", seed=5)
+    policy = RecordingHysteresis(4, profile=PROFILE)
+    result = engine.run(requests, policy, 4)
+    assert len(policy.choices) == len({c.cycle for c in result.cycles})
+    for record in result.cycles:
+        chosen = policy.choices[record.cycle]
+        assert record.num_drafts == chosen[record.request_id], record
+        assert record.gamma == max(chosen.values()), record
+    assert any(len(set(c.values())) > 1 for c in policy.choices)
+    assert any(0 in c.values() for c in policy.choices)
+    engine.sampling = GREEDY
+    greedy = [r for r in requests if r.sampling == GREEDY]
+    reference = {r.request_id: r.output_ids for r in engine.run(greedy, None, 1).requests}
+    assert {r.request_id: r.output_ids for r in result.requests if r.request_id in reference} == reference
