@@ -34,9 +34,9 @@ Nothing tells it the regime (greedy or sampled, alone or in a batch). Each cycle
    K ≈ 30 at 2%; a GPU's nearly free verification gives K of 2 or 3). One draft because the second test happens
    only after a first acceptance, which at low α is rare: one draft is the cheapest test.
 
-Rows of a batch draft in lockstep until their deepest row stops; each row keeps its own γ: rows stop drafting at
-their γ (a host sync only at a step where some row stops) and are cut to it when drafting ends, so a row that is off
-verifies nothing even in a cycle others draft. The cut reads only the policy's state, never the target: exactness
+Rows of a batch draft in lockstep until their deepest row stops; each row keeps its own γ
+(:class:`~policies.rows.RowLimits`: rows stop at their γ and a row that is off is cut to no draft, so it verifies
+nothing even in a cycle others draft). The cut reads only the policy's state, never the target: exactness
 is untouched. One parameter set for every regime: nothing here is tuned per temperature or concurrency.
 """
 
@@ -47,11 +47,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from policies.model_based import MeasuredCosts, nearest_costs
+from policies.rows import RowLimits
 from spectune.costmodel.profile import CycleCosts, Profile, load_profile
-from spectune.engine.policy import RECENT_PRIOR, CycleFeedback, DraftLengthPolicy, DraftStep, acceptance_trials
+from spectune.engine.policy import RECENT_PRIOR, CycleFeedback, acceptance_trials
 from spectune.errors import SpectuneError
 from spectune.options import check_gamma
 from spectune.sampling import SamplingParams
@@ -91,7 +91,7 @@ class RequestState:
     since_test: int = 0  # cycles since its last acceptance test (a probe is due after K)
 
 
-class Hysteresis(DraftLengthPolicy):
+class Hysteresis(RowLimits):
     """Per row: argmax_γ of the expected speed-up while on, γ 0 while off, with a hysteresis band around 1 (the grid's
     γ is the ceiling).
 
@@ -146,8 +146,7 @@ class Hysteresis(DraftLengthPolicy):
         self.requests: dict[int, RequestState] = {}
         self.pools: dict[SettingKey, Discounted] = {}
         self.measured: dict[int, MeasuredCosts] = {}
-        self.limits: dict[int, int] = {}  # slot -> γ this cycle
-        self.first_stop = 0
+        self.set_limits({})  # slot -> γ this cycle
         self.busy = 0
 
     # -- the estimate and the price -------------------------------------------------------------------------
@@ -216,24 +215,7 @@ class Hysteresis(DraftLengthPolicy):
             states.append(state)
         self.requests = dict(zip(request_ids, states, strict=True))  # every busy slot is in every cycle: the rest ended
         self.busy = len(rows)
-        self.limits = dict(zip(rows, self.decide(states, self.busy), strict=True))
-        self.first_stop = min(self.limits.values(), default=0)
-
-    def begin_cycle(self, batch_size: int) -> int:
-        return max(self.limits.values(), default=0)
-
-    def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
-        if step.step + 1 < self.first_stop or all(g != step.step + 1 for g in self.limits.values()):
-            return None  # nobody stops here: no host sync
-        limit = torch.tensor([self.limits.get(row, 0) for row in range(step.active.shape[0])],
-                             device=step.active.device)
-        return limit > step.step + 1
-
-    def end_drafting(self, step: DraftStep) -> list[int] | None:
-        """Rows that chose 0 drafted the batch's first step; they verify nothing (the others keep theirs)."""
-        if self.first_stop > 0:
-            return None
-        return [self.limits.get(row, 0) for row in range(step.active.shape[0])]
+        self.set_limits(dict(zip(rows, self.decide(states, self.busy), strict=True)))
 
     def observe(self, feedback: CycleFeedback) -> None:
         if self.profile is None and feedback.num_drafts:
