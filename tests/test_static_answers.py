@@ -27,7 +27,8 @@ def _table(rates: dict[tuple[str, str], float]) -> pd.DataFrame:
 def test_the_best_static_setting_is_the_whole_workloads_rate_and_the_map_each_regimes_best_fixed_gamma():
     """Four phases of equal tokens. γ 8 wins both greedy phases, AR both T = 1 phases; over the whole workload (sum of
     tokens over sum of seconds) γ 4 wins though it wins no phase; match-length is a candidate for the single
-    setting but not a map entry; ppo is neither. The map: greedy -> 8 at both concurrencies, T = 1 -> 0."""
+    setting but not a map entry; ppo is neither. The map: greedy -> 8 at both concurrencies, T = 1 -> 0, and its
+    gain over γ 4 on the whole workload is the ratio of their summed seconds."""
     rates = {}
     for phase, (ar, g4, g8, rule, ppo) in {"greedy-c1": (10, 18, 20, 19, 50), "t1-c1": (10, 9.5, 7, 8, 50),
                                            "greedy-c4": (30, 45, 48, 40, 90), "t1-c4": (30, 28, 20, 21, 90)}.items():
@@ -42,6 +43,8 @@ def test_the_best_static_setting_is_the_whole_workloads_rate_and_the_map_each_re
     assert answers["best_static"]["speedup"] == pytest.approx(seconds["ar"] / seconds["fixed:gamma=4"])
     assert {(r["temperature"], r["concurrency"]): r["gamma"] for r in answers["regimes"]} == {
         (0.0, 1): 8, (1.0, 1): 0, (0.0, 4): 8, (1.0, 4): 0}
+    map_seconds = 100 / 20 + 100 / 10 + 100 / 48 + 100 / 30
+    assert answers["map_vs_static_pct"] == pytest.approx(100 * (seconds["fixed:gamma=4"] / map_seconds - 1))
     table = RegimeTable.from_json(regime_map(answers, ["run"]))
     assert table.static == 4
     assert [table.gamma(t, busy) for t, busy in ((0.0, 1), (0.0, 3), (0.0, 4), (0.0, 9), (1.0, 2), (0.7, 1))] == \
@@ -53,6 +56,7 @@ def test_the_map_drives_each_row_by_its_regime_and_bad_maps_fail_in_one_line(tmp
     with two greedy and two T = 1 rows the greedy rows draft 3 and the others nothing; alone, greedy drafts 6 (5
     under a ceiling of 5)."""
     answers = {"best_static": {"method": "fixed:gamma=2", "gamma": 2, "tok_s": 1.0, "speedup": 1.1, "candidates": {}},
+               "map_tok_s": 1.2, "map_vs_static_pct": 20.0,
                "regimes": [{"temperature": 0.0, "concurrency": 1, "method": "fixed:gamma=6", "gamma": 6},
                            {"temperature": 0.0, "concurrency": 4, "method": "fixed:gamma=3", "gamma": 3},
                            {"temperature": 1.0, "concurrency": 1, "method": "ar", "gamma": 0}]}
