@@ -22,7 +22,8 @@ Nothing tells it the regime (greedy or sampled, alone or in a batch). Each cycle
    state its pooled estimate gives (on iff best S ≥ 1). Why a band: near break-even the estimate's noise would
    flip the row every few cycles, and each flip is paid (a row turned on at α just under break-even loses). With
    the default half-life (16 tests, about 46 effective tests) the estimate's standard error near α = 0.3 is about
-   0.07, which moves S(1) by about 0.05 on smollm2's costs: the default ``margin`` 0.05 is one such error each side.
+   0.07, which moves S(1) by 0.04–0.05 on smollm2's CPU costs: the default ``margin`` 0.05 is about one such error
+   each side.
 4. **Learning while off.** A row that drafts nothing runs no acceptance test, so an estimate frozen low would
    never let it back. Two sources keep it learning: under a model-free draft (prompt lookup, suffix decoding) the
    engine's shadow test (:attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`: the chain's first token
