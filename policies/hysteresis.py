@@ -51,6 +51,7 @@ import numpy as np
 
 from policies.model_based import MeasuredCosts, nearest_costs
 from policies.rows import RowLimits
+from spectune.costmodel.cycle import expected_tokens_from_rates
 from spectune.costmodel.profile import CycleCosts, Profile, load_profile
 from spectune.engine.policy import RECENT_PRIOR, CycleFeedback, acceptance_trials
 from spectune.errors import SpectuneError
@@ -174,9 +175,10 @@ class Hysteresis(RowLimits):
 
     def speedups(self, alphas: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """[rows, ceiling + 1] expected speed-up over an AR step of each γ: E(γ) · cycle(0) / cycle(γ), E the cost
-        model's closed form (:func:`~spectune.costmodel.cycle.expected_tokens_constant`) summed as its series."""
-        expected = np.cumsum(np.asarray(alphas, dtype=float)[:, None] ** np.arange(self.ceiling + 1), axis=1)
-        return expected * seconds[0] / seconds[None, :]
+        model's (:func:`~spectune.costmodel.cycle.expected_tokens_from_rates` at a constant rate α, the closed form's
+        series)."""
+        expected = np.array([expected_tokens_from_rates(np.full(self.ceiling, alpha)) for alpha in alphas])
+        return expected.reshape(len(alphas), self.ceiling + 1) * seconds[0] / seconds[None, :]
 
     def probe_every(self, seconds: np.ndarray) -> int:
         """K: cycles between probes of an off row, so that a probe's worst loss (one draft emitting one token, an
