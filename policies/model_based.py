@@ -106,6 +106,21 @@ class MeasuredCosts:
         return CycleCosts(step_s, self.verify_s(np.arange(1.0, max_drafts + 2.0)), self.rest.mean)
 
 
+def nearest_costs(costs: dict[int, MeasuredCosts], batch_size: int, max_drafts: int) -> CycleCosts | None:
+    """The costs measured at the batch size nearest ``batch_size`` (None before any), with the draft step's at the
+    nearest one where a draft step was measured (a batch size that only ran plain target steps has not measured
+    one; none anywhere: 0, which makes drafting look cheap, so it is tried and measured)."""
+    if not costs:
+        return None
+
+    def nearest(sizes: list[int]) -> int:
+        return min(sizes, key=lambda b: (abs(b - batch_size), b))
+
+    drafted = [b for b, c in costs.items() if c.step.weight]
+    step_s = costs[nearest(drafted)].step.mean if drafted else 0.0
+    return costs[nearest(list(costs))].costs(step_s, max_drafts)
+
+
 class ModelBased(DraftLengthPolicy):
     """argmax over γ ∈ ``min_gamma``..γ of E_request(γ) / cost(γ), per row, every cycle (the grid's γ is the ceiling).
 
@@ -187,17 +202,8 @@ class ModelBased(DraftLengthPolicy):
         return self.min_gamma + int(np.argmax(speed))  # ties to the smaller γ
 
     def costs_at(self, batch_size: int) -> CycleCosts | None:
-        """The costs measured at the nearest batch size, with the draft step's at the nearest one where a draft
-        step was measured (a batch size that only ran plain target steps has not measured one)."""
-        if not self.costs:
-            return None
-
-        def nearest(sizes: list[int]) -> int:
-            return min(sizes, key=lambda b: (abs(b - batch_size), b))
-
-        drafted = [b for b, c in self.costs.items() if c.step.weight]
-        step_s = self.costs[nearest(drafted)].step.mean if drafted else 0.0
-        return self.costs[nearest(list(self.costs))].costs(step_s, self.ceiling)
+        """The costs measured at the nearest batch size (:func:`nearest_costs`)."""
+        return nearest_costs(self.costs, batch_size, self.ceiling)
 
     # -- the protocol -------------------------------------------------------------------------------------
     def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None) -> None:

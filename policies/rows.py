@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from spectune.engine.policy import CycleFeedback, DraftStep
+from spectune.engine.policy import CycleFeedback, DraftLengthPolicy, DraftStep
 from spectune.errors import SpectuneError
 
 log = logging.getLogger(__name__)
@@ -125,3 +125,33 @@ class RowTracker:
         if position - 1 >= len(self.steps) or name not in self.steps[position - 1]:
             return None
         return float(self.steps[position - 1][name][row])
+
+
+class RowLimits(DraftLengthPolicy):
+    """A policy that decides every busy row's γ before drafting (in ``before_cycle``), 0 for a row that drafts
+    nothing: the batch drafts to the deepest row's γ, each row stops at its own (a host sync only at a step where
+    some row stops) and rows that chose 0 are cut to no draft when drafting ends (they drafted the batch's first
+    step). Subclasses set :attr:`limits` (slot -> γ) in ``before_cycle`` through :meth:`set_limits`. The cut reads
+    the policy's own state, never the target: the sampler stays exact."""
+
+    limits: dict[int, int]
+    first_stop: int = 0
+
+    def set_limits(self, limits: dict[int, int]) -> None:
+        self.limits = limits
+        self.first_stop = min(limits.values(), default=0)
+
+    def begin_cycle(self, batch_size: int) -> int:
+        return max(self.limits.values(), default=0)
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
+        if step.step + 1 < self.first_stop or all(g != step.step + 1 for g in self.limits.values()):
+            return None  # nobody stops here: no host sync
+        limit = torch.tensor([self.limits.get(row, 0) for row in range(step.active.shape[0])],
+                             device=step.active.device)
+        return limit > step.step + 1
+
+    def end_drafting(self, step: DraftStep) -> list[int] | None:
+        if self.first_stop > 0:
+            return None  # every row keeps what it drafted (each stopped at its own γ)
+        return [self.limits.get(row, 0) for row in range(step.active.shape[0])]

@@ -61,9 +61,11 @@ def _cases(tmp_path) -> list[tuple[dict, int, int]]:
 def test_every_registered_policy_is_tested(tmp_path):
     # fixed: tests/test_engine.py; ppo: tests/test_policy_files.py, ppo-cycle: tests/test_ppo_cycle.py,
     # ppo-distilled: tests/test_ppo_distilled.py (SB3 files); match-length: tests/test_match_length.py, suffix-prob:
-    # tests/test_suffix_prob.py (model-free)
+    # tests/test_suffix_prob.py (model-free); hysteresis: tests/test_hysteresis.py, regime-map:
+    # tests/test_static_answers.py (per-row γ 0 inside a drafting cycle, which the ceiling check below does not allow)
     tested = {node["name"] for node, _, _ in _cases(tmp_path)} | {"fixed", "ppo", "ppo-cycle", "ppo-distilled",
-                                                                   "match-length", "suffix-prob"}
+                                                                   "match-length", "suffix-prob", "hysteresis",
+                                                                   "regime-map"}
     assert tested == set(POLICIES)
 
 
@@ -84,10 +86,13 @@ def test_policies_keep_greedy_output_and_respect_their_ceiling(pair, tmp_path, c
 
 
 def test_policy_files_compose_and_build(compose_config, tmp_path):
-    """Every conf/policy file composes through Hydra and builds (the classifier given a model file)."""
+    """Every conf/policy file composes through Hydra and builds (the classifier and the regime map given a file)."""
     weights = _constant_classifier(tmp_path / "c.json", 0.7)
+    regime_map = tmp_path / "map.json"
+    write_json(regime_map, {"kind": "spectune-regime-map", "version": 1, "static": 2, "regimes": []})
     for name in set(POLICIES) - {"ppo", "ppo-cycle", "ppo-distilled"}:  # SB3 files: their own test files
-        extra = [f"policy.weights_path={weights}"] if name == "acceptance-classifier" else []
+        extra = {"acceptance-classifier": [f"policy.weights_path={weights}"],
+                 "regime-map": [f"policy.path={regime_map}"]}.get(name, [])
         cfg = compose_config(f"policy={name}", *extra)
         policy = make_policy(OmegaConf.to_container(cfg.policy, resolve=True), 3)
         assert policy.name == name

@@ -4,6 +4,7 @@ the γ the live engine chose on the same requests."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,13 @@ def _cycle_file(path: Path, traces: TraceSet) -> str:
     return str(path)
 
 
+def _map_file(path: Path) -> str:
+    """A regime map that lists no regime: every row drafts its static γ 2 (traces carry no temperature)."""
+    path.write_text(json.dumps({"kind": "spectune-regime-map", "version": 1, "static": 2, "regimes": []}),
+                    encoding="utf-8")
+    return str(path)
+
+
 def _every_policy(frame, traces: TraceSet, tmp_path: Path) -> dict:
     """Every registered policy at its conf/policy defaults, ceiling GAMMA (model files fitted/trained here)."""
     weights = save_classifier(fit_classifier(frame, epochs=20), tmp_path / "classifier.json")
@@ -80,7 +88,8 @@ def _every_policy(frame, traces: TraceSet, tmp_path: Path) -> dict:
              "ppo-distilled": {"gamma_path": str(tmp_path / "gamma.zip"), "profile": PROFILE,
                                "thresholds": [0.001, 0.01, 0.1]},
              "ppo-cycle": {"path": _cycle_file(tmp_path / "cycle.zip", traces), "profile": PROFILE},
-             "hf-heuristic": {"max_gamma": GAMMA}, "hf-heuristic-transient": {"max_gamma": GAMMA}}
+             "hf-heuristic": {"max_gamma": GAMMA}, "hf-heuristic-transient": {"max_gamma": GAMMA},
+             "regime-map": {"path": _map_file(tmp_path / "map.json")}}
     out = {}
     for name in sorted(POLICIES):
         node = {**yaml.safe_load((CONF / f"{name}.yaml").read_text()), **extra.get(name, {})}

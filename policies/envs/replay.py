@@ -51,6 +51,7 @@ from policies.envs.data import TraceSet
 from spectune.costmodel.profile import Profile
 from spectune.engine.policy import SIGNALS, CycleFeedback, DraftLengthPolicy, DraftStep, draft_cycle
 from spectune.errors import SpectuneError
+from spectune.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -238,11 +239,17 @@ class RecordedCycle:
         self.drafts = torch.minimum(self.drafts, torch.tensor([int(k) for k in kept], dtype=torch.long))
 
 
-def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, max_gamma: int, slots: int) -> np.ndarray:
-    """Per-row γ the policy chooses on one recorded cycle (begin_cycle, then the engine's drafting loop)."""
+def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, max_gamma: int, slots: int,
+                 sampling: Mapping[int, SamplingParams] | None = None) -> np.ndarray:
+    """Per-row γ the policy chooses on one recorded cycle (begin_cycle, then the engine's drafting loop). A policy
+    that reads each row's sampling settings is given them from ``sampling`` (by request id), as the engine does."""
     count = entries.stop - entries.start
-    policy.before_cycle([int(r) for r in traces.row[entries]], [int(r) for r in traces.request_id[entries]],
-                        [int(c) for c in traces.context_length[entries]] if policy.reads_context else None)
+    rows, ids = [int(r) for r in traces.row[entries]], [int(r) for r in traces.request_id[entries]]
+    contexts = [int(c) for c in traces.context_length[entries]] if policy.reads_context else None
+    if policy.reads_sampling and sampling is not None:
+        policy.before_cycle(rows, ids, contexts, sampling=[sampling[i] for i in ids])
+    else:
+        policy.before_cycle(rows, ids, contexts)
     gamma = min(int(policy.begin_cycle(count)), max_gamma)
     if gamma <= 0:
         return np.zeros(count, dtype=int)
@@ -251,16 +258,18 @@ def replay_cycle(policy: DraftLengthPolicy, traces: TraceSet, entries: slice, ma
     return cycle.drafts[cycle.rows].numpy().astype(int)
 
 
-def replay_gammas(policy: DraftLengthPolicy, traces: TraceSet, max_gamma: int, profile: Profile) -> np.ndarray:
+def replay_gammas(policy: DraftLengthPolicy, traces: TraceSet, max_gamma: int, profile: Profile,
+                  sampling: Mapping[int, SamplingParams] | None = None) -> np.ndarray:
     """The γ ``policy`` chooses for every recorded (cycle, row), in TraceSet entry order (see the module).
 
-    ``policy.reset()`` first; ``observe`` after every cycle with the realised outcome and ``profile``'s costs."""
+    ``policy.reset()`` first; ``observe`` after every cycle with the realised outcome and ``profile``'s costs.
+    ``sampling``: each request's settings by request id (traces do not record them), for a policy that reads them."""
     max_gamma = check_replay_depth(traces, max_gamma, profile)
     slots = slot_count(traces)
     policy.reset()
     gammas = np.zeros(traces.count, dtype=int)
     for entries in traces.cycle_slices:
-        gammas[entries] = replay_cycle(policy, traces, entries, max_gamma, slots)
+        gammas[entries] = replay_cycle(policy, traces, entries, max_gamma, slots, sampling)
         policy.observe(_feedback(traces, entries, gammas[entries], profile, policy.shadow_trials))
     return gammas
 

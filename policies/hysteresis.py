@@ -1,0 +1,250 @@
+"""An online draft-length controller with hysteresis: per request, an acceptance estimate priced by the cost model;
+speculation off where it stops paying, back on only once the estimate has clearly recovered.
+
+Nothing tells it the regime (greedy or sampled, alone or in a batch). Each cycle, for each busy row:
+
+1. **Acceptance estimate.** The request's acceptance tests (:func:`~spectune.engine.policy.acceptance_trials`:
+   accepted drafts plus the first rejection, the censored-geometric count that does not fall with γ), discounted
+   with a half-life of ``halflife`` tests so that the estimate follows a request whose text changes (a copied
+   passage starts or ends), and shrunk towards a pool of every request that samples with the same settings
+   (temperature, top-k, top-p) with the weight of ``prior_strength`` tests. Why a pool per setting: a greedy request
+   and a T = 1 request of the same prompt accept differently (prompt lookup on smollm2: 2.06× AR at γ 8 greedy,
+   0.78× at T = 1), so a new request starts from what its own setting did recently, not from a blend; the policy is
+   never told which setting is the "good" one, it learns each from its own tests. The pool averages each row-cycle's
+   rate (accepted over tests), not tests: pooled tests would weigh a row drafting 8 at high acceptance about 8 times
+   a row probing one token, and a few well-accepting requests would set every new request's prior.
+2. **Expected speed-up.** The cost model's two sides (:mod:`spectune.costmodel.cycle`): E(γ) = (1 − α^(γ+1)) /
+   (1 − α) tokens per cycle, at the price of a cycle of γ drafts at the batch's busy rows (verification grows with
+   the rows): S(γ) = E(γ) · AR step / cycle(γ). The prices come from ``profile`` (its batch dimension, interpolated)
+   or, with no profile, from this run's own cycles per batch size, as ``model-based`` measures them.
+3. **Hysteresis.** A row drafts argmax_γ S(γ) while on. It turns off (γ 0, a plain target step) once the best
+   S falls below 1 − ``margin`` and back on only once it rises above 1 + ``margin``; a new request starts in the
+   state its pooled estimate gives (on iff best S ≥ 1). Why a band: near break-even the estimate's noise would
+   flip the row every few cycles, and each flip is paid (a row turned on at α just under break-even loses). With
+   the default half-life (16 tests, about 46 effective tests) the estimate's standard error near α = 0.3 is about
+   0.07, which moves S(1) by 0.04–0.05 on smollm2's CPU costs: the default ``margin`` 0.05 is about one such error
+   each side.
+4. **Learning while off.** A row that drafts nothing runs no acceptance test, so an estimate frozen low would
+   never let it back. Two sources keep it learning: under a model-free draft (prompt lookup, suffix decoding) the
+   engine's shadow test (:attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`: the chain's first token
+   against the token the target emitted, a fair test at any temperature, bought with a chain search instead of a
+   verification), where the row has a chain; and otherwise a probe: one draft every K cycles without a test. K is
+   not a free constant but the cost model's: a probe at α = 0 pays a cycle of one draft for the one token an AR
+   step gives, a loss of cycle(1) / AR − 1, so K = ceil(that loss / ``probe_budget``) keeps the probes' cost under
+   ``probe_budget`` of the row's throughput while off (on smollm2's CPU costs one draft costs ~0.6 of an AR step:
+   K ≈ 30 at 2%; a GPU's nearly free verification gives K of 2 or 3). One draft because the second test happens
+   only after a first acceptance, which at low α is rare: one draft is the cheapest test.
+
+Rows of a batch draft in lockstep until their deepest row stops; each row keeps its own γ
+(:class:`~policies.rows.RowLimits`: rows stop at their γ and a row that is off is cut to no draft, so it verifies
+nothing even in a cycle others draft). The cut reads only the policy's state, never the target: exactness
+is untouched. One parameter set for every regime: nothing here is tuned per temperature or concurrency.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.model_based import MeasuredCosts, nearest_costs
+from policies.rows import RowLimits
+from spectune.costmodel.cycle import expected_tokens_from_rates
+from spectune.costmodel.profile import CycleCosts, Profile, load_profile
+from spectune.engine.policy import RECENT_PRIOR, CycleFeedback, acceptance_trials
+from spectune.errors import SpectuneError
+from spectune.options import check_gamma
+from spectune.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+SettingKey = tuple[float, int, float] | None  # a request's (temperature, top_k, top_p); None: not told
+
+
+def setting_key(sampling: SamplingParams | None) -> SettingKey:
+    """The pool a request's tests join: its sampling settings (None where the caller does not say them)."""
+    if sampling is None:
+        return None
+    return (round(float(sampling.temperature), 3), int(sampling.top_k), round(float(sampling.top_p), 3))
+
+
+class Discounted:
+    """Accepted drafts over acceptance tests, each test's weight halved every ``halflife`` later tests."""
+
+    def __init__(self, halflife: float) -> None:
+        self.keep = 0.5 ** (1.0 / halflife)
+        self.accepted = self.trials = 0.0
+
+    def add(self, accepted: float, trials: float) -> None:
+        decay = self.keep ** trials
+        self.accepted = decay * self.accepted + accepted
+        self.trials = decay * self.trials + trials
+
+
+@dataclass
+class RequestState:
+    """What the controller keeps of one request in flight."""
+
+    key: SettingKey
+    tests: Discounted
+    on: bool | None = None  # None: no decision yet (the first one takes the pooled estimate's side)
+    since_test: int = 0  # cycles since its last acceptance test (a probe is due after K)
+
+
+class Hysteresis(RowLimits):
+    """Per row: argmax_γ of the expected speed-up while on, γ 0 while off, with a hysteresis band around 1 (the grid's
+    γ is the ceiling).
+
+    Args:
+        gamma: the ceiling γ (the grid's value).
+        halflife: acceptance tests after which a request's own test weighs half (how fast its estimate follows it).
+        pool_halflife: row-cycles after which a row-cycle's rate weighs half in the pool of requests sharing its
+            sampling settings (a new request's prior).
+        prior_strength: tests of its own a request needs to weigh as much as its pool.
+        margin: the band: off below 1 − margin of expected speed-up, on again above 1 + margin.
+        probe_budget: the largest fraction of an off row's throughput its probes may cost (sets K, the cycles
+            between probes, from the cycle's price; see the module).
+        profile: a cost profile (path or shipped name) whose batch dimension prices the cycle; None: the costs
+            this run measures from its own cycles per batch size (as ``model-based``).
+        cost_halflife: cycles, how fast measured costs follow a change (no profile only).
+        verify_slope: the verification's cost per extra position as a fraction of the measured one, until two
+            widths were measured (no profile only).
+        shadow_trials: under a model-free draft, a row that verified nothing still gets its chain's first token
+            tested against the emitted one (the engine's shadow test); False: only probes.
+    """
+
+    name = "hysteresis"
+    reads_sampling = True
+
+    def __init__(self, gamma: int, halflife: float = 16.0, pool_halflife: float = 64.0, prior_strength: float = 4.0,
+                 margin: float = 0.05, probe_budget: float = 0.02, profile: str | None = None,
+                 cost_halflife: float = 64.0, verify_slope: float = 0.05, shadow_trials: bool = True) -> None:
+        check_gamma(gamma, "the hysteresis controller's ceiling")
+        for key, value, low, high in (("halflife", halflife, 1.0, math.inf), ("pool_halflife", pool_halflife, 1.0,
+                                      math.inf), ("prior_strength", prior_strength, 0.0, math.inf),
+                                      ("margin", margin, 0.0, 0.5), ("probe_budget", probe_budget, 1e-6, 1.0),
+                                      ("cost_halflife", cost_halflife, 1.0, math.inf),
+                                      ("verify_slope", verify_slope, 0.0, math.inf)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or not low <= value <= high:
+                bound = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+                raise SpectuneError(f"policy.{key}={value!r} is invalid: must be a finite number {bound}")
+        self.ceiling = gamma
+        self.halflife, self.pool_halflife, self.prior_strength = float(halflife), float(pool_halflife), \
+            float(prior_strength)
+        self.margin, self.probe_budget = float(margin), float(probe_budget)
+        self.cost_halflife, self.verify_slope = float(cost_halflife), float(verify_slope)
+        self.shadow_trials = bool(shadow_trials)
+        self.profile_name = profile
+        self.profile: Profile | None = load_profile(profile) if profile is not None else None
+        if self.profile is not None and self.profile.max_positions < gamma + 1:
+            raise SpectuneError(f"policy.profile={profile!r} verifies up to {self.profile.max_positions} positions: "
+                                f"gamma={gamma} needs {gamma + 1}")
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests: dict[int, RequestState] = {}
+        self.pools: dict[SettingKey, Discounted] = {}
+        self.measured: dict[int, MeasuredCosts] = {}
+        self.set_limits({})  # slot -> γ this cycle
+        self.busy = 0
+
+    # -- the estimate and the price -------------------------------------------------------------------------
+    def pool(self, key: SettingKey) -> Discounted:
+        return self.pools.setdefault(key, Discounted(self.pool_halflife))
+
+    def pooled_rate(self, key: SettingKey) -> float:
+        """The pool's acceptance (a discounted mean of its row-cycles' rates), :data:`RECENT_PRIOR` with the weight of
+        one row-cycle before it has any."""
+        pool = self.pool(key)
+        return (pool.accepted + RECENT_PRIOR) / (pool.trials + 1.0)
+
+    def acceptance(self, state: RequestState) -> float:
+        """The request's acceptance estimate: its discounted tests shrunk towards its pool's rate."""
+        tests = state.tests
+        return (tests.accepted + self.prior_strength * self.pooled_rate(state.key)) / \
+            max(tests.trials + self.prior_strength, 1e-12)
+
+    def costs(self, busy: int) -> CycleCosts | None:
+        """The cycle's prices at ``busy`` rows: the profile's, or this run's measurements (None before any)."""
+        if self.profile is not None:
+            return self.profile.costs(busy)
+        return nearest_costs(self.measured, busy, self.ceiling)
+
+    def speedups(self, alphas: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """[rows, ceiling + 1] expected speed-up over an AR step of each γ: E(γ) · cycle(0) / cycle(γ), E the cost
+        model's (:func:`~spectune.costmodel.cycle.expected_tokens_from_rates` at a constant rate α, the closed form's
+        series)."""
+        expected = np.array([expected_tokens_from_rates(np.full(self.ceiling, alpha)) for alpha in alphas])
+        return expected.reshape(len(alphas), self.ceiling + 1) * seconds[0] / seconds[None, :]
+
+    def probe_every(self, seconds: np.ndarray) -> int:
+        """K: cycles between probes of an off row, so that a probe's worst loss (one draft emitting one token, an
+        AR step's worth, for the price of cycle(1)) spread over K cycles stays within ``probe_budget``."""
+        loss = max(float(seconds[1] / seconds[0]) - 1.0, 0.0)
+        return max(1, math.ceil(loss / self.probe_budget))
+
+    def decide(self, states: list[RequestState], busy: int) -> list[int]:
+        """Each row's γ this cycle (and each request's on/off state updated, with the band)."""
+        costs = self.costs(busy)
+        if costs is None:  # nothing measured yet: draft the ceiling (which measures the deep end first)
+            return [self.ceiling] * len(states)
+        seconds = np.asarray(costs.cycle_s(np.arange(self.ceiling + 1)), dtype=float)
+        gains = self.speedups(np.array([self.acceptance(s) for s in states]), seconds)
+        probe = self.probe_every(seconds)
+        out = []
+        for state, gain in zip(states, gains, strict=True):
+            best = 1 + int(np.argmax(gain[1:]))  # ties to the smaller γ
+            if state.on is None:
+                state.on = bool(gain[best] >= 1.0)
+            elif state.on and gain[best] < 1.0 - self.margin:
+                state.on = False
+            elif not state.on and gain[best] > 1.0 + self.margin:
+                state.on = True
+            out.append(best if state.on else (1 if state.since_test >= probe else 0))
+        return out
+
+    # -- the protocol --------------------------------------------------------------------------------------
+    def before_cycle(self, rows: list[int], request_ids: list[int], context_lengths: list[int] | None = None,
+                     sampling: list[SamplingParams] | None = None) -> None:
+        settings = sampling if sampling is not None else [None] * len(rows)
+        states = []
+        for request, setting in zip(request_ids, settings, strict=True):
+            state = self.requests.get(request)
+            if state is None:
+                state = RequestState(setting_key(setting), Discounted(self.halflife))
+            states.append(state)
+        self.requests = dict(zip(request_ids, states, strict=True))  # every busy slot is in every cycle: the rest ended
+        self.busy = len(rows)
+        self.set_limits(dict(zip(rows, self.decide(states, self.busy), strict=True)))
+
+    def observe(self, feedback: CycleFeedback) -> None:
+        if self.profile is None and feedback.num_drafts:
+            batch, steps = len(feedback.num_drafts), max(feedback.num_drafts)
+            self.measured.setdefault(batch, MeasuredCosts(self.cost_halflife, self.verify_slope)).observe(steps,
+                                                                                                          feedback)
+        if feedback.request_ids is None:
+            return
+        shadows = feedback.shadow_accepted or [None] * len(feedback.request_ids)
+        for request, drafted, accepted, shadow in zip(feedback.request_ids, feedback.num_drafts,
+                                                      feedback.num_accepted, shadows, strict=True):
+            state = self.requests.get(request)
+            if state is None:
+                continue
+            if drafted == 0 and shadow is not None and self.shadow_trials:
+                accepted, drafted = int(shadow), 1
+            trials = acceptance_trials(accepted, drafted)
+            if trials == 0:
+                state.since_test += 1
+                continue
+            state.since_test = 0
+            state.tests.add(accepted, trials)
+            self.pool(state.key).add(accepted / trials, 1)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "ceiling": self.ceiling, "halflife": self.halflife,
+                "pool_halflife": self.pool_halflife, "prior_strength": self.prior_strength, "margin": self.margin,
+                "probe_budget": self.probe_budget, "shadow_trials": self.shadow_trials,
+                "costs": self.profile_name or "measured in this run", "per": "request"}
