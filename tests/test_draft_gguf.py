@@ -5,8 +5,8 @@ draft's logits on its ids and pins every other id at ``FILL``; the file carries 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import time
