@@ -270,7 +270,8 @@ def test_a_port_in_use_fails_in_one_line(tmp_path, llama_build):
     (["engine.spec_type=ngram-cache", "gamma=[4]"], "ngram-cache"),
     (["engine.spec_type=ngram-mod", "gamma=[2000]"], "1..1024"),
     (["engine.spec_type=ngram-mod", "gamma=[4]", "engine.ngram_mod_n_min=6"], "engine.ngram_mod_n_min=6"),
-    (["engine.spec_type=draft-simple"], "engine.draft_model"),
+    (["models=smollm2", "engine.spec_type=draft-simple", "models.draft.name_or_path=spectune/models/tiny/draft"],
+     "is not a reduced-vocabulary draft spectune exports; set engine.draft_model"),
     (["engine.weights=q8"], "engine.weights='q8' is invalid"),
     (["policy=confidence"], "policy=confidence is invalid with engine=llamacpp"),
     (["task=tune"], "task=tune runs on engine=spectune only"),
@@ -287,6 +288,25 @@ def test_bad_llamacpp_input_fails_before_any_model_loads(harness_in_process, tmp
     with pytest.raises(SpectuneError) as err:
         harness_in_process(tmp_path, "+workload=en", "engine=llamacpp", *overrides)
     assert phrase in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.real_model
+def test_draft_simple_without_the_drafts_gguf_names_the_command_that_writes_it(harness_in_process, tmp_path,
+                                                                              monkeypatch):
+    """engine.draft_model null: models.draft's GGUF, from an empty cache: one line naming the build command (which
+    builds llama.cpp and writes the draft's GGUF), before any model loads."""
+    import workloads.setup
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(workloads.setup, "load_models", refuse)
+    monkeypatch.setenv("SPECTUNE_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(SpectuneError) as err:
+        harness_in_process(tmp_path, "+workload=en", "models=smollm2", "engine=llamacpp",
+                           "engine.spec_type=draft-simple", "gamma=[4]")
+    assert "run `python -m spectune.engines.llamacpp_build --draft`" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_an_unknown_spec_type_is_one_line_and_exit_2(cli, tmp_path):

