@@ -51,6 +51,18 @@ def integer(value: Any, key: str, *, lo: int | None = None, hi: int | None = Non
     return int(value)
 
 
+def fresh_prompts(value: Any, key: str, unit: int) -> int | None:
+    """A count of fresh prompts on which a pick is measured again (``task.confirm_prompts``,
+    ``task.validate_prompts``): null, or an integer of at least two units of ``unit`` prompts (an interval needs
+    two units), and a whole number of them."""
+    if value is None:
+        return None
+    count = integer(value, key, lo=2 * unit)
+    if count % unit:
+        raise SpectuneError(f"{key}={count} is invalid: must be a multiple of the unit ({unit} prompts)")
+    return count
+
+
 def check_gamma(value: Any, what: str = "γ", *, key: str = "gamma") -> int:
     """γ as the grid, every policy and the cost model take it: an integer >= 1 (a bool is not one, nor is 4.0: a
     draft length is counted, never measured); a one-line error naming ``key`` and ``what`` it is for. The one γ

@@ -130,6 +130,11 @@ def test_the_recommendation_exports_the_proposer_the_run_measured(compose_config
     ("task.block_prompts=2", "task.block_prompts=2"),  # the default concurrencies [1, 4, 8]: not a multiple of 4
     ("task.block_prompts=0", "task.block_prompts=0"),
     ("task.noise_floor=maybe", "task.noise_floor"),
+    ("task.validate_prompts=0", "task.validate_prompts=0"),
+    ("task.validate_prompts=-8", "task.validate_prompts=-8"),
+    ("task.validate_prompts=12", "task.validate_prompts=12"),  # concurrency 8's unit is 8 prompts: 12 is not whole
+    ("task.validate_prompts=2.5", "task.validate_prompts"),
+    ("task.validate_prompts=many", "task.validate_prompts"),
 ])
 def test_tune_bad_input_is_rejected_before_any_model_loads(compose_config, override, names):
     """A value of the wrong type fails as Hydra composes (the schema, restated by the front door's check), a bad
@@ -212,3 +217,86 @@ def test_interleaved_tune_runs_every_method_per_block_and_measures_its_noise_flo
     rec = json.loads((tmp_path / "run" / "recommendation.json").read_text())
     for row in rec["recommendations"]:
         assert row["status"] == "ok" and row["best_gamma"] in (0, 1) and row["noise_floor_pct"] is not None
+
+
+def test_validation_needs_prompts_the_grid_leaves(compose_config, harness_in_process, tmp_path):
+    """A grid over every prompt (workload.num_prompts=null) leaves none fresh: one line before any model loads; more
+    fresh prompts than the workload has after the grid's: one line before anything is measured or written."""
+    with pytest.raises(SpectuneError, match=r"task\.validate_prompts=16 .*workload\.num_prompts=null") as err:
+        TuneSettings.from_cfg(compose_config("task=tune", "+workload=en", "workload.num_prompts=null",
+                                             "task.validate_prompts=16"))
+    assert "\n" not in str(err.value)
+    with pytest.raises(SpectuneError, match=r"task\.validate_prompts=100000 .* prompts left after the grid's 2") as err:
+        harness_in_process(tmp_path / "run", "task=tune", "+workload=en", "workload.num_prompts=2",
+                           "task.concurrency=[1]", "task.validate_prompts=100000")
+    assert "\n" not in str(err.value) and not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_the_maps_gamma_is_validated_against_ar_on_prompts_the_grid_never_saw(compose_config, tmp_path):
+    """validate_map on the embedded pair, its cells forced (γ 2 at concurrency 1, γ 1 at 2, γ 0 at 4, a failed grid
+    at 8) so that every branch runs whatever a grid would pick: each speculative cell runs AR and the map's γ, one
+    repeat, on the 4 prompts after the grid's 2 (disjoint: the file's prompt ids), and reports its speed-up, interval
+    and outcome."""
+    from harness.tasks.tune import fresh_prompts_after, validate_map
+    from policies.registry import make_policy
+    from spectune.engines.spectune import SpectuneEngine
+    from spectune.measure.confirm import FASTER, SLOWER, UNRESOLVED
+    from workloads.loader import load_workload
+    from workloads.setup import engine_of, models_of
+
+    cfg = compose_config("task=tune", "+workload=en", "workload.num_prompts=2", "workload.max_new_tokens=4",
+                         "task.warmup=0", "task.concurrency=[1,2]", "gamma=[1,2]", "task.repeats=1",
+                         "task.validate_prompts=4")
+    settings = TuneSettings.from_cfg(cfg)
+    models = models_of(cfg)
+    workload = load_workload(cfg.workload, models.tokenizer)
+    fresh = fresh_prompts_after(cfg.workload, workload, 4, models.tokenizer)
+    grid_ids, fresh_ids = [p.id for p in workload.prompts], [p.id for p in fresh]
+    assert len(fresh_ids) == 4 and not set(grid_ids) & set(fresh_ids)
+    policy = OmegaConf.to_container(cfg.policy, resolve=True)
+    inner = engine_of(cfg, models, workload.sampling)
+    rows = [{"language": "en", "workload": "en", "concurrency": c, "status": "ok", "best_gamma": g}
+            for c, g in ((1, 2), (2, 1), (4, 0))]  # the γ 0 row is never measured, so no grid at 4 is needed
+    rows.append({"language": "en", "workload": "en", "concurrency": 8, "status": "failed", "best_gamma": None})
+    out = validate_map(rows, settings, policy, {"en": workload}, {"en": fresh},
+                       lambda w: SpectuneEngine(inner, lambda m: make_policy(policy, m.gamma), models.max_context),
+                       models.max_context, tmp_path)
+    assert out["prompts"] == 4 and out["repeats"] == 1 and out["against"] == "ar"
+    by_c = {cell["concurrency"]: cell for cell in out["cells"]}
+    assert by_c[4]["status"].startswith("speculation off") and by_c[4]["held"] is None
+    assert by_c[8]["status"] == "grid failed" and by_c[8]["held"] is None
+    assert sorted(p.name for p in (tmp_path / "validate").iterdir()) == ["en_c1", "en_c2"]
+    for c, gamma in ((1, 2), (2, 1)):
+        cell = by_c[c]
+        assert cell["status"] == "ok" and cell["gamma"] == gamma and cell["prompts"] == 4
+        assert cell["speedup_ci95_lo"] <= cell["speedup"] <= cell["speedup_ci95_hi"]
+        assert cell["held"] in (FASTER, UNRESOLVED, SLOWER) and cell["speedup_verdict"]
+        requests = pd.read_parquet(tmp_path / "validate" / f"en_c{c}" / "requests.parquet")
+        assert set(requests["method"]) == {"ar", f"fixed:gamma={gamma}"}
+        assert sorted(set(requests["prompt_id"])) == sorted(fresh_ids)
+        summary = json.loads((tmp_path / "validate" / f"en_c{c}" / "summary.json").read_text())
+        assert summary["validation"]["held"] == cell["held"]
+
+
+def test_tune_with_validation_writes_it_into_the_recommendation(harness_in_process, tmp_path, caplog):
+    """Through the task: recommendation.json gains a validation cell per concurrency (the map's γ, its outcome) and
+    the printed table; the validation runs' prompts are none of the grid's."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    code = harness_in_process(tmp_path / "run", "task=tune", "+workload=en", "workload.num_prompts=2",
+                              "workload.max_new_tokens=4", "task.warmup=0", "task.concurrency=[1,2]", "gamma=[1]",
+                              "task.repeats=1", "task.validate_prompts=4")
+    assert code == 0
+    run = tmp_path / "run"
+    rec = json.loads((run / "recommendation.json").read_text())
+    cells = rec["validation"]["cells"]
+    assert [c["concurrency"] for c in cells] == [1, 2] and rec["validation"]["prompts"] == 4
+    grid_ids = set(pd.read_parquet(run / "requests.parquet")["prompt_id"])
+    for cell, row in zip(cells, rec["recommendations"], strict=True):
+        assert cell["gamma"] == row["best_gamma"]
+        if cell["status"] == "ok":
+            where = run / "validate" / f"en_c{cell['concurrency']}"
+            ids = set(pd.read_parquet(where / "requests.parquet")["prompt_id"])
+            assert len(ids) == 4 and not ids & grid_ids
+    assert "Validation of the map on 4 fresh prompts" in caplog.text

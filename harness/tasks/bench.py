@@ -36,10 +36,11 @@ from spectune.engine.records import Request
 from spectune.engines import engine_class
 from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
+from spectune.measure.confirm import against_ar
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option, schedule
 from spectune.methods import AA, AA_LABEL, AR, BASELINE, FIXED, Method
-from spectune.options import check_gamma, integer
+from spectune.options import check_gamma, fresh_prompts, integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata
 from spectune.stats.by_phase import by_phase, format_phase_table
@@ -186,10 +187,7 @@ def _confirming(task: BenchTask, unit: int) -> int | None:
     if not task.baseline:
         raise SpectuneError(f"task.confirm_prompts={value} is invalid with task.baseline=false: the top estimate is "
                             "confirmed against AR")
-    count = integer(value, "task.confirm_prompts", lo=2 * unit)
-    if count % unit:
-        raise SpectuneError(f"task.confirm_prompts={count} is invalid: must be a multiple of the unit ({unit} prompts)")
-    return count
+    return fresh_prompts(value, "task.confirm_prompts", unit)
 
 
 def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) -> list[float | None]:
@@ -313,8 +311,8 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     rundir.METADATA.write(run_dir, metadata)
     if settings.confirm_prompts is not None:
         final["confirmation"] = _confirm(tp.get("best"), fresh[:settings.confirm_prompts], settings,
-                                         lambda part, top: measure(part, run_dir / "confirm", methods=top,
-                                                                   what="confirmation"))
+                                         lambda part, pair: measure(part, run_dir / "confirm", methods=pair,
+                                                                    what="confirmation"))
         _write(run_dir, workload.name, settings, grid, final)
 
     note = f" ({models.pair.metadata['weights_note']})" if models.pair.metadata.get("weights_note") else ""
@@ -392,8 +390,8 @@ def plan_prompts(pilot: Grid, settings: BenchSettings, available: int) -> dict[s
 
 
 def _confirm(top: str | None, fresh: list[Request], settings: BenchSettings, measure: Any) -> dict[str, Any]:
-    """The top estimate against AR again, on ``fresh`` prompts the grid never saw: a γ picked on some prompts is
-    confirmed (or not) on others. The confirmation run is ``RUN/confirm/``; its verdict is logged."""
+    """The top estimate against AR again, on ``fresh`` prompts the grid never saw (:func:`against_ar`): a γ picked
+    on some prompts is confirmed (or not) on others. The confirmation run is ``RUN/confirm/``; its verdict is logged."""
     if top is None or top == BASELINE:
         log.info("confirmation: nothing to confirm (the top estimate is %s)", top or "missing")
         return {"method": top, "status": "nothing to confirm"}
@@ -401,15 +399,8 @@ def _confirm(top: str | None, fresh: list[Request], settings: BenchSettings, mea
         log.warning("confirmation: %d fresh prompts left, %d asked; not confirmed", len(fresh),
                     settings.confirm_prompts)
         return {"method": top, "status": f"not enough fresh prompts ({len(fresh)})"}
-    grid = measure(fresh, [AR, next(m for m in settings.methods() if m.label == top)])
-    again, _ = aggregate(grid, seed=0, unit_size=settings.unit_size)
-    row = next(m for m in again if m["method"] == top)
-    out = {"method": top, "status": "ok", "prompts": len(fresh),
-           **{k: row.get(k) for k in ("speedup", "speedup_ci95_lo", "speedup_ci95_hi", "speedup_mde_pct",
-                                      "speedup_verdict")}}
-    log.info(f"confirmation on {len(fresh)} fresh prompts: {top} {out['speedup']:.2f}x "
-             f"[{out['speedup_ci95_lo']:.2f}, {out['speedup_ci95_hi']:.2f}] vs ar: {out['speedup_verdict']}")
-    return out
+    method = next(m for m in settings.methods() if m.label == top)
+    return against_ar(measure, method, fresh, unit_size=settings.unit_size)
 
 
 def task_breakdown(grid: Grid, unit_size: int) -> list[dict[str, Any]] | None:

@@ -69,6 +69,7 @@ class TuneTask:
     noise_floor: bool = MISSING
     design: str | None = MISSING
     block_prompts: int | None = MISSING
+    validate_prompts: int | None = MISSING
 
 
 @dataclass

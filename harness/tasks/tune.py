@@ -9,12 +9,19 @@ Per cell the best γ is the highest pooled throughput — or, when SLOs are set,
 v0.34.0) for a per-batch-size speculative length (``num_speculative_tokens_per_batch_size`` in
 ``--speculative-config``: a list of ``[start_bs, end_bs, K]``, K = 0 meaning no drafting; see vLLM's "Dynamic
 Speculative Decoding" docs and spectune/vllm_export.py). It holds only for the measured pair, hardware and workload.
+
+With ``task.validate_prompts=N`` each cell's γ from the map then runs again against AR, in the grid's design and
+repeats, on the N prompts that follow the grid's (never one it measured): a pick is the best of several noisy
+estimates, so its own estimate flatters it. The speed-up on fresh prompts, its paired 95% CI and whether the choice
+held (faster than AR / not resolved / slower) go into ``recommendation.json`` under ``validation``; each cell's run
+is ``RUN/validate/<workload>_c<concurrency>/``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +35,19 @@ from policies.registry import make_policy
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine import proposers
+from spectune.engine.records import Request
+from spectune.engines import engine_class
 from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
+from spectune.measure.confirm import against_ar
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option
-from spectune.methods import FIXED
-from spectune.options import as_list, integer
+from spectune.methods import BASELINE, FIXED
+from spectune.options import as_list, fresh_prompts, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import base_metadata
 from spectune.stats.goodput import parse_slo
+from spectune.stats.units import unit_size_of
 from spectune.vllm_export import vllm_form
 from workloads.regimes import refuse_phases
 
@@ -58,6 +69,8 @@ class TuneSettings:
     noise_floor: bool = False  # AR twice per repeat: the A/A row is each cell's measured noise floor
     block_prompts: int | None = None  # the interleaved block size given (None: one batch per block)
     design: str = "interleaved"  # "blocked": every method runs all prompts at once (spectune.measure.interleave)
+    validate_prompts: int | None = None  # the map's γ against AR again on this many fresh prompts per cell
+    method_name: str | None = None  # what names the engine's speculative methods (None: the policy's name)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
@@ -86,14 +99,21 @@ class TuneSettings:
         block = block_size(t.block_prompts, "task.block_prompts", list(concurrencies),
                            f"task.concurrency={list(concurrencies)}")
         design = design_option(t.design, "task.design", block, rate)
+        unit = math.lcm(*(unit_size_of(c, block_for(design, block, c)) for c in concurrencies))
+        validate = fresh_prompts(t.validate_prompts, "task.validate_prompts", unit)
+        if validate is not None and cfg.get("workload") is not None and cfg.workload.get("num_prompts") is None:
+            raise SpectuneError(f"task.validate_prompts={validate} is invalid with workload.num_prompts=null: the "
+                                "grid takes every prompt and leaves none fresh; set workload.num_prompts")
+        engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
         return cls(gammas, concurrencies, languages, repeats_option(t.repeats),
                    integer(t.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)), rate, t.burstiness,
-                   t.noise_floor, block, design)
+                   t.noise_floor, block, design, validate, engine_class(engine).method_name(cfg))
 
     def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
         return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup,
                              noise_floor=self.noise_floor,
-                             block_prompts=block_for(self.design, self.block_prompts, concurrency), design=self.design)
+                             block_prompts=block_for(self.design, self.block_prompts, concurrency), design=self.design,
+                             method_name=self.method_name)
 
 
 def _slo_node(cfg: DictConfig) -> dict[str, Any] | None:
@@ -116,19 +136,22 @@ def _workload_cfgs(cfg: DictConfig, languages: tuple[str, ...] | None) -> list[D
 def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
-    settings = TuneSettings.from_cfg(cfg)
-    refuse_phases(cfg.workload, "task=tune")
     from workloads.setup import require_in_process
 
     require_in_process(cfg, "tune")  # before any model loads
+    settings = TuneSettings.from_cfg(cfg)
+    refuse_phases(cfg.workload, "task=tune")
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     from workloads.loader import load_workload  # heavy imports only once the config is valid
     from workloads.setup import engine_of, models_of
 
     models = models_of(cfg)
     pair = models.pair
-    workloads = [load_workload(w, pair.tokenizer) for w in _workload_cfgs(cfg, settings.languages)]
+    workload_cfgs = _workload_cfgs(cfg, settings.languages)
+    workloads = [load_workload(w, pair.tokenizer) for w in workload_cfgs]
     max_context = models.max_context
+    fresh = {w.name: fresh_prompts_after(node, w, settings.validate_prompts, pair.tokenizer)
+             for node, w in zip(workload_cfgs, workloads, strict=True)} if settings.validate_prompts else {}
     engine = engine_of(cfg, models, workloads[0].sampling)
     metadata = {**base_metadata(), "task": "tune", "models": pair.metadata,
                 "hardware": hw.describe(cfg.hardware, models.device), "workloads": [w.describe() for w in workloads],
@@ -172,6 +195,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     recommendation = recommend(cells, settings, pair.metadata, metadata)
     rundir.RECOMMENDATION.write(run_dir, recommendation)
     log.info("\n" + format_recommendation(recommendation))
+    if settings.validate_prompts is not None:
+        def measuring(workload: Any) -> SpectuneEngine:
+            engine.sampling = workload.sampling
+            return SpectuneEngine(engine, lambda m: make_policy(policy, m.gamma), max_context)
+
+        recommendation["validation"] = validate_map(recommendation["recommendations"], settings, policy,
+                                                    {w.name: w for w in workloads}, fresh, measuring, max_context,
+                                                    run_dir)
+        rundir.RECOMMENDATION.write(run_dir, recommendation)
+        log.info("\n" + format_validation(recommendation["validation"]))
     log.info(f"results: {run_dir}")
     return 0 if any(cell["ranking"] for cell in cells) else 3
 
@@ -256,3 +289,80 @@ def format_recommendation(rec: dict[str, Any]) -> str:
         lines.append(f"vLLM {form['vllm_version']} ({lang}): {form['cli']}")
     lines.append(rec["scope"])
     return "\n".join(lines)
+
+
+def fresh_prompts_after(node: DictConfig, workload: Any, count: int, tokenizer: Any) -> list[Any]:
+    """The ``count`` prompts that follow the grid's in the workload's own seeded order (the same workload read with
+    no ``num_prompts``): prompts the grid never saw. Too few left is one line, before anything is measured."""
+    from workloads.loader import load_workload
+
+    spec = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    pool = load_workload({**spec, "num_prompts": None}, tokenizer).prompts
+    used = len(workload.prompts)
+    left = pool[used:]
+    if len(left) < count:
+        raise SpectuneError(f"task.validate_prompts={count} is invalid: workload {workload.name} has {len(left)} "
+                            f"prompts left after the grid's {used} (workload.num_prompts); lower one of them")
+    fresh = left[:count]
+    grid_ids = {p.id for p in workload.prompts}
+    assert grid_ids.isdisjoint(p.id for p in fresh), "a validation prompt is one the grid measured"
+    return fresh
+
+
+def validate_map(rows: list[dict[str, Any]], settings: TuneSettings, policy: dict[str, Any],
+                 workloads: dict[str, Any], fresh: dict[str, list[Any]], engine_for: Any, max_context: int | None,
+                 run_dir: Path) -> dict[str, Any]:
+    """Per cell of the map, its γ against AR on the workload's fresh prompts (:func:`against_ar`, the mechanism
+    of task=bench's confirmation), in the grid's design and repeats, on the engine ``engine_for(workload)`` gives
+    (any :class:`~spectune.engines.base.MeasuringEngine`; on a server engine the γ is its speculative method at
+    that length). Each cell's run is written to ``RUN/validate/<workload>_c<concurrency>/``."""
+    out = []
+    for row in rows:
+        key = {k: row[k] for k in ("language", "workload", "concurrency")}
+        gamma = row.get("best_gamma")
+        if row["status"] != "ok" or not gamma:
+            status = "grid failed" if row["status"] != "ok" else "speculation off (γ = 0): nothing to validate"
+            out.append({**key, "gamma": gamma, "status": status, "held": None})
+            continue
+        workload, c = workloads[row["workload"]], row["concurrency"]
+        bench = settings.bench(policy, c)
+        method = next(m for m in bench.methods() if m.gamma == gamma)
+        requests = build_requests(replace(workload, prompts=fresh[workload.name]), bench, max_context)
+        engine = engine_for(workload)
+        where = run_dir / "validate" / f"{workload.name}_c{c}"
+
+        def measure(part: list[Request], methods: list[Any], bench: Any = bench, c: int = c, engine: Any = engine,
+                    where: Path = where, name: str = workload.name) -> Grid:
+            return run_design(engine, part, methods, settings.repeats, block_prompts=bench.block_prompts,
+                              concurrency=c, warmup=bench.warmup, on_point=lambda g: _write_validation(where, g),
+                              what=f"validate {name} c={c}")
+
+        result = against_ar(measure, method, requests, unit_size=bench.unit_size,
+                            what=f"validation {workload.name} c={c}")
+        rundir.SUMMARY.write(where, {**rundir.SUMMARY.read_if_present(where, {}), "validation": result})
+        out.append({**key, **result})
+    return {"prompts": settings.validate_prompts, "repeats": settings.repeats, "design": settings.design,
+            "against": BASELINE, "cells": out}
+
+
+def _write_validation(where: Path, grid: Grid) -> None:
+    req, cyc = grid.frames()
+    if len(req):
+        rundir.REQUESTS.write(where, req)
+        rundir.CYCLES.write(where, cyc)
+    rundir.SUMMARY.write(where, {"task": "tune", "methods": pooled(grid), **conditions.summary_fields(grid.points),
+                                 "points": grid.points})
+
+
+def format_validation(validation: dict[str, Any]) -> str:
+    rows = []
+    for cell in validation["cells"]:
+        lo, hi = cell.get("speedup_ci95_lo"), cell.get("speedup_ci95_hi")
+        rows.append({"language": cell["language"], "concurrency": cell["concurrency"],
+                     "map γ": cell["gamma"] if cell["gamma"] is not None else "-",
+                     "speedup": f"{cell['speedup']:.2f}" if cell.get("speedup") is not None else "-",
+                     "95% CI": f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "-",
+                     "held": cell["held"] or cell["status"]})
+    return "\n".join([f"Validation of the map on {validation['prompts']} fresh prompts per cell (the map's γ against "
+                      f"AR, {validation['repeats']} repeats, {validation['design']}; paired 95% CI)",
+                      pd.DataFrame(rows).to_string(index=False)])

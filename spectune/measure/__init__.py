@@ -8,6 +8,7 @@ names; this file holds no code):
 - :mod:`~spectune.measure.repeats`: the points of a run in rotated order, repeat by repeat (``schedule``,
   ``run_points``, ``Grid``), their pooled medians and their aggregate with paired CIs and the ranking.
 - :mod:`~spectune.measure.interleave`: methods block by block of prompts (the interleaved design);
+  :mod:`~spectune.measure.confirm`: a pick measured again against AR on prompts it never saw;
   :mod:`~spectune.measure.profiling`: measure a cost profile; :mod:`~spectune.measure.prediction`: a model-free
   proposer's replay priced by a profile, before timing.
 """
