@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectune.audit.divergence import (FAULT, NUMERICS, TopTwo, classify, compare, equality_by_type,
-                                       first_divergence)
+from spectune.audit.divergence import FAULT, NUMERICS, TopTwo, classify, compare, equality_by_type, first_divergence
 from spectune.audit.draft_law import REMAINDER, TopLaw, draws_for_power, judge, power_at, simulated_counts
 from spectune.audit.fit import FitRule
 
