@@ -179,8 +179,9 @@ def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCpp
     needed = draft_law.draws_for_power(law.p, wrong, target=s.target_power, min_expected=s.min_expected,
                                        min_pvalue=s.rule.min_pvalue, max_draws=s.max_requests)
     requests = s.max_requests if needed is None else min(s.max_requests, math.ceil(1.25 * needed / share))
-    log.info(f"T = 1: C = prompt + {cut} greedy tokens ({len(context)} tokens), x1 {x1} in {share:.0%} of drafted "
-             f"pilot requests, draft {draft}; {needed} draws give power {s.target_power:g}: {requests} requests")
+    log.info(f"T = 1: C = prompt + {cut} greedy tokens ({len(context)} tokens), x1 {x1} with a draft in "
+             f"{share:.0%} of the pilot requests, draft {draft}; {needed} draws give power {s.target_power:g}: "
+             f"{requests} requests")
     draws = _draws(spec, flavour, context, range(s.seed + s.pilot, s.seed + s.pilot + requests))
     kept = [c for c in draws if c.drafted > 0 and len(c.tokens) >= 2 and c.tokens[0] == x1]
     counts = law.counts([c.tokens[1] for c in kept])
