@@ -103,3 +103,13 @@ def test_judge_names_the_cells_by_token_id():
     law = TopLaw.of([5, 9], [0.6, 0.3])
     result, labels = judge(np.array([60, 30, 10]), law, 5, RULE)
     assert labels == ["5", "9", "other"] and result.passed
+
+
+def test_the_context_is_cut_where_x1_is_sure_and_x2_is_not():
+    """choose_cut maximises p(x1)·p(x2)(1 − p(x2)) over positions from min_cut: here position 2 (x1 at 0.95, then a
+    0.5 token) beats position 0 (x1 at 0.99, then 0.99) and position 3 (x1 at 0.5)."""
+    from spectune.engines.llamacpp_exactness import choose_cut
+
+    top = [[(1, np.log(p)), (2, np.log(1 - p))] for p in (0.99, 0.99, 0.95, 0.5, 0.9)]
+    assert choose_cut(top, min_cut=0) == 2
+    assert choose_cut(top, min_cut=3) == 3
