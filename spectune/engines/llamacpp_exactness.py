@@ -30,6 +30,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -101,21 +102,28 @@ def greedy_check(ar: ManagedServer, speculative: dict[str, ManagedServer], flavo
     """Every prompt (``.id``, ``.task``: its category, ``.input_ids``) on AR and on each speculative server (by spec
     type), greedy; one :class:`Divergence` per (spec type, prompt)."""
     rows: list[Divergence] = []
-    for i, prompt in enumerate(prompts):
-        ids = list(prompt.input_ids)
-        reference = complete(ar, flavour, ids, max_new_tokens, GREEDY, seed, n_probs=2)
-        decode_gaps = [top_two(entry).gap if len(entry) >= 2 else None for entry in reference.top]
+    with ThreadPoolExecutor(max_workers=1 + len(speculative), thread_name_prefix="llamacpp-verify") as pool:
+        for i, prompt in enumerate(prompts):
+            ids = list(prompt.input_ids)
+            # each server computes alone; the servers run side by side (outputs are compared, not timed)
+            pending = pool.submit(complete, ar, flavour, ids, max_new_tokens, GREEDY, seed, n_probs=2)
+            outs = {t: pool.submit(complete, srv, flavour, ids, max_new_tokens, GREEDY, seed)
+                    for t, srv in speculative.items()}
+            reference = pending.result()
+            decode_gaps = [top_two(entry).gap if len(entry) >= 2 else None for entry in reference.top]
 
-        def top_at(position: int, ids: list[int] = ids, ar_tokens: list[int] = reference.tokens) -> TopTwo:
-            again = complete(ar, flavour, ids + ar_tokens[:position], 1, GREEDY, seed, n_probs=2, cache_prompt=True)
-            return top_two(again.top[0])
+            def top_at(position: int, ids: list[int] = ids, ar_tokens: list[int] = reference.tokens) -> TopTwo:
+                again = complete(ar, flavour, ids + ar_tokens[:position], 1, GREEDY, seed, n_probs=2,
+                                 cache_prompt=True)
+                return top_two(again.top[0])
 
-        for spec_type, server in speculative.items():
-            out = complete(server, flavour, ids, max_new_tokens, GREEDY, seed)
-            rows.append(compare(spec_type, str(prompt.id), str(getattr(prompt, "task", "")), reference.tokens,
-                                out.tokens, top_at, bound, decode_gaps))
-        if on_prompt is not None:
-            on_prompt(i)
+            for spec_type, out in outs.items():
+                rows.append(compare(spec_type, str(prompt.id), str(getattr(prompt, "task", "")), reference.tokens,
+                                    out.result().tokens, top_at, bound, decode_gaps))
+            log.info(f"greedy: prompt {i + 1}/{len(prompts)} {prompt.id}: "
+                     + ", ".join(f"{r.spec_type} {'equal' if r.equal else r.verdict}" for r in rows[-len(outs):]))
+            if on_prompt is not None:
+                on_prompt(i)
     return rows
 
 
