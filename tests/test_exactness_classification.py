@@ -113,3 +113,15 @@ def test_the_context_is_cut_where_x1_is_sure_and_x2_is_not():
     top = [[(1, np.log(p)), (2, np.log(1 - p))] for p in (0.99, 0.99, 0.95, 0.5, 0.9)]
     assert choose_cut(top, min_cut=0) == 2
     assert choose_cut(top, min_cut=3) == 3
+
+
+def test_the_cut_goes_where_an_n_gram_lookup_can_draft():
+    """A cut after which no n-gram lookup can draft yields no draws: the best position where one can is taken, and
+    drafts_after says where (the last `lookup` tokens seen before)."""
+    from spectune.engines.llamacpp_exactness import choose_cut, drafts_after
+
+    top = [[(1, np.log(p)), (2, np.log(1 - p))] for p in (0.99, 0.99, 0.95, 0.5, 0.9)]
+    assert choose_cut(top, min_cut=0, drafts=lambda k: k != 2) == 1
+    assert choose_cut(top, min_cut=0, drafts=lambda k: False) == 2  # none can: the best of all
+    assert drafts_after([5, 6, 7, 8, 5, 6], lookup=2) and not drafts_after([5, 6, 7, 8, 6, 5], lookup=2)
+    assert drafts_after([1, 2], lookup=0) and not drafts_after([1, 2], lookup=2)

@@ -70,7 +70,8 @@ def settings_of(cfg: DictConfig, rule: FitRule) -> dict[str, Any]:
         target_power=number(get("power"), "task.server.power", lo=0, hi=1, lo_open=True),
         max_requests=integer(get("max_requests"), "task.server.max_requests", lo=1),
         min_expected=number(get("min_expected"), "task.server.min_expected", lo=0, lo_open=True),
-        rule=rule, seed=integer(required(cfg, "seed", "seed"), "seed", lo=0))
+        rule=rule, seed=integer(required(cfg, "seed", "seed"), "seed", lo=0),
+        lookup=engine.ngram_mod_n_match if draw_type == "ngram-mod" else 0)
     return {"engine": engine, "gamma": gamma, "spec_types": list(dict.fromkeys(types)), "draw_spec_type": draw_type,
             "max_new_tokens": integer(get("max_new_tokens"), "task.server.max_new_tokens", lo=1),
             "gap_bound": number(get("gap_bound"), "task.server.gap_bound", lo=0, lo_open=True),

@@ -142,19 +142,31 @@ class DrawSettings:
     min_expected: float
     rule: FitRule
     seed: int
+    lookup: int = 0  # the n-gram a draft is looked up by (ngram-mod's n_match); 0: no such filter on the cut
     min_cut: int = 4
 
 
-def choose_cut(top: list[list[tuple[int, float]]], min_cut: int) -> int:
+def drafts_after(context: Sequence[int], lookup: int) -> bool:
+    """Whether an n-gram lookup can draft after ``context``: its last ``lookup`` tokens occur earlier in it (what
+    ngram-mod's pool, keyed by ``--spec-ngram-mod-n-match`` tokens, holds of the prompt and the text so far)."""
+    if lookup < 1 or len(context) <= lookup:
+        return lookup < 1
+    tail = list(context[-lookup:])
+    return any(list(context[i:i + lookup]) == tail for i in range(len(context) - lookup))
+
+
+def choose_cut(top: list[list[tuple[int, float]]], min_cut: int,
+               drafts: Callable[[int], bool] = lambda k: True) -> int:
     """Where to end C in an AR greedy continuation: the position k whose token is most certain (most draws share
     x1) while the token after it is least certain (the wrong rule moves P(d) by p(d)(1 − p(d))): the k maximising
-    p_k(top) · p_{k+1}(top)(1 − p_{k+1}(top))."""
-    best, score = min_cut, -1.0
+    p_k(top) · p_{k+1}(top)(1 − p_{k+1}(top)), among those after whose token ``drafts(k)`` says a draft can follow
+    (all of them when none can)."""
+    scored = []
     for k in range(min_cut, len(top) - 1):
         p1, p2 = math.exp(top[k][0][1]), math.exp(top[k + 1][0][1])
-        if p1 * p2 * (1 - p2) > score:
-            best, score = k, p1 * p2 * (1 - p2)
-    return best
+        scored.append((p1 * p2 * (1 - p2), k))
+    eligible = [item for item in scored if drafts(item[1])] or scored
+    return max(eligible, key=lambda item: (item[0], -item[1]))[1] if eligible else min_cut
 
 
 def _draws(server: ManagedServer, flavour: LlamaCppFlavour, context: list[int], seeds: range) -> list[Completion]:
@@ -170,7 +182,8 @@ def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCpp
     if len(greedy.top) < s.min_cut + 2:
         raise ServerFailure(f"the AR server's greedy continuation stopped after {len(greedy.tokens)} tokens: too "
                             "short to cut a context from")
-    cut = choose_cut(greedy.top, s.min_cut)
+    text = [*prompt_ids, *greedy.tokens]
+    cut = choose_cut(greedy.top, s.min_cut, lambda k: drafts_after(text[:len(prompt_ids) + k + 1], s.lookup))
     context = list(prompt_ids) + greedy.tokens[:cut]
     pilot = _draws(spec, flavour, context, range(s.seed, s.seed + s.pilot))
     drafted = [c for c in pilot if c.drafted > 0 and len(c.tokens) >= 2]
