@@ -122,6 +122,6 @@ def test_the_cut_goes_where_an_n_gram_lookup_can_draft():
 
     top = [[(1, np.log(p)), (2, np.log(1 - p))] for p in (0.99, 0.99, 0.95, 0.5, 0.9)]
     assert choose_cut(top, min_cut=0, drafts=lambda k: k != 2) == 1
-    assert choose_cut(top, min_cut=0, drafts=lambda k: False) == 2  # none can: the best of all
+    assert choose_cut(top, min_cut=0, drafts=lambda k: False) is None  # none can: no cut
     assert drafts_after([5, 6, 7, 8, 5, 6], lookup=2) and not drafts_after([5, 6, 7, 8, 6, 5], lookup=2)
     assert drafts_after([1, 2], lookup=0) and not drafts_after([1, 2], lookup=2)

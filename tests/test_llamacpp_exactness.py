@@ -97,7 +97,7 @@ def test_tokens_drawn_inside_speculated_spans_follow_ars_law_and_the_wrong_rule_
     made["ngram-mod"].restart()  # a fresh n-gram pool
     settings = DrawSettings(prefix_tokens=16, pilot=10, n_probs=10, target_power=0.9, max_requests=200,
                             min_expected=5, rule=FitRule(4.5, 1e-3), seed=7, lookup=4)
-    result = distribution_check(made["ar"], made["ngram-mod"], flavour, _tokens(made["ar"], TEXTS[0]), settings)
+    result = distribution_check(made["ar"], made["ngram-mod"], flavour, [_tokens(made["ar"], TEXTS[0])], settings)
     assert "skipped" not in result, result
     assert result["drafted_requests"] > 0 and result["draws"] > 0
     assert result["draws_needed"] is not None and result["power_at_draws"] >= 0.5

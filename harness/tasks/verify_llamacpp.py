@@ -89,8 +89,9 @@ def greedy_frame(rows: list[Any]) -> pd.DataFrame:
     return frame
 
 
-def _draw_prompt(prompts: list[Any], category: str) -> Any:
-    return next((p for p in prompts if getattr(p, "task", None) == category), prompts[0])
+def _draw_prompts(prompts: list[Any], category: str) -> list[Any]:
+    """The prompts C may start from, in the order tried: the draw category's first, then the others."""
+    return sorted(prompts, key=lambda p: getattr(p, "task", None) != category)
 
 
 def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
@@ -134,9 +135,11 @@ def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
             servers[label].stop()
         if s["distribution"]:
             draw_server.start()
-            prompt = _draw_prompt(prompts, s["draw_category"])
-            result = {"prompt_id": prompt.id, **distribution_check(servers["ar"], draw_server, flavour,
-                                                                    prompt.input_ids, s["draws"])}
+            order = _draw_prompts(prompts, s["draw_category"])
+            result = distribution_check(servers["ar"], draw_server, flavour, [p.input_ids for p in order],
+                                        s["draws"])
+            if "prompt_index" in result:
+                result = {"prompt_id": order[result["prompt_index"]].id, **result}
     except ServerFailure as err:
         raise SpectuneError(str(err)) from None
     finally:

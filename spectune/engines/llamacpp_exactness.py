@@ -120,8 +120,10 @@ def greedy_check(ar: ManagedServer, speculative: dict[str, ManagedServer], flavo
             for spec_type, out in outs.items():
                 rows.append(compare(spec_type, str(prompt.id), str(getattr(prompt, "task", "")), reference.tokens,
                                     out.result().tokens, top_at, bound, decode_gaps))
-            log.info(f"greedy: prompt {i + 1}/{len(prompts)} {prompt.id}: "
-                     + ", ".join(f"{r.spec_type} {'equal' if r.equal else r.verdict}" for r in rows[-len(outs):]))
+            said = [f"{r.spec_type} equal" if r.equal else
+                    f"{r.spec_type} {r.verdict} (token {r.position}, gap {r.gap_nats:.4f} nats)"
+                    for r in rows[-len(outs):]]
+            log.info(f"greedy: prompt {i + 1}/{len(prompts)} {prompt.id}: {', '.join(said)}")
             if on_prompt is not None:
                 on_prompt(i)
     return rows
@@ -156,40 +158,45 @@ def drafts_after(context: Sequence[int], lookup: int) -> bool:
 
 
 def choose_cut(top: list[list[tuple[int, float]]], min_cut: int,
-               drafts: Callable[[int], bool] = lambda k: True) -> int:
+               drafts: Callable[[int], bool] = lambda k: True) -> int | None:
     """Where to end C in an AR greedy continuation: the position k whose token is most certain (most draws share
     x1) while the token after it is least certain (the wrong rule moves P(d) by p(d)(1 − p(d))): the k maximising
-    p_k(top) · p_{k+1}(top)(1 − p_{k+1}(top)), among those after whose token ``drafts(k)`` says a draft can follow
-    (all of them when none can)."""
+    p_k(top) · p_{k+1}(top)(1 − p_{k+1}(top)), among those after whose token ``drafts(k)`` says a draft can follow;
+    None when there is none."""
     scored = []
     for k in range(min_cut, len(top) - 1):
         p1, p2 = math.exp(top[k][0][1]), math.exp(top[k + 1][0][1])
-        scored.append((p1 * p2 * (1 - p2), k))
-    eligible = [item for item in scored if drafts(item[1])] or scored
-    return max(eligible, key=lambda item: (item[0], -item[1]))[1] if eligible else min_cut
+        if drafts(k):
+            scored.append((p1 * p2 * (1 - p2), -k))
+    return -max(scored)[1] if scored else None
 
 
 def _draws(server: ManagedServer, flavour: LlamaCppFlavour, context: list[int], seeds: range) -> list[Completion]:
     return [complete(server, flavour, context, DRAW_TOKENS, T1, s, cache_prompt=True) for s in seeds]
 
 
-def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCppFlavour, prompt_ids: Sequence[int],
-                       s: DrawSettings) -> dict[str, Any]:
-    """The T = 1 check on one speculative server (see the module's docstring); a JSON-ready result whose ``passed``
-    is the audit's rule on the real draws and ``teeth`` the same rule rejecting draws simulated from the wrong
-    rule at the same n."""
-    greedy = complete(ar, flavour, prompt_ids, s.prefix_tokens, GREEDY, s.seed, n_probs=2)
-    if len(greedy.top) < s.min_cut + 2:
-        raise ServerFailure(f"the AR server's greedy continuation stopped after {len(greedy.tokens)} tokens: too "
-                            "short to cut a context from")
-    text = [*prompt_ids, *greedy.tokens]
-    cut = choose_cut(greedy.top, s.min_cut, lambda k: drafts_after(text[:len(prompt_ids) + k + 1], s.lookup))
+def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCppFlavour,
+                       candidates: Sequence[Sequence[int]], s: DrawSettings) -> dict[str, Any]:
+    """The T = 1 check on one speculative server (see the module's docstring): C from the first of ``candidates``
+    (prompts' token ids, in the order to try) whose AR greedy continuation has a cut after which an n-gram lookup
+    can draft. A JSON-ready result whose ``passed`` is the audit's rule on the real draws and ``teeth`` the same
+    rule rejecting draws simulated from the wrong rule at the same n."""
+    for index, prompt_ids in enumerate(candidates):  # noqa: B007 (the one that gave a cut is kept)
+        greedy = complete(ar, flavour, prompt_ids, s.prefix_tokens, GREEDY, s.seed, n_probs=2, cache_prompt=True)
+        text, start = [*prompt_ids, *greedy.tokens], len(prompt_ids)
+        cut = choose_cut(greedy.top, s.min_cut,
+                         lambda k, text=text, start=start: drafts_after(text[:start + k + 1], s.lookup))
+        if cut is not None:
+            break
+    else:
+        return {"skipped": f"none of {len(candidates)} prompts' AR greedy continuations repeats an n-gram of "
+                           f"{s.lookup} tokens: nothing would draft"}
     context = list(prompt_ids) + greedy.tokens[:cut]
     pilot = _draws(spec, flavour, context, range(s.seed, s.seed + s.pilot))
     drafted = [c for c in pilot if c.drafted > 0 and len(c.tokens) >= 2]
     if not drafted:
         return {"skipped": f"no pilot request of {s.pilot} drafted (draft_n = 0 throughout): nothing to test",
-                "cut": cut, "context_tokens": len(context)}
+                "prompt_index": index, "cut": cut, "context_tokens": len(context)}
     x1 = Counter(c.tokens[0] for c in drafted).most_common(1)[0][0]
     share = sum(c.tokens[0] == x1 for c in drafted) / len(pilot)
     accepted = Counter(c.tokens[1] for c in drafted if c.tokens[0] == x1 and c.accepted > 0)
@@ -211,7 +218,8 @@ def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCpp
     teeth, _ = draft_law.judge(draft_law.simulated_counts(wrong, n, s.seed), law, s.min_expected, s.rule)
     power = draft_law.power_at(law.p, wrong, n, s.min_expected, s.rule.min_pvalue)
     return {
-        "cut": cut, "context_tokens": len(context), "x1": int(x1), "x1_share_of_pilot": share,
+        "prompt_index": index, "cut": cut, "context_tokens": len(context), "x1": int(x1),
+        "x1_share_of_pilot": share,
         "draft": int(draft), "draft_seen_accepted": draft_seen, "p_draft": float(law.p[law.index(draft)]),
         "pilot_requests": s.pilot, "requests": requests, "draws_needed": needed, "draws": n,
         "drafted_requests": sum(c.drafted > 0 for c in draws), "accepted_draws": sum(c.accepted > 0 for c in kept),
