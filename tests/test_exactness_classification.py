@@ -46,7 +46,7 @@ def test_compare_queries_ar_only_where_the_outputs_part_and_the_table_counts_by_
         asked.append(position)
         return TopTwo((7, 8), (-0.5, -0.55))
 
-    equal = compare("ngram-mod", "p0", "qa", [1, 2, 3], [1, 2, 3], top_at, 0.1)
+    equal = compare("ngram-mod", "p0", "qa", [1, 2, 3], [1, 2, 3], top_at, 0.1, drafted=4, accepted=2)
     parted = compare("ngram-mod", "p1", "qa", [1, 7, 3], [1, 8, 4], top_at, 0.1, decode_gaps=[1.0, 0.04, 2.0])
     wrong = compare("ngram-simple", "p1", "qa", [1, 7], [1, 9], top_at, 0.1)
     assert asked == [1, 1] and equal.equal and equal.verdict == "equal"
@@ -56,6 +56,7 @@ def test_compare_queries_ar_only_where_the_outputs_part_and_the_table_counts_by_
     table = {t["spec_type"]: t for t in equality_by_type([equal, parted, wrong])}
     assert table["ngram-mod"]["equality_rate"] == 0.5 and table["ngram-mod"][NUMERICS] == 1
     assert table["ngram-simple"][FAULT] == 1 and table["ngram-simple"]["equal"] == 0
+    assert (table["ngram-mod"]["drafted"], table["ngram-mod"]["accepted"]) == (4, 2)
 
 
 def test_the_top_law_keeps_a_remainder_bin_and_bins_unseen_tokens_there():

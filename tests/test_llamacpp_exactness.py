@@ -83,6 +83,7 @@ def test_greedy_ngram_mod_on_f32_weights_gives_ars_tokens(servers):
     rows = greedy_check(made["ar"], {"ngram-mod": made["ngram-mod"]}, flavour, prompts, 24, 0.1, seed=1)
     assert [(r.spec_type, r.prompt_id) for r in rows] == [("ngram-mod", "copy-0"), ("ngram-mod", "copy-1")]
     assert all(r.ar_tokens == 24 for r in rows)
+    assert sum(r.drafted for r in rows) > 0  # the outputs compared were speculated (copying drafts from 4-grams)
     assert all(r.equal or r.verdict == NUMERICS for r in rows), [r.row() for r in rows]
     assert all(r.equal for r in rows), [r.row() for r in rows]
 

@@ -82,7 +82,7 @@ def settings_of(cfg: DictConfig, rule: FitRule) -> dict[str, Any]:
 def greedy_frame(rows: list[Any]) -> pd.DataFrame:
     """One row per (spec type, prompt), with the same dtypes whether or not anything diverged."""
     frame = pd.DataFrame([r.row() for r in rows])
-    for column in ("position", "ar_token", "spec_token", "top1", "top2"):
+    for column in ("position", "ar_token", "spec_token", "top1", "top2", "drafted", "accepted"):
         frame[column] = frame[column].astype("Int64")
     for column in ("gap_nats", "decode_gap_nats"):
         frame[column] = frame[column].astype("float64")
@@ -165,11 +165,12 @@ def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
 
 def _print(table: list[dict[str, Any]], rows: list[Any], t1: dict[str, Any], s: dict[str, Any]) -> None:
     log.info(f"\nGreedy: each speculative server's output against AR's (bound {s['gap_bound']:g} nats)")
-    log.info(f"{'spec type':>14} {'prompts':>8} {'equal':>6} {'rate':>6} {NUMERICS:>9} {FAULT:>23} {'max gap':>8}")
+    log.info(f"{'spec type':>14} {'prompts':>8} {'equal':>6} {'rate':>6} {NUMERICS:>9} {FAULT:>23} {'max gap':>8} "
+             f"{'drafted':>8} {'accepted':>8}")
     for t in table:
         gap = "-" if t["max_gap_nats"] is None else f"{t['max_gap_nats']:.4f}"
         log.info(f"{t['spec_type']:>14} {t['prompts']:>8} {t['equal']:>6} {t['equality_rate']:>6.2f} "
-                 f"{t[NUMERICS]:>9} {t[FAULT]:>23} {gap:>8}")
+                 f"{t[NUMERICS]:>9} {t[FAULT]:>23} {gap:>8} {t['drafted']:>8} {t['accepted']:>8}")
     for r in rows:
         if not r.equal:
             decode = "" if r.decode_gap_nats is None else f", AR's gap when decoding {r.decode_gap_nats:.4f}"

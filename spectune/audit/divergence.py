@@ -71,6 +71,8 @@ class Divergence:
     gap_nats: float | None = None
     decode_gap_nats: float | None = None  # AR's gap when it generated that token (one-row decode), where reported
     verdict: str = "equal"
+    drafted: int | None = None  # tokens the speculative engine drafted for this prompt (equal outputs prove little
+    accepted: int | None = None  # where nothing was drafted), and accepted
 
     @property
     def equal(self) -> bool:
@@ -81,13 +83,14 @@ class Divergence:
 
 
 def compare(spec_type: str, prompt_id: str, category: str, ar: Sequence[int], spec: Sequence[int],
-            top_at: object, bound: float, decode_gaps: Sequence[float | None] = ()) -> Divergence:
+            top_at: object, bound: float, decode_gaps: Sequence[float | None] = (), drafted: int | None = None,
+            accepted: int | None = None) -> Divergence:
     """Compare one prompt's outputs; where they part, ``top_at(position)`` (the AR engine's :class:`TopTwo` given the
     prompt and ``ar[:position]``) classifies the divergence. ``decode_gaps``: AR's own top-2 gap per generated
     token where its generation reported one (recorded beside the re-queried gap: their difference is the rounding
     noise between a batched prompt pass and one-row decoding)."""
     at = first_divergence(ar, spec)
-    base = Divergence(spec_type, prompt_id, category, len(ar), len(spec))
+    base = Divergence(spec_type, prompt_id, category, len(ar), len(spec), drafted=drafted, accepted=accepted)
     if at is None:
         return base
     top: TopTwo = top_at(at)  # type: ignore[operator]
@@ -96,7 +99,7 @@ def compare(spec_type: str, prompt_id: str, category: str, ar: Sequence[int], sp
                       ar_token=int(ar[at]) if at < len(ar) else None, spec_token=spec_token,
                       top1=top.ids[0], top2=top.ids[1], gap_nats=top.gap,
                       decode_gap_nats=decode_gaps[at] if at < len(decode_gaps) else None,
-                      verdict=classify(top, spec_token, bound))
+                      verdict=classify(top, spec_token, bound), drafted=drafted, accepted=accepted)
 
 
 def equality_by_type(rows: Sequence[Divergence]) -> list[dict[str, object]]:
@@ -108,5 +111,6 @@ def equality_by_type(rows: Sequence[Divergence]) -> list[dict[str, object]]:
         gaps = [r.gap_nats for r in mine if r.gap_nats is not None]
         out.append({"spec_type": spec_type, "prompts": len(mine), "equal": equal, "equality_rate": equal / len(mine),
                     NUMERICS: sum(r.verdict == NUMERICS for r in mine), FAULT: sum(r.verdict == FAULT for r in mine),
-                    "max_gap_nats": max(gaps) if gaps else None})
+                    "max_gap_nats": max(gaps) if gaps else None,
+                    "drafted": sum(r.drafted or 0 for r in mine), "accepted": sum(r.accepted or 0 for r in mine)})
     return out

@@ -117,9 +117,10 @@ def greedy_check(ar: ManagedServer, speculative: dict[str, ManagedServer], flavo
                                  cache_prompt=True)
                 return top_two(again.top[0])
 
-            for spec_type, out in outs.items():
+            for spec_type, pending_out in outs.items():
+                out = pending_out.result()
                 rows.append(compare(spec_type, str(prompt.id), str(getattr(prompt, "task", "")), reference.tokens,
-                                    out.result().tokens, top_at, bound, decode_gaps))
+                                    out.tokens, top_at, bound, decode_gaps, out.drafted, out.accepted))
             said = [f"{r.spec_type} equal" if r.equal else
                     f"{r.spec_type} {r.verdict} (token {r.position}, gap {r.gap_nats:.4f} nats)"
                     for r in rows[-len(outs):]]
