@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 GREEDY = SimpleNamespace(temperature=0.0, top_k=0, top_p=1.0)
 T1 = SimpleNamespace(temperature=1.0, top_k=0, top_p=1.0)  # top-k 0 is off in llama.cpp (k <= 0: no-op)
 DRAW_TOKENS = 3  # x1 from the prompt pass, x2 verified against a one-token draft, x3 (ignored)
+# The teeth: the rule on this many seeded simulations of the wrong rule at the test's n must reject in at least the
+# target power's share of them (one simulation alone misses in 1 − power of cases)
+TEETH_SIMULATIONS = 200
 
 
 @dataclass
@@ -180,8 +183,8 @@ def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCpp
                        candidates: Sequence[Sequence[int]], s: DrawSettings) -> dict[str, Any]:
     """The T = 1 check on one speculative server (see the module's docstring): C from the first of ``candidates``
     (prompts' token ids, in the order to try) whose AR greedy continuation has a cut after which an n-gram lookup
-    can draft. A JSON-ready result whose ``passed`` is the audit's rule on the real draws and ``teeth`` the same
-    rule rejecting draws simulated from the wrong rule at the same n."""
+    can draft. A JSON-ready result whose ``passed`` is the audit's rule on the real draws and ``teeth`` the share
+    of seeded simulations of the wrong rule at the same n that the rule rejects (it must reach the target power)."""
     for index, prompt_ids in enumerate(candidates):  # noqa: B007 (the one that gave a cut is kept)
         greedy = complete(ar, flavour, prompt_ids, s.prefix_tokens, GREEDY, s.seed, n_probs=2, cache_prompt=True)
         text, start = [*prompt_ids, *greedy.tokens], len(prompt_ids)
@@ -216,7 +219,9 @@ def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCpp
     counts = law.counts([c.tokens[1] for c in kept])
     n = int(counts.sum())
     result, labels = draft_law.judge(counts, law, s.min_expected, s.rule)
-    teeth, _ = draft_law.judge(draft_law.simulated_counts(wrong, n, s.seed), law, s.min_expected, s.rule)
+    simulated = [draft_law.judge(draft_law.simulated_counts(wrong, n, s.seed + i), law, s.min_expected, s.rule)[0]
+                 for i in range(TEETH_SIMULATIONS)]
+    rejected = sum(not fit.passed for fit in simulated) / TEETH_SIMULATIONS
     power = draft_law.power_at(law.p, wrong, n, s.min_expected, s.rule.min_pvalue)
     return {
         "prompt_index": index, "cut": cut, "context_tokens": len(context), "x1": int(x1),
@@ -226,6 +231,7 @@ def distribution_check(ar: ManagedServer, spec: ManagedServer, flavour: LlamaCpp
         "drafted_requests": sum(c.drafted > 0 for c in draws), "accepted_draws": sum(c.accepted > 0 for c in kept),
         "power_at_draws": power, "target_power": s.target_power, "top_ids": list(law.ids), "p": law.p.tolist(),
         "wrong_rule_law": wrong.tolist(), "cells": labels, "fit": result.as_dict(), "passed": result.passed,
-        "teeth": {"law": "on rejection, resample from p", "seed": s.seed, "fit": teeth.as_dict(),
-                  "rejected": not teeth.passed},
+        "teeth": {"law": "on rejection, resample from p", "simulations": TEETH_SIMULATIONS, "seeds_from": s.seed,
+                  "rejected_share": rejected, "rejected": rejected >= s.target_power,
+                  "first_fit": simulated[0].as_dict()},
     }
