@@ -90,7 +90,7 @@ def test_greedy_ngram_mod_on_f32_weights_gives_ars_tokens(servers):
 
 @pytest.mark.llamacpp
 @pytest.mark.real_model
-@pytest.mark.slow(reason="about 200 seeded requests to a real llama-server (20 s on a quiet machine)")
+@pytest.mark.slow(reason="about 200 seeded requests to a real llama-server (75 s on two busy cores)")
 def test_tokens_drawn_inside_speculated_spans_follow_ars_law_and_the_wrong_rule_would_not(servers):
     """T = 1 on the real server, small: a pilot of 10 requests, then as many as power 0.9 against "on rejection,
     resample from p" needs (at most 200), judged by the audit's rule (4.5 SE, chi-square p > 1e-3); the same rule
