@@ -147,6 +147,23 @@ class VerifyReal:
 
 
 @dataclass
+class VerifyServer:
+    spec_types: list[str] = MISSING
+    gamma: int = MISSING
+    max_new_tokens: int = MISSING
+    gap_bound: float = MISSING
+    distribution: bool = MISSING
+    draw_spec_type: str = MISSING
+    draw_category: str = MISSING
+    prefix_tokens: int = MISSING
+    pilot: int = MISSING
+    n_probs: int = MISSING
+    power: float = MISSING
+    max_requests: int = MISSING
+    min_expected: int | float = MISSING
+
+
+@dataclass
 class VerifyTask:
     name: str = MISSING
     source: str = MISSING
@@ -157,6 +174,7 @@ class VerifyTask:
     chi2_min_pvalue: float = MISSING
     block_check: bool = MISSING
     real: VerifyReal = field(default_factory=VerifyReal)
+    server: VerifyServer = field(default_factory=VerifyServer)
 
 
 @dataclass

@@ -5,7 +5,9 @@
    judged by a stated rule (:class:`spectune.audit.fit.FitRule`).
 3. Optionally the same for the first two emitted tokens of γ = 2 blocks (the prefix is part of the state).
 
-``task.source=models`` audits the real (target, draft) pair of ``models`` on a workload instead
+``engine=llamacpp`` checks llama-server's speculation against its own AR instead
+(:mod:`harness.tasks.verify_llamacpp`). ``task.source=models`` audits the real (target, draft) pair of ``models``
+on a workload instead
 (:mod:`spectune.audit.real_pair`): the sampler on the pair's next-token laws, then the Engine itself.
 
 The exit code follows the *configured* sampler (top-level ``sampler``): 0 when it passes, 1 when it fails
@@ -138,6 +140,14 @@ def _print_fit(title: str, results: dict[str, FitResult], labels: list[str], con
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
+    engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
+    if engine == "llamacpp":  # llama-server's speculation against its own AR (harness/tasks/verify_llamacpp.py)
+        from harness.tasks import verify_llamacpp
+
+        return verify_llamacpp.run(cfg, run_dir, _rule(cfg.task))
+    if engine != "spectune":
+        raise SpectuneError(f"task=verify runs on engine=spectune or engine=llamacpp (engine={engine} reports no "
+                            "per-token probabilities to test against)")
     source = required(cfg.task, "source", "task.source")
     if source not in SOURCES:
         raise SpectuneError(f"task.source={source!r} is unknown: choose one of {', '.join(SOURCES)}")

@@ -198,6 +198,8 @@ PREDICTION = RunFile("prediction.parquet", "parquet", ("request_id", "task", "ga
 PREDICTION_SUMMARY = RunFile("prediction.json", "json")
 # task=verify, task=acceptance, task=costmodel.
 VERIFY = RunFile("verify.json", "json")
+# task=verify engine=llamacpp: one row per (spec type, prompt), AR's and the speculative output compared
+VERIFY_GREEDY = RunFile("greedy.parquet", "parquet", ("spec_type", "prompt_id", "equal", "verdict"))
 ACCEPTANCE = RunFile("acceptance.json", "json")
 COVERAGE = RunFile("coverage.json", "json")  # task=coverage: every no-difference comparison and their coverage
 COVERAGE_RECORDS = RunFile("records.parquet", "parquet", ("comparison", "method", "repeat", "request_id", "status",
