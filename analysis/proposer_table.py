@@ -4,7 +4,7 @@
     python -m analysis.proposer_table --check    # exit 1 if the committed tables differ from what the runs give
 
 One table per language from the committed timed runs (``task=bench``, greedy, float32, two threads, concurrency 1,
-the held-out prompts of the category workloads): for each category the copyable fraction of the target's greedy output
+the held-out prompts of the built categories): for each category the copyable fraction of the target's greedy output
 (tokens inside an n ≥ 3 match with the context, from prompt lookup's registered prediction) and, per draft, its
 acceptance length (tokens per verified chain) and its decode speed-up over AR with the 95% interval (prompt as the
 unit). Each draft at the γ it was timed at; a draft whose run is not committed reads "not timed".

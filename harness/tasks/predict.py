@@ -5,7 +5,7 @@ emits). From those outputs :mod:`spectune.engine.proposers.replay` replays promp
 ``proposer=suffix``: any proposer whose entry is replayable) at each γ of ``task.gammas`` exactly (greedy
 verification accepts a draft iff it is the target's own next token) and counts the copyable fraction; with a cost
 profile of the same pair on this machine (``task.profile``: a ``task=profile`` run's profile.json, or a shipped
-profile's name) it predicts the decode speed-up per task. Written down before the timed runs (``task=bench
+profile's name) it predicts the decode speed-up per category. Written down before the timed runs (``task=bench
 proposer=lookup``), the prediction is what they confirm or refute. Writes ``prediction.parquet`` (a row per request
 and γ), ``prediction.json`` (per category and γ, with an ``all`` row, and what the target wrote per category) and
 ``metadata.json``.
