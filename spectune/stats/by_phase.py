@@ -6,7 +6,8 @@ per-category table's time shares (:mod:`spectune.stats.by_category`) would not d
 latency, and a request in a batch of four has a latency four requests share. Per (method, phase): requests, output
 tokens, seconds (summed over repeats), output tok/s over them, each repeat's tok/s, and the speed-up over the
 baseline in the same phase (the ratio of the two pooled rates; a point estimate: the run's intervals are the overall
-table's). """
+table's).
+"""
 
 from __future__ import annotations
 
