@@ -73,13 +73,14 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-def format_alpha_by_task(by_task: dict[str, dict[str, Any]]) -> str:
-    """``acceptance.json``'s ``alpha_by_task`` as the lines ``task=acceptance`` prints: α with its interval over
-    the task's prompts, its share of the positions, and what the target did (stops, repetition)."""
-    lines = ["alpha by task (95% CI over the task's prompts; positions %: the task's share of all positions):"]
-    for task, e in by_task.items():
+def format_alpha_by_category(by_category: dict[str, dict[str, Any]]) -> str:
+    """``acceptance.json``'s ``alpha_by_category`` as the lines ``task=acceptance`` prints: α with its interval over
+    the category's prompts, its share of the positions, and what the target did (stops, repetition)."""
+    lines = ["alpha by category (95% CI over the category's prompts; positions %: the category's share of all "
+             "positions):"]
+    for category, e in by_category.items():
         share = 100 * (e.get("position_share") or 0.0)
-        lines.append(f"  {task}: {e['alpha']:.4f} [{e['alpha_ci95_lo']:.4f}, {e['alpha_ci95_hi']:.4f}]  "
+        lines.append(f"  {category}: {e['alpha']:.4f} [{e['alpha_ci95_lo']:.4f}, {e['alpha_ci95_hi']:.4f}]  "
                      f"{e['prompts']} prompts, {e['positions']} positions ({share:.1f}%); target stopped in "
                      f"{100 * e.get('stop_share', float('nan')):.0f}%, median 4-gram repetition "
                      f"{e.get('repetition_p50', float('nan')):.2f}")

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.timed_vs_predicted import same_outputs
 from spectune.methods import BASELINE, is_fixed_label
 from spectune.run import rundir
-from spectune.stats.by_task import by_task
+from spectune.stats.by_category import by_category
 
 NO_DRAFT = "cycles with γ 0 chosen before drafting"  # the comparison's no_draft_cycles_pct column, as pages name it
 
@@ -32,12 +32,12 @@ def baselines(comparison: pd.DataFrame, rules: tuple[str, ...]) -> tuple[list[st
 
 
 def against(requests: pd.DataFrame, cycles: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Every method's decode speed-up over ``baseline`` per task and overall (the product's paired intervals,
+    """Every method's decode speed-up over ``baseline`` per category and overall (the product's paired intervals,
     prompt as the unit). Only the decode columns are read: the wall-clock ones need each run's duration, which
     stands in here as the sum of its requests' E2E latencies (concurrency 1)."""
     durations = {(str(m), int(r)): float(rows["e2el_ms"].sum()) / 1e3
                  for (m, r), rows in requests.groupby(["method", "repeat"])}
-    return by_task(requests, cycles, durations, baseline=baseline)
+    return by_category(requests, cycles, durations, baseline=baseline)
 
 
 def value(v: object) -> object:
@@ -93,20 +93,20 @@ def abstention(cycles: pd.DataFrame) -> pd.DataFrame:
 def goal_lines(requests: pd.DataFrame, cycles: pd.DataFrame, learned: str, rule: str, goal: float,
                floor: float) -> list[str]:
     """The adaptive goal's readings: ``learned`` at least ``goal``× ``rule`` overall with a lower bound above 1
-    (reading 1), and per task a lower bound of at least ``floor``× (reading 2)."""
+    (reading 1), and per category a lower bound of at least ``floor``× (reading 2)."""
     mine = against(requests, cycles, rule)
-    mine = mine[mine["method"] == learned].set_index("task")
+    mine = mine[mine["method"] == learned].set_index("category")
     overall = mine.loc["all"]
     one = "pass" if overall["decode_speedup"] >= goal and overall["decode_speedup_ci95_lo"] > 1 else "fail"
     lines = ["", f"Reading 1 (`{learned}` ≥ {100 * (goal - 1):+.0f}% over `{rule}`, lower bound > 0): "
              f"{interval(overall)} over {int(overall['prompts'])} prompts — **{one}**.", "",
-             f"| task | prompts | `{learned}` over `{rule}` [95% CI] | reading 2: lower bound ≥ "
+             f"| category | prompts | `{learned}` over `{rule}` [95% CI] | reading 2: lower bound ≥ "
              f"−{100 * (1 - floor):.0f}% |",
              "| --- | --- | --- | --- |"]
-    for task, r in mine.drop(index="all").iterrows():
+    for category, r in mine.drop(index="all").iterrows():
         lo = r["decode_speedup_ci95_lo"]
         two = "no interval" if pd.isna(lo) else "pass" if lo >= floor else "fail"
-        lines.append(f"| {task} | {int(r['prompts'])} | {interval(r)} | {two} |")
+        lines.append(f"| {category} | {int(r['prompts'])} | {interval(r)} | {two} |")
     return lines
 
 

@@ -1,12 +1,12 @@
-"""Acceptance by task and by language, and whether α varies more across tasks than across languages: the tables of
-the acceptance results pages, from their run directories' ``acceptance.json`` only.
+"""Acceptance by prompt category and by language, and whether α varies more across categories than across
+languages: the tables of the acceptance results pages, from their run directories' ``acceptance.json`` only.
 
-Per (pair, language, task) α and its interval are the product's own (``alpha_by_task``), per (pair, language) the
-run's ``alpha`` / ``alpha_ci95_over_prompts``. The spreads (max − min) and their intervals are a percentile
-bootstrap: :data:`RESAMPLES` resamples of prompts within each (language, task) stratum, seed 0 per pair (a pair's
-intervals do not depend on which other runs exist), every statistic on the same resample. The basic-bootstrap
-column (2·estimate − the percentile bounds) is a sensitivity check beside it: it reflects the upward bias of a
-max − min statistic, which the percentile interval does not.
+Per (pair, language, category) α and its interval are the product's own (``alpha_by_category``), per (pair, language)
+the run's ``alpha`` / ``alpha_ci95_over_prompts``. The spreads (max − min) and their intervals are a percentile
+bootstrap: :data:`RESAMPLES` resamples of prompts within each (language, category) stratum, seed 0 per pair (a pair's
+intervals do not depend on which other runs exist), every statistic on the same resample. The basic-bootstrap column
+(2·estimate − the percentile bounds) is a sensitivity check beside it: it reflects the upward bias of a max − min
+statistic, which the percentile interval does not.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from spectune.run import rundir
+from workloads.categories import CATEGORIES
 
 logger = logging.getLogger(__name__)
 
-TASKS = ["chat", "summarise", "qa", "translate", "rewrite", "code"]
 RESAMPLES = 10_000
-Strata = dict[tuple[str, str], tuple[Any, Any]]  # (language, task) -> (Σ accepted mass, positions), or replicates
+Strata = dict[tuple[str, str], tuple[Any, Any]]  # (language, category) -> (Σ accepted mass, positions), or replicates
 
 
 def load(folder: Path, pair: str, lang: str) -> dict[str, Any] | None:
@@ -42,50 +42,51 @@ def percentile_interval(x: np.ndarray) -> tuple[float, float]:
 
 
 def alpha_table(runs: Mapping[str, dict[str, Any]]) -> list[str]:
-    """α per task and overall for each language's run, then the share of prompts the target stopped per task."""
-    lines = ["| language | " + " | ".join(TASKS) + " | all tasks | prompts | positions |",
-             "| --- | " + " | ".join("---" for _ in TASKS) + " | --- | --- | --- |"]
+    """α per category and overall for each language's run, then the share of prompts the target stopped per category."""
+    lines = ["| language | " + " | ".join(CATEGORIES) + " | all categories | prompts | positions |",
+             "| --- | " + " | ".join("---" for _ in CATEGORIES) + " | --- | --- | --- |"]
     for lang, r in runs.items():
-        bt = r["alpha_by_task"]
+        bt = r["alpha_by_category"]
         cells = [fmt(bt[t]["alpha"], bt[t]["alpha_ci95_lo"], bt[t]["alpha_ci95_hi"]) + f" ({bt[t]['prompts']}p, "
-                 f"{bt[t]['positions']})" for t in TASKS]
+                 f"{bt[t]['positions']})" for t in CATEGORIES]
         ci = r["alpha_ci95_over_prompts"]
         n_pos = sum(p["positions"] for p in r["alpha_per_prompt"])
         lines.append(f"| {lang} | " + " | ".join(cells) + f" | {fmt(r['alpha'], ci['lo'], ci['hi'])} | "
                      f"{len(r['alpha_per_prompt'])} | {n_pos} |")
-    lines.append("\nCells: α [95% CI over the task's prompts] (prompts, positions). Target stopped (share of prompts):")
-    lines += [f"{lang}: " + ", ".join(f"{t} {r['alpha_by_task'][t]['stop_share']:.2f}" for t in TASKS) + ";"
+    lines.append("\nCells: α [95% CI over the category's prompts] (prompts, positions). Target stopped (share of "
+                 "prompts):")
+    lines += [f"{lang}: " + ", ".join(f"{t} {r['alpha_by_category'][t]['stop_share']:.2f}" for t in CATEGORIES) + ";"
               for lang, r in runs.items()]
     return lines
 
 
 def strata(runs: Mapping[str, dict[str, Any]]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
-    """Per (language, task): each prompt's accepted mass (α × positions) and its positions."""
+    """Per (language, category): each prompt's accepted mass (α × positions) and its positions."""
     out = {}
     for lang, r in runs.items():
-        for t in TASKS:
-            rows = [p for p in r["alpha_per_prompt"] if p["task"] == t]
+        for t in CATEGORIES:
+            rows = [p for p in r["alpha_per_prompt"] if p["category"] == t]
             cnt = np.array([p["positions"] for p in rows], float)
             out[(lang, t)] = (np.array([p["alpha"] for p in rows]) * cnt, cnt)
     return out
 
 
 def spreads(src: Strata, langs: Sequence[str]) -> dict[str, Any]:
-    """The spreads of α across tasks (per language) and across languages, and their differences, from sums and
+    """The spreads of α across categories (per language) and across languages, and their differences, from sums and
     counts per stratum (scalars: the estimate; arrays of replicates: the bootstrap)."""
     out: dict[str, Any] = {}
     lang_alpha = []
     for lang in langs:
-        ts = [src[(lang, t)][0] / src[(lang, t)][1] for t in TASKS]
-        out[f"task spread {lang}"] = np.max(ts, axis=0) - np.min(ts, axis=0)
-        tot_s = sum(src[(lang, t)][0] for t in TASKS)
-        tot_c = sum(src[(lang, t)][1] for t in TASKS)
+        ts = [src[(lang, t)][0] / src[(lang, t)][1] for t in CATEGORIES]
+        out[f"category spread {lang}"] = np.max(ts, axis=0) - np.min(ts, axis=0)
+        tot_s = sum(src[(lang, t)][0] for t in CATEGORIES)
+        tot_c = sum(src[(lang, t)][1] for t in CATEGORIES)
         lang_alpha.append(tot_s / tot_c)
     out["language spread"] = np.max(lang_alpha, axis=0) - np.min(lang_alpha, axis=0)
     for lang in langs:
-        out[f"task spread {lang} − language spread"] = out[f"task spread {lang}"] - out["language spread"]
-    mean_task = np.mean([out[f"task spread {lang}"] for lang in langs], axis=0)
-    out["mean task spread − language spread"] = mean_task - out["language spread"]
+        out[f"category spread {lang} − language spread"] = out[f"category spread {lang}"] - out["language spread"]
+    mean_category = np.mean([out[f"category spread {lang}"] for lang in langs], axis=0)
+    out["mean category spread − language spread"] = mean_category - out["language spread"]
     return out
 
 
@@ -99,7 +100,7 @@ def spread_table(runs: Mapping[str, dict[str, Any]], rng: np.random.Generator) -
         reps[key] = (s[idx].sum(1), c[idx].sum(1))
     point = {k: (s.sum(), c.sum()) for k, (s, c) in by_stratum.items()}
     est, boot = spreads(point, list(runs)), spreads(reps, list(runs))
-    lines = [f"\nSpreads (max − min; 95% percentile bootstrap over prompts within (language, task), {RESAMPLES:,} "
+    lines = [f"\nSpreads (max − min; 95% percentile bootstrap over prompts within (language, category), {RESAMPLES:,} "
              "resamples, seed 0):\n",
              "| statistic | estimate [95% CI, percentile: registered] | verdict (registered rule) | basic bootstrap "
              "[2·est − q97.5, 2·est − q2.5] (not registered) |",
@@ -108,7 +109,7 @@ def spread_table(runs: Mapping[str, dict[str, Any]], rng: np.random.Generator) -
         lo, hi = percentile_interval(boot[k])
         verdict = ""
         if "−" in k:
-            verdict = "task spread larger" if lo > 0 else "task spread not shown larger"
+            verdict = "category spread larger" if lo > 0 else "category spread not shown larger"
         e = float(est[k])
         basic = f"[{2 * e - hi:.3f}, {2 * e - lo:.3f}]" + (
             (" larger" if 2 * e - hi > 0 else " not shown larger") if "−" in k else "")

@@ -172,7 +172,7 @@ def statistics_lines(st: dict[str, Any], methods: list[dict[str, Any]]) -> list[
     return lines
 
 
-TASK_COLUMNS = {
+CATEGORY_COLUMNS = {
     "prompts": "prompts",
     "requests": "requests",
     "output_tokens": "out tokens",
@@ -190,9 +190,10 @@ TASK_COLUMNS = {
 }
 
 
-def task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
-    """The per-task breakdown (:func:`spectune.stats.by_task.by_task`, or ``summary.json``'s ``by_task``) as
-    printed: one row per (method, task), the method's ``all`` row last; shares in percent."""
+def category_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """The per-category breakdown (:func:`spectune.stats.by_category.by_category`, or ``summary.json``'s
+    ``by_category``) as printed: one row per (method, category), the method's ``all`` row last; shares in
+    percent."""
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -205,19 +206,19 @@ def task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
         frame[key] = frame[key].astype(float) * 100
     for key in ("acceptance_length", "decode_throughput", "output_throughput", "speedup"):
         frame[key] = frame[key].astype(float)
-    return frame.set_index(["method", "task"])[list(TASK_COLUMNS)].rename(columns=TASK_COLUMNS)
+    return frame.set_index(["method", "category"])[list(CATEGORY_COLUMNS)].rename(columns=CATEGORY_COLUMNS)
 
 
-def format_task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> str:
-    """The per-task table with the line that says how to read it. Columns that say nothing in this table are left
+def format_category_table(rows: list[dict[str, Any]] | pd.DataFrame) -> str:
+    """The per-category table with the line that says how to read it. Columns that say nothing in this table are left
     out: ``requests`` where every row's is its prompts times one number (no request failed; the line gives the
     number), ``no-prop %`` where no cycle went without a proposal (a draft model always proposes)."""
-    table = task_table(rows)
+    table = category_table(rows)
     if table.empty:
         return ""
     notes = ["tokens and seconds summed over repeats, the 'all' row their sums",
              "wall s: each request's share of its run's duration", "decode s: E2EL - TTFT",
-             "speedup: paired vs ar over the task's prompts"]
+             "speedup: paired vs ar over the category's prompts"]
     per_prompt = {round(float(r) / float(p), 9) for r, p in zip(table["requests"], table["prompts"], strict=True)}
     if len(per_prompt) == 1 and float(next(iter(per_prompt))).is_integer():
         table = table.drop(columns="requests")
@@ -227,4 +228,4 @@ def format_task_table(rows: list[dict[str, Any]] | pd.DataFrame) -> str:
         table = table.drop(columns="no-prop %")
     else:
         notes.append("no-prop %: cycles that asked for drafts and got no proposal")
-    return "per task (Spec-Bench style): " + "; ".join(notes) + "\n" + format_table(table)
+    return "per category (Spec-Bench style): " + "; ".join(notes) + "\n" + format_table(table)

@@ -25,7 +25,7 @@ from analysis.load import fixed_gamma
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE, Method, is_label
 from spectune.run import rundir
-from spectune.stats.by_task import ALL
+from spectune.stats.by_category import ALL
 
 logger = logging.getLogger(__name__)
 
@@ -150,15 +150,16 @@ def _verdict(ratios: list[Ratio]) -> str:
 # ---- the kinds of question -------------------------------------------------------------------------------------
 
 def speculation(runs: list[Path], root: Path) -> tuple[str, str, str]:
-    """task=bench runs: each speculative method's decode speed-up over AR (all tasks pooled), by draft and γ."""
+    """task=bench runs: each speculative method's decode speed-up over AR (all categories pooled), by draft and γ."""
     groups: dict[str, list[Ratio]] = {}
     metas = []
     for run in runs:
         meta = rundir.METADATA.read(run)
         metas.append(meta)
-        rows = [r for r in rundir.SUMMARY.read(run).get("by_task", []) if r.get("task") == ALL]
+        rows = [r for r in rundir.SUMMARY.read(run).get("by_category", []) if r.get("category") == ALL]
         if not rows:
-            raise SpectuneError(f"{run / rundir.SUMMARY.name} has no per-task rows: not a task-workload bench run")
+            raise SpectuneError(f"{run / rundir.SUMMARY.name} has no per-category rows: not a bench run over "
+                                "several prompt categories")
         for r in rows:
             if not is_label(r["method"]) or not Method.parse(r["method"]).speculative:
                 continue

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from spectune.engine.records import DEFAULT_TASK
+from spectune.engine.records import DEFAULT_CATEGORY
 from spectune.errors import SpectuneError
 from spectune.methods import BASELINE, is_fixed_label
 from spectune.run import rundir
@@ -220,19 +220,20 @@ def load_table(paths: Paths, file: rundir.RunFile, allow_mixed: bool, marker: st
 
 def load_requests(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:
     """One row per (run, method, request) from ``requests.parquet``, with the run context. Runs recorded before
-    requests carried their task get their workload's task (:func:`default_task`) in the ``task`` column."""
+    requests carried their category get their workload's (:func:`default_category`) in the ``category`` column
+    (a ``task`` column, its name before, is renamed on reading: :mod:`spectune.names`)."""
     frame = load_table(paths, rundir.REQUESTS, allow_mixed)
-    defaults = frame["run"].map({run: default_task(rundir.METADATA.read_if_present(Path(run), {}))
+    defaults = frame["run"].map({run: default_category(rundir.METADATA.read_if_present(Path(run), {}))
                                  for run in frame["run"].unique()})
-    frame["task"] = frame["task"].fillna(defaults) if "task" in frame else defaults
+    frame["category"] = frame["category"].fillna(defaults) if "category" in frame else defaults
     return frame
 
 
-def default_task(meta: dict[str, Any]) -> str:
-    """The task of a run's requests where they do not say: the workload's only task, else the dialogue lines
-    (``chat-lines``, every workload's task before ``workload.tasks`` existed)."""
-    tasks = ((meta.get("workload") or {}).get("source") or {}).get("tasks") or []
-    return str(tasks[0]) if len(tasks) == 1 else DEFAULT_TASK
+def default_category(meta: dict[str, Any]) -> str:
+    """The category of a run's requests where they do not say: the workload's only category, else the dialogue
+    lines (``chat-lines``, every workload's category before workloads had categories)."""
+    categories = ((meta.get("workload") or {}).get("source") or {}).get("categories") or []
+    return str(categories[0]) if len(categories) == 1 else DEFAULT_CATEGORY
 
 
 def load_cycles(paths: Paths, allow_mixed: bool = False) -> pd.DataFrame:

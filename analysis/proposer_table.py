@@ -1,10 +1,10 @@
-"""Every draft of smollm2 side by side, per task and language: which one to serve for which work.
+"""Every draft of smollm2 side by side, per category and language: which one to serve for which work.
 
     python -m analysis.proposer_table            # write the tables into docs/models.md (between their markers)
     python -m analysis.proposer_table --check    # exit 1 if the committed tables differ from what the runs give
 
 One table per language from the committed timed runs (``task=bench``, greedy, float32, two threads, concurrency 1,
-the held-out prompts of the task workloads): for each task the copyable fraction of the target's greedy output
+the held-out prompts of the built categories): for each category the copyable fraction of the target's greedy output
 (tokens inside an n ≥ 3 match with the context, from prompt lookup's registered prediction) and, per draft, its
 acceptance length (tokens per verified chain) and its decode speed-up over AR with the 95% interval (prompt as the
 unit). Each draft at the γ it was timed at; a draft whose run is not committed reads "not timed".
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.results_index import splice
-from analysis.timed_vs_predicted import TASKS
+from analysis.timed_vs_predicted import ROWS
 from spectune.methods import Method
 from spectune.run import rundir
-from spectune.stats.by_task import ALL
+from spectune.stats.by_category import ALL
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,12 @@ def _cell(row: dict | None) -> str:
 
 
 def _rows(draft: Draft, lang: str, root: Path) -> tuple[dict[str, dict], int]:
-    """The draft's by_task rows of one language by task, and its prompts (empty, 0 when not committed)."""
+    """The draft's by_category rows of one language by category, and its prompts (empty, 0 when not committed)."""
     run = root / draft.run.format(lang=lang)
     if not rundir.SUMMARY.exists(run):
         return {}, 0
     method = Method.fixed(draft.gamma).label
-    rows = {r["task"]: r for r in rundir.SUMMARY.read(run)["by_task"] if r["method"] == method}
+    rows = {r["category"]: r for r in rundir.SUMMARY.read(run)["by_category"] if r["method"] == method}
     return rows, int(rows["all"]["prompts"]) if "all" in rows else 0
 
 
@@ -76,7 +76,7 @@ def _span(values: list[float], fmt: str) -> str:
 
 def reading(root: Path = RESULTS) -> str:
     """What the tables say, every figure read from them: each model-free draft's overall speed-up per language,
-    on how many (task, language) cells suffix decoding decodes faster than prompt lookup (point estimates), and
+    on how many (category, language) cells suffix decoding decodes faster than prompt lookup (point estimates), and
     the draft models' overall speed-ups and acceptance lengths."""
     rows = {(d.label, lang): _rows(d, lang, root)[0] for d in DRAFTS for lang in LANGUAGES}
     if not all(rows.values()):
@@ -85,13 +85,13 @@ def reading(root: Path = RESULTS) -> str:
     models = [d for d in DRAFTS if d not in free]
     each = "; ".join(f"{d.label} " + " and ".join(f"{rows[(d.label, lang)][ALL]['decode_speedup']:.2f}× ({lang})"
                                                   for lang in LANGUAGES) for d in free)
-    cells = [(task, lang) for lang in LANGUAGES for task in TASKS if task != ALL]
-    ahead = sum(rows[("suffix decoding", lang)][task]["decode_speedup"]
-                > rows[("prompt lookup", lang)][task]["decode_speedup"] for task, lang in cells)
+    cells = [(category, lang) for lang in LANGUAGES for category in ROWS if category != ALL]
+    ahead = sum(rows[("suffix decoding", lang)][category]["decode_speedup"]
+                > rows[("prompt lookup", lang)][category]["decode_speedup"] for category, lang in cells)
     speed = [rows[(d.label, lang)][ALL]["decode_speedup"] for d in models for lang in LANGUAGES]
     length = [rows[(d.label, lang)][ALL]["acceptance_length"] for d in models for lang in LANGUAGES]
-    return (f"Read from the tables: over all tasks {each} AR; suffix decoding is ahead of prompt lookup on {ahead} of "
-            f"{len(cells)} (task, language) cells (point estimates); the draft models decode at "
+    return (f"Read from the tables: over all categories {each} AR; suffix decoding is ahead of prompt lookup on "
+            f"{ahead} of {len(cells)} (category, language) cells (point estimates); the draft models decode at "
             f"{_span(speed, '.2f')}× AR, with {_span(length, '.2f')} tokens a verified chain.")
 
 
@@ -99,14 +99,14 @@ def tables(root: Path = RESULTS) -> str:
     """The markdown of every language's table, then what they say."""
     out = []
     for lang in LANGUAGES:
-        copyable = {r["task"]: r["copyable_fraction"]
-                    for r in rundir.PREDICTION_SUMMARY.read(root / COPYABLE.format(lang=lang))["by_task"]}
+        copyable = {r["category"]: r["copyable_fraction"]
+                    for r in rundir.PREDICTION_SUMMARY.read(root / COPYABLE.format(lang=lang))["by_category"]}
         columns = [(d, *_rows(d, lang, root)) for d in DRAFTS]
         head = " | ".join(f"{d.label} (γ {d.gamma}, {n} prompts)" if n else d.label for d, _, n in columns)
-        out += [f"**{lang}**", "", f"| task | copyable fraction | {head} |", "| --- " * (2 + len(DRAFTS)) + "|"]
-        for task in TASKS:
-            cells = " | ".join(_cell(rows.get(task)) if rows else "not timed" for _, rows, _ in columns)
-            out.append(f"| {task} | {copyable[task]:.2f} | {cells} |")
+        out += [f"**{lang}**", "", f"| category | copyable fraction | {head} |", "| --- " * (2 + len(DRAFTS)) + "|"]
+        for category in ROWS:
+            cells = " | ".join(_cell(rows.get(category)) if rows else "not timed" for _, rows, _ in columns)
+            out.append(f"| {category} | {copyable[category]:.2f} | {cells} |")
         out.append("")
     runs = ", ".join(sorted({d.run.split("/")[0] for d in DRAFTS if (root / d.run.split("/")[0]).is_dir()}))
     out.append(f"Cells: acceptance length · decode speed-up over AR [95% CI]. Runs: {runs} (bench/results/).")

@@ -18,12 +18,12 @@ from typing import Any
 import pandas as pd
 
 from analysis import plots
-from analysis.bench_table import bench_table, task_table
+from analysis.bench_table import bench_table, category_table
 from analysis.load import add_speedups, find_runs, load_cycles, load_requests, load_summaries, swept
 from spectune.errors import SpectuneError
 from spectune.run import cli, rundir
 from spectune.run.metadata import base_metadata
-from spectune.stats.by_task import by_task, durations_of, several_tasks
+from spectune.stats.by_category import by_category, durations_of, several_categories
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +120,11 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
                 report.text(f"Best by {metric}: **{rank['best']}**; indistinguishable from it (paired 95% CI of the "
                             f"difference contains 0): {', '.join(rank.get('indistinguishable') or []) or 'none'}; "
                             f"median − 1.4826·MAD pick: {rank.get('mad_pick')}.", "")
-        per_task = _per_task(summary, requests, cycles, run)
-        if per_task is not None:
-            report.text("Per task (Spec-Bench style; tokens and seconds summed over repeats, the `all` row their "
-                        "sums; speed-up paired vs ar over the task's prompts):", "",
-                        markdown_table(task_table(per_task)), "")
+        per_category = _per_category(summary, requests, cycles, run)
+        if per_category is not None:
+            report.text("Per category (Spec-Bench style; tokens and seconds summed over repeats, the `all` row their "
+                        "sums; speed-up paired vs ar over the category's prompts):", "",
+                        markdown_table(category_table(per_category)), "")
     failed = summaries[summaries["status"] != "ok"]
     for row in failed.itertuples(index=False):
         report.text(f"- failed: {row.run} {row.method}: {getattr(row, 'error', '?')}")
@@ -182,18 +182,18 @@ def build(path: Path | str, allow_mixed: bool = False) -> Path:
     return out
 
 
-def _per_task(summary: dict[str, Any], requests: pd.DataFrame, cycles: pd.DataFrame, run: str
-              ) -> list[dict[str, Any]] | pd.DataFrame | None:
-    """A run's per-task rows: its summary's ``by_task``, else computed from its records when they hold several
-    tasks (a run written before the summary kept them); None for a run of one task."""
-    if summary.get("by_task"):
-        return summary["by_task"]
+def _per_category(summary: dict[str, Any], requests: pd.DataFrame, cycles: pd.DataFrame, run: str
+                  ) -> list[dict[str, Any]] | pd.DataFrame | None:
+    """A run's per-category rows: its summary's ``by_category``, else computed from its records when they hold
+    several categories (a run written before the summary kept them); None for a run of one category."""
+    if summary.get("by_category"):
+        return summary["by_category"]
     mine = requests[requests["run"] == run] if len(requests) else requests
-    if not len(mine) or not several_tasks(mine):
+    if not len(mine) or not several_categories(mine):
         return None
     cyc = cycles[cycles["run"] == run] if len(cycles) else None
     unit_size = int((summary.get("statistics") or {}).get("unit_size") or 1)
-    table = by_task(mine, cyc, durations_of(summary.get("points") or []), unit_size=unit_size)
+    table = by_category(mine, cyc, durations_of(summary.get("points") or []), unit_size=unit_size)
     return table if len(table) else None
 
 

@@ -250,7 +250,7 @@ def _predict(run: Path) -> tuple[str, str]:
     """task=predict: the γ with the highest predicted speed-up overall (a prediction: no clock read it), with the
     copyable fraction; the full line adds each γ's prediction."""
     result = rundir.PREDICTION_SUMMARY.read(run)
-    overall = {r["gamma"]: r for r in result.get("by_task", []) if r["task"] == "all"}
+    overall = {r["gamma"]: r for r in result.get("by_category", []) if r["category"] == "all"}
     if not overall:
         raise SpectuneError(f"{run / rundir.PREDICTION_SUMMARY.name} has no 'all' row: not a finished predict run")
     copyable = f"copyable {next(iter(overall.values()))['copyable_fraction']:.2f}"

@@ -1,11 +1,11 @@
-"""A timed run of a model-free draft judged against the replay's registered prediction, per task.
+"""A timed run of a model-free draft judged against the replay's registered prediction, per category.
 
-``task=predict`` writes, before any timed run, the decode speed-up replay predicts for each task at each γ
-(``prediction.json``'s ``by_task``); ``task=bench`` then times AR and the draft at one γ on the same prompts. This
+``task=predict`` writes, before any timed run, the decode speed-up replay predicts for each category at each γ
+(``prediction.json``'s ``by_category``); ``task=bench`` then times AR and the draft at one γ on the same prompts. This
 module prints the side-by-side table a results page registers its readings on — the prediction and the measurement
-of each task, and three verdicts: the measurement within ``within`` of the prediction, at least ``floor``× AR where
-the task's copyable fraction is at least ``copyable``, and the interval's lower bound at least ``lower``× AR — plus
-the per-task table of a run nothing was predicted for (T = 1). Every figure comes from the run directories; the
+of each category, and three verdicts: the measurement within ``within`` of the prediction, at least ``floor``× AR where
+the category's copyable fraction is at least ``copyable``, and the interval's lower bound at least ``lower``× AR — plus
+the per-category table of a run nothing was predicted for (T = 1). Every figure comes from the run directories; the
 pages' ``judge.py`` scripts only name them and the registered thresholds.
 """
 
@@ -18,10 +18,10 @@ import pandas as pd
 
 from spectune.methods import BASELINE, Method
 from spectune.run import rundir
-from spectune.stats.by_task import ALL
-from workloads.task_sets import TASKS as TASK_SETS
+from spectune.stats.by_category import ALL
+from workloads.categories import CATEGORIES
 
-TASKS = (*TASK_SETS, ALL)  # every task set, then the overall row
+ROWS = (*CATEGORIES, ALL)  # every built category, then the overall row
 
 
 @dataclass(frozen=True)
@@ -36,23 +36,23 @@ class Readings:
 
 
 def per_cycle(cycles: pd.DataFrame, method: str) -> dict[str, tuple[float, float]]:
-    """Per task and overall, as the prediction counts them: decode tokens per cycle (Σ emitted / cycles, cycles
+    """Per category and overall, as the prediction counts them: decode tokens per cycle (Σ emitted / cycles, cycles
     without a proposal included) and the share of request-cycles that asked for drafts (γ > 0) and got none."""
     mine = cycles[(cycles["method"] == method) & (cycles["gamma"] > 0)]
-    out = {task: (float(rows["emitted"].mean()), float((rows["num_drafts"] == 0).mean()))
-           for task, rows in mine.groupby("task")}
+    out = {category: (float(rows["emitted"].mean()), float((rows["num_drafts"] == 0).mean()))
+           for category, rows in mine.groupby("category")}
     out["all"] = (float(mine["emitted"].mean()), float((mine["num_drafts"] == 0).mean()))
     return out
 
 
 def measured(run: Path, method: str) -> tuple[dict[str, dict], dict[str, tuple[float, float]], pd.DataFrame]:
-    """The method's by_task rows by task, its tokens per cycle and no-proposal share by task, and the request
-    rows."""
+    """The method's by_category rows by category, its tokens per cycle and no-proposal share by category, and the
+    request rows."""
     summary = rundir.SUMMARY.read(run)
     requests, cycles = rundir.REQUESTS.read(run), rundir.CYCLES.read(run)
-    tasks = requests[["method", "repeat", "request_id", "task"]].drop_duplicates()
-    cycles = cycles.merge(tasks, on=["method", "repeat", "request_id"])
-    rows = {r["task"]: r for r in summary["by_task"] if r["method"] == method}
+    categories = requests[["method", "repeat", "request_id", "category"]].drop_duplicates()
+    cycles = cycles.merge(categories, on=["method", "repeat", "request_id"])
+    rows = {r["category"]: r for r in summary["by_category"] if r["method"] == method}
     return rows, per_cycle(cycles, method), requests
 
 
@@ -70,7 +70,8 @@ def greedy_table(lang: str, run: Path, predicted: Path, gamma: int, draft: str, 
     """The judged table of one language: ``run`` (task=bench, AR and ``fixed:gamma=<gamma>``) against
     ``predicted`` (task=predict) at ``gamma``; ``draft`` names the proposer in the text, ``repeats`` the run's."""
     method = Method.fixed(gamma).label
-    prediction = {r["task"]: r for r in rundir.PREDICTION_SUMMARY.read(predicted)["by_task"] if r["gamma"] == gamma}
+    prediction = {r["category"]: r for r in rundir.PREDICTION_SUMMARY.read(predicted)["by_category"]
+                  if r["gamma"] == gamma}
     rows, share, requests = measured(run, method)
     replayed = rundir.PREDICTION.read(predicted)
     replayed = replayed[replayed["gamma"] == gamma].set_index("prompt_id")["output_tokens"]
@@ -80,21 +81,21 @@ def greedy_table(lang: str, run: Path, predicted: Path, gamma: int, draft: str, 
              f"Prompts: {len(ar)} timed, {len(replayed)} predicted, {len(set(ar.index) & set(replayed.index))} in "
              f"both; AR output lengths equal to the prediction's on {int((ar == replayed.reindex(ar.index)).sum())}"
              f" of {len(ar)}; {draft} output equal to AR's on {same} of {total} requests.\n",
-             "| task | copyable fraction | tokens per cycle predicted / measured | no-proposal share predicted / "
+             "| category | copyable fraction | tokens per cycle predicted / measured | no-proposal share predicted / "
              "measured | decode speed-up predicted | measured [95% CI] | measured / predicted | 1: within "
              f"{100 * readings.within:.0f}% | 2: ≥ {readings.floor:g}× | 3: lower bound ≥ "
              f"−{100 * (1 - readings.lower):.0f}% |",
              "| --- " * 10 + "|"]
-    for task in TASKS:
-        p, m = prediction[task], rows[task]
+    for category in ROWS:
+        p, m = prediction[category], rows[category]
         ratio = m["decode_speedup"] / p["predicted_speedup"]
-        judged = task != "all"
+        judged = category != "all"
         one = ("pass" if abs(ratio - 1) <= readings.within else "fail") if judged else "-"
         two = (("pass" if m["decode_speedup"] >= readings.floor else "fail")
                if p["copyable_fraction"] >= readings.copyable else "n/a") if judged else "-"
         three = ("pass" if m["decode_speedup_ci95_lo"] >= readings.lower else "fail") if judged else "-"
-        tokens, none = share[task]
-        lines.append(f"| {task} | {p['copyable_fraction']:.2f} | {p['acceptance_length']:.2f} / "
+        tokens, none = share[category]
+        lines.append(f"| {category} | {p['copyable_fraction']:.2f} | {p['acceptance_length']:.2f} / "
                      f"{tokens:.2f} | {p['no_proposal_share']:.2f} / {none:.2f} | "
                      f"{p['predicted_speedup']:.2f}× | {m['decode_speedup']:.2f}× [{m['decode_speedup_ci95_lo']:.2f}, "
                      f"{m['decode_speedup_ci95_hi']:.2f}] | {ratio:.3f} | {one} | {two} | {three} |")
@@ -103,18 +104,18 @@ def greedy_table(lang: str, run: Path, predicted: Path, gamma: int, draft: str, 
 
 def sampled_table(lang: str, run: Path, gamma: int, heading: str | None = None,
                   same_as_ar: bool = False) -> list[str]:
-    """The reported (not judged) per-task table of a run of one repeat (by default a T = 1 run's heading);
+    """The reported (not judged) per-category table of a run of one repeat (by default a T = 1 run's heading);
     ``same_as_ar``: then how many requests decoded exactly AR's output (a greedy run must)."""
     method = Method.fixed(gamma).label
     rows, share, requests = measured(run, method)
     lines = [f"\n### {heading or f'{lang}, T = 1 (one repeat; reported, not judged)'}\n",
-             "| task | tokens per cycle | acceptance length | no-proposal share | decode speed-up [95% CI] "
+             "| category | tokens per cycle | acceptance length | no-proposal share | decode speed-up [95% CI] "
              "| wall speed-up [95% CI] |",
              "| --- " * 6 + "|"]
-    for task in TASKS:
-        m = rows[task]
-        tokens, none = share[task]
-        lines.append(f"| {task} | {tokens:.2f} | {m['acceptance_length']:.2f} | {none:.2f} | "
+    for category in ROWS:
+        m = rows[category]
+        tokens, none = share[category]
+        lines.append(f"| {category} | {tokens:.2f} | {m['acceptance_length']:.2f} | {none:.2f} | "
                      f"{m['decode_speedup']:.2f}× "
                      f"[{m['decode_speedup_ci95_lo']:.2f}, {m['decode_speedup_ci95_hi']:.2f}] | "
                      f"{m['speedup']:.2f}× [{m['speedup_ci95_lo']:.2f}, {m['speedup_ci95_hi']:.2f}] |")

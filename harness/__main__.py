@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from harness.tasks import resumes, run_task, schemas
 from spectune.engine import proposers
 from spectune.run import cli
-from workloads.task_sets import check_workload
+from workloads.categories import check_workload
 
 schemas.register()  # the YAML files' schemas, before Hydra composes (spectune/config.py)
 

@@ -70,7 +70,7 @@ class WorkloadConfig:
     prompt_tokens: list[int] | None = MISSING
     chat_template: str | bool = MISSING  # auto, true or false
     max_new_tokens: int = MISSING
-    tasks: Any = MISSING  # a task set or a list of them
+    categories: Any = MISSING  # a prompt category or a list of them (workloads/categories.py)
     profile: str = MISSING
     splits: Any = MISSING  # a split or a list of them
     task_prompt_tokens: list[int] | None = MISSING
@@ -127,7 +127,8 @@ class ModelsConfig:
 
 @dataclass
 class ProfiledModelsConfig(ModelsConfig):
-    """``models=tiny``: a pair that chooses its task prompt sets' profile and answer budget (workloads/task_sets.py)."""
+    """``models=tiny``: a pair that chooses its built categories' profile and answer budget
+    (workloads/categories.py)."""
 
     prompt_profile: str = MISSING
     task_max_new_tokens: int | None = MISSING
@@ -243,8 +244,8 @@ def one_line(err: OmegaConfBaseException, prefix: str = "") -> str:
         return f"{key} is missing: set it in its conf/ file or on the command line ({key}=...)"
     if isinstance(err, ConfigAttributeError | ConfigKeyError) and " not in " in first:
         renamed = names.renamed_config_key(key)
-        if renamed is not None:  # a key of before the draft length was named γ everywhere (spectune.names)
-            return f"{key} is now {renamed}: the draft length is named gamma everywhere (give {renamed}=...)"
+        if renamed is not None:  # a key of before it was renamed (spectune.names)
+            return f"{key} is now {renamed}: {names.renamed_why(renamed)} (give {renamed}=...)"
         return f"{key} is not a key of the config: check its spelling, or add it with +{key}=..."
     if isinstance(err, ValidationError):
         allowed = _allowed(err)

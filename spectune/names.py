@@ -1,4 +1,4 @@
-"""The draft length's one name, and the readers of what was written under the names it had before.
+"""One name per idea, and the readers of what was written under the names ideas had before.
 
 The number of tokens drafted in a cycle (chosen, fixed, or drafted so far) is ``gamma`` (γ), its ceiling
 ``max_gamma``, a list of them ``gammas``; names built on it follow (``mean_gamma``, ``best_fixed_gamma``, ...).
@@ -10,10 +10,19 @@ recorded in metadata — still reads: the readers (:mod:`spectune.run.rundir`'s,
 listed here and leave everything else alone: a file written with the new names passes through unchanged, and
 applying them twice is applying them once.
 
+What a prompt asks for (chat, summarise, qa, translate, rewrite, code, or the dialogue lines ``chat-lines``) is
+its ``category``; ``task`` is the job a run does (``task=bench``). Until 2026-12-06 the category was also called a
+task: ``workload.tasks``, the records' ``task`` column, ``by_task.parquet``, ``summary.json``'s ``by_task`` and
+``answers_by_task``, ``acceptance.json``'s ``alpha_by_task``. Those read through the same two functions: the JSON
+keys and files are in the maps below, the ``task`` column of a table is in :data:`COLUMNS`, and the ``task`` key of
+a per-category row (a JSON object's list of rows, under a key of :data:`ROW_KEYS`) is renamed there only: a run's
+own ``"task": "bench"`` stays what it is.
+
 This module is the whole mapping, old → new: :data:`KEYS` (JSON keys, table columns, config keys at any level),
-:data:`VALUES` (string values that named the draft length: the cycle policy's ``actions``, an observation's
-``kind``, the curves' ``policy``), :data:`FILES` (a run directory's file names) and :data:`CONFIG_KEYS` (the
-command-line keys, for the one-line error an old key gets).
+:data:`COLUMNS` (table columns only), :data:`ROW_KEYS` (the keys of the rows under a JSON key), :data:`VALUES`
+(string values that named the draft length: the cycle policy's ``actions``, an observation's ``kind``, the curves'
+``policy``), :data:`FILES` (a run directory's file names) and :data:`CONFIG_KEYS` (the command-line keys, for the
+one-line error an old key gets, with :func:`renamed_why`).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from typing import Any
 import pandas as pd
 
 # JSON keys and table columns (at any level of a JSON object; columns of traces, curves, tuning tables).
-KEYS: dict[str, str] = {
+GAMMA_KEYS: dict[str, str] = {
     "max_depth": "max_gamma",  # the ceiling: traces' column and metadata, task/train configs, policy files
     "mean_depth": "mean_gamma",  # replay scores, curves, validation records
     "best_fixed_depth": "best_fixed_gamma",
@@ -40,6 +49,20 @@ KEYS: dict[str, str] = {
     "reference_depth": "reference_gamma",  # a replay table's attrs
     "hindsight_depth": "hindsight_gamma",
 }
+CATEGORY_KEYS: dict[str, str] = {
+    "tasks": "categories",  # workload.tasks, a phase's tasks, a workload's recorded source
+    "by_task": "by_category",  # summary.json (bench, tune's cells), prediction.json
+    "answers_by_task": "answers_by_category",
+    "alpha_by_task": "alpha_by_category",  # acceptance.json
+    "prompt_tokens_by_task": "prompt_tokens_by_category",  # a workload's recorded source
+}
+KEYS: dict[str, str] = {**GAMMA_KEYS, **CATEGORY_KEYS}
+# Table columns only: in a table ``task`` is always the category (requests, by_task, prediction).
+COLUMNS: dict[str, str] = {"task": "category"}
+# The keys of each row (a JSON object) of the list under a key: per-category rows named their category ``task``.
+ROW_KEYS: dict[str, dict[str, str]] = {
+    "by_category": COLUMNS, "answers_by_category": COLUMNS, "alpha_per_prompt": COLUMNS,
+}
 # String values that named the draft length, by the key (or column) that holds them.
 VALUES: dict[str, dict[str, str]] = {
     "actions": {"depth": "gamma"},  # a cycle policy file: its action is the cycle's γ
@@ -47,7 +70,7 @@ VALUES: dict[str, dict[str, str]] = {
     "policy": {"depth": "gamma"},  # curves.csv: the per-step γ policy's rows
 }
 # A run directory's files, by stem: new -> the stem a run written before gave the file (``depth.zip``).
-FILES: dict[str, str] = {"gamma": "depth"}
+FILES: dict[str, str] = {"gamma": "depth", "by_category": "by_task"}
 # Config keys as given on the command line (old -> new).
 CONFIG_KEYS: dict[str, str] = {
     "task.max_depth": "task.max_gamma",
@@ -55,6 +78,12 @@ CONFIG_KEYS: dict[str, str] = {
     "train.max_depth": "train.max_gamma",
     "train.calibrate_per_depth": "train.calibrate_per_gamma",
     "policy.depth_path": "policy.gamma_path",
+}
+# Why a key was renamed, by the new name's last part (the one-line error an old key gets says it).
+WHY: dict[str, str] = {
+    **{new: "the draft length is named gamma everywhere" for new in GAMMA_KEYS.values()},
+    **{new.rpartition(".")[2]: "the draft length is named gamma everywhere" for new in CONFIG_KEYS.values()},
+    **{new: "what a prompt asks for is its category (task= is the job)" for new in CATEGORY_KEYS.values()},
 }
 
 
@@ -72,6 +101,9 @@ def upgrade(value: Any) -> Any:
             values = VALUES.get(new_key)
             if values is not None and isinstance(new_item, str) and new_item in values:
                 new_item = values[new_item]
+            rows = ROW_KEYS.get(new_key)
+            if rows is not None and isinstance(new_item, list):
+                new_item = _rows(new_item, rows)
             if new_key != key and new_key in value:
                 changed = True
                 continue  # both spellings: keep the new one's value
@@ -84,10 +116,24 @@ def upgrade(value: Any) -> Any:
     return value
 
 
+def _rows(items: list[Any], keys: Mapping[str, str]) -> list[Any]:
+    """``items`` with the keys of each row (a dict) renamed by ``keys``; ``items`` itself when none was."""
+    out = [{keys.get(k, k): v for k, v in item.items() if not (k in keys and keys[k] in item)}
+           if isinstance(item, Mapping) and any(k in keys for k in item) else item for item in items]
+    return out if any(a is not b for a, b in zip(out, items, strict=True)) else items
+
+
+def current_column(name: str) -> str:
+    """A table column's current name (``task`` -> ``category``, ``max_depth`` -> ``max_gamma``)."""
+    return COLUMNS.get(name) or KEYS.get(name, name)
+
+
 def upgrade_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """A table (traces, curves, tuning, comparison...) with the old column names of :data:`KEYS` and the old values
-    of :data:`VALUES` in their columns renamed; ``frame`` itself when it holds none."""
-    columns = {c: KEYS[c] for c in frame.columns if isinstance(c, str) and c in KEYS and KEYS[c] not in frame.columns}
+    """A table (requests, traces, curves, tuning, comparison...) with the old column names of :data:`KEYS` and
+    :data:`COLUMNS` and the old values of :data:`VALUES` in their columns renamed; ``frame`` itself when it holds
+    none."""
+    columns = {c: current_column(c) for c in frame.columns
+               if isinstance(c, str) and current_column(c) != c and current_column(c) not in frame.columns}
     values = {c: m for c, m in VALUES.items() if c in frame.columns and frame[c].isin(list(m)).any()}
     if not columns and not values:
         return frame
@@ -116,3 +162,8 @@ def renamed_config_key(key: str) -> str | None:
     if last in KEYS:
         return f"{head}.{KEYS[last]}" if head else KEYS[last]
     return None
+
+
+def renamed_why(new_key: str) -> str:
+    """Why a config key has its new name (:func:`renamed_config_key`'s answer), for the one-line error."""
+    return WHY.get(new_key.rpartition(".")[2], "it was renamed")

@@ -40,10 +40,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return (os.cpu_count() or 1) + 1
 
 
-# The smallest real bench: three English dialogue lines (the main job's default is the task sets), eight new tokens,
-# one warm-up request.
-SMALL_BENCH = ["+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=3", "workload.max_new_tokens=8",
-               "task.warmup=1", "task.repeats=1"]
+# The smallest real bench: three English dialogue lines (the main job's default is the built categories), eight new
+# tokens, one warm-up request.
+SMALL_BENCH = ["+workload=en", "workload.categories=[chat-lines]", "workload.num_prompts=3",
+               "workload.max_new_tokens=8", "task.warmup=1", "task.repeats=1"]
 
 CLI = Callable[..., subprocess.CompletedProcess]
 

@@ -52,7 +52,7 @@ WORKLOAD = "+workload=en"
 TASKS = tuple(sorted(p.stem for p in (REPO / "conf" / "task").glob("*.yaml")))
 
 # Small real runs, one per task, each a few seconds on the tiny pair: (config, overrides, slow).
-SMALL = ("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=2", "workload.max_new_tokens=4")
+SMALL = ("+workload=en", "workload.categories=[chat-lines]", "workload.num_prompts=2", "workload.max_new_tokens=4")
 PROFILE = "tiny-cpu-2core-vm"  # a shipped profile: training reads it instead of measuring one
 TRAIN = ("train.train_prompts=2", "train.heldout_prompts=2", "train.max_gamma=2", "train.validation=0.5",
          "train.timesteps=64", "train.eval_every=64", "train.ppo.n_steps=32", "train.ppo.batch_size=32",

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "pinning" / "golden.json"
 PROFILE = "tiny-cpu-2core-vm"
 MAX_GAMMA = 4
-WORKLOAD = ("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=4", "workload.max_new_tokens=12")
+WORKLOAD = ("+workload=en", "workload.categories=[chat-lines]", "workload.num_prompts=4", "workload.max_new_tokens=12")
 TIMING = ("draft_s", "verify_s")  # trace columns read from the clock
 # The live runs pinned: (label, policy node, γ) at concurrency 1 and 2 (the bandit reads the clock: replay only).
 ENGINE_POLICIES = (("ar", None, 0, (1,)), ("fixed3", {"name": "fixed"}, 3, (1, 2)),

@@ -1,5 +1,5 @@
 """Per-request acceptance in the records: requests.parquet carries each request's speculative cycles, cycles without
-a proposal, drafted and accepted tokens; summary.json and the per-task table carry the share of cycles without a
+a proposal, drafted and accepted tokens; summary.json and the per-category table carry the share of cycles without a
 proposal, milliseconds per cycle by part and the acceptance length's spread over requests. Checked by hand on a
 small frame and against the cycle rows of a real tiny run of prompt lookup."""
 
@@ -13,10 +13,10 @@ import pytest
 
 from spectune.engine.records import acceptance_summary, per_request_acceptance, with_acceptance
 from spectune.run import rundir
-from spectune.stats.by_task import ALL
+from spectune.stats.by_category import ALL
 from tests.conftest import run_composed
 
-LOOKUP = ["+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=4", "workload.max_new_tokens=16",
+LOOKUP = ["+workload=en", "workload.categories=[rewrite,code]", "workload.num_prompts=4", "workload.max_new_tokens=16",
           "workload.task_max_new_tokens=16", "workload.sampling.temperature=0", "proposer=lookup",
           "proposer.min_n=2", "gamma=[3]", "task.repeats=2", "task.warmup=1"]
 
@@ -81,6 +81,6 @@ def test_a_lookup_runs_records_agree_with_its_cycles(lookup_run):
     lengths = mine["acceptance_length"].dropna().to_numpy(float)
     assert entry["p50_request_acceptance_length"] == pytest.approx(np.percentile(lengths, 50))
     assert entry["mean_rest_ms_per_cycle"] > 0
-    overall = next(r for r in summary["by_task"] if r["method"] == method and r["task"] == ALL)
+    overall = next(r for r in summary["by_category"] if r["method"] == method and r["category"] == ALL)
     assert overall["no_proposal_cycles"] == misses
     assert overall["no_proposal_share"] == pytest.approx(entry["spec_decode_no_proposal_share"])

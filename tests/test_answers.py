@@ -36,7 +36,7 @@ def test_output_language_recognises_the_handbook_in_its_language(lang):
 
 
 def test_describe_answers_names_the_task_and_the_translation_target(tokenizer):
-    index = answers.task_index(["it"])
+    index = answers.category_index(["it"])
     translate = next(r for r in index.values() if r["task"] == "translate")
     eos = tokenizer.eos_token_id
     text_ids = tokenizer("the cat is on the table and the dog is in the garden")["input_ids"][1:]
@@ -45,11 +45,11 @@ def test_describe_answers_names_the_task_and_the_translation_target(tokenizer):
         {"prompt_id": "it-food-0001", "language": "it", "output_ids": [9] * 8},
     ])
     out = answers.describe_answers(requests, tokenizer.decode, [eos], 8, index)
-    assert out.task.tolist() == ["translate", "chat-lines"]
+    assert out.category.tolist() == ["translate", "chat-lines"]
     assert out.finish.tolist() == ["stop", "length"]
     assert out.expected_language.tolist() == [translate["target_language"], "it"]
     assert out.output_language[0] == "en" and out.repetition[1] == pytest.approx(4 / 5)
-    table = answers.by_task(out)
+    table = answers.by_category(out)
     assert table.loc[("it", "translate"), "stop"] == 1.0 and table.loc[("it", "chat-lines"), "length"] == 1.0
 
 
@@ -57,7 +57,7 @@ def test_the_cli_reads_a_committed_run(tiny_sweep, tmp_path, capsys):
     out = tmp_path / "answers.csv"
     assert answers.main([str(tiny_sweep / "0"), "--out", str(out)]) == 0
     table = pd.read_csv(out)
-    assert len(table) == 3 and set(table.task) == {"chat-lines"}
+    assert len(table) == 3 and set(table.category) == {"chat-lines"}
     assert set(table.finish) <= {"stop", "length"}
     assert answers.main([str(tiny_sweep / "0"), "--method", "nope"]) == 2
     assert "--method 'nope' has no requests" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def test_open_loop_poisson_arrivals(cli, tmp_path):
 @pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
 def test_multirun_sweep_over_workloads_and_gamma(cli, tmp_path, launcher):
     # In a sweep the workload group is chosen per job, so its fields take `++` (add or override).
-    proc = cli("-m", "+workload=en,zh", "++workload.tasks=[chat-lines]", "++workload.num_prompts=2",
+    proc = cli("-m", "+workload=en,zh", "++workload.categories=[chat-lines]", "++workload.num_prompts=2",
                "++workload.max_new_tokens=6", "task.warmup=0", "task.baseline=false", "task.repeats=1", "gamma=1,2",
                f"hydra/launcher={launcher}", f"hydra.sweep.dir={tmp_path}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -151,7 +151,7 @@ def test_a_failing_grid_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
 
 @pytest.mark.slow(reason="a whole sweep through the CLI")
 def test_sweep_with_a_bad_job_runs_the_others_and_exits_2(cli, tmp_path):
-    proc = cli("-m", "+workload=en", "gamma=0,1", "++workload.tasks=[chat-lines]", "++workload.num_prompts=2",
+    proc = cli("-m", "+workload=en", "gamma=0,1", "++workload.categories=[chat-lines]", "++workload.num_prompts=2",
                "++workload.max_new_tokens=4", "task.warmup=0", "task.baseline=false", "task.repeats=1",
                f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-2000:]

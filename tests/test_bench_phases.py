@@ -16,7 +16,7 @@ PHASES = ("workload.phases=[{name:greedy-c1,concurrency:1,token_budget:8,samplin
           "{name:mixed-c2,concurrency:2,token_budget:8,"
           "sampling_mix:[{temperature:0,share:0.5},{temperature:1.0,share:0.5}]}]")
 RUN = ("+workload=en", "workload.num_prompts=null", "workload.max_new_tokens=4", PHASES, "task.warmup=1",
-       "task.repeats=1", "gamma=[2]", "workload.tasks=[chat-lines]")
+       "task.repeats=1", "gamma=[2]", "workload.categories=[chat-lines]")
 
 
 @pytest.mark.slow(reason="two real bench runs in phases (interleaved and blocked designs)")

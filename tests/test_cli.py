@@ -26,6 +26,8 @@ HYDRA_APPS = [
     pytest.param("policies.train", ["train.max_deph=4"], "error: train.max_deph is not a key of the config"),
     ("harness", ["task=trace", "task.max_depth=8"], "error: task.max_depth is now task.max_gamma: the draft length is "
      "named gamma everywhere (give task.max_gamma=...)"),
+    ("harness", ["+workload=en", "workload.tasks=[chat]"], "error: workload.tasks is now workload.categories: what a "
+     "prompt asks for is its category (task= is the job) (give workload.categories=...)"),
     pytest.param("policies.evaluate", ["models=llama-9b"], "error: models='llama-9b' is unknown: choose one of"),
     ("harness", ["-m", "+workload=it,en", "workload.num_prompts=2"],  # Hydra's own error spans several lines
      "error: workload.num_prompts=2 cannot be set while +workload=... is swept"),

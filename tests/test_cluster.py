@@ -22,8 +22,9 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow(reason="sweeps through sbatch on the one-node cluster")]
 
-SMALL = ["++workload.tasks=[chat-lines]", "++workload.num_prompts=3", "++workload.max_new_tokens=8", "task.warmup=1"]
-LONG = ["++workload.tasks=[chat-lines]", "++workload.num_prompts=8", "++workload.max_new_tokens=64",
+SMALL = ["++workload.categories=[chat-lines]", "++workload.num_prompts=3", "++workload.max_new_tokens=8",
+         "task.warmup=1"]
+LONG = ["++workload.categories=[chat-lines]", "++workload.num_prompts=8", "++workload.max_new_tokens=64",
         "task.warmup=1"]  # 3-7 s per point
 
 

@@ -60,7 +60,7 @@ def test_bad_coverage_settings_fail_in_one_line_before_any_model(harness_in_proc
 
 @pytest.mark.slow(reason="a pilot and a planned bench run through the CLI")
 def test_a_planned_run_measures_a_pilot_then_the_prompts_its_target_needs(cli, tmp_path):
-    proc = cli("+workload=en", "workload.tasks=[chat-lines]", "workload.max_new_tokens=6", "task.repeats=2",
+    proc = cli("+workload=en", "workload.categories=[chat-lines]", "workload.max_new_tokens=6", "task.repeats=2",
                "task.warmup=0", "gamma=[2]",
                "task.target_mde=0.5", "task.pilot_prompts=4", run_dir=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -74,9 +74,9 @@ def test_a_planned_run_measures_a_pilot_then_the_prompts_its_target_needs(cli, t
 
 @pytest.mark.slow(reason="a bench run and its confirmation on fresh prompts through the CLI")
 def test_the_top_estimate_is_confirmed_on_prompts_the_grid_never_saw(cli, tmp_path):
-    proc = cli("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=3", "workload.max_new_tokens=6",
-               "task.repeats=2",
-               "task.warmup=0", "gamma=[2,4]", "task.confirm_prompts=2", run_dir=tmp_path)
+    proc = cli("+workload=en", "workload.categories=[chat-lines]", "workload.num_prompts=3",
+               "workload.max_new_tokens=6", "task.repeats=2", "task.warmup=0", "gamma=[2,4]", "task.confirm_prompts=2",
+               run_dir=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = rundir.SUMMARY.read(tmp_path)
     top = summary["ranking"]["output_throughput"]["best"]

@@ -91,7 +91,7 @@ def test_bench_settings_accept_or_fail_in_one_line(bench_cfg, tmp_path, key, val
 
 @pytest.fixture(scope="module")
 def workload_cfg():
-    return _compose("+workload=en", "workload.tasks=[chat-lines]", "workload.num_prompts=null",
+    return _compose("+workload=en", "workload.categories=[chat-lines]", "workload.num_prompts=null",
                     "workload.prompt_tokens=null").workload
 
 

@@ -29,7 +29,7 @@ NGRAM = "ngram-mod:gamma=8"
 # Three English rewriting prompts (an answer copies much of its prompt: n-grams to draft from), 24 new tokens, greedy,
 # AR against ngram-mod γ 8 looking drafts up by 4-grams; smollm2's Q4_1 GGUF.
 SMOKE = ["models=smollm2", "engine=llamacpp", "engine.spec_type=ngram-mod", "engine.ngram_mod_n_match=4", "gamma=[8]",
-         "+workload=en", "workload.tasks=[rewrite]", "workload.num_prompts=3", "workload.task_max_new_tokens=24",
+         "+workload=en", "workload.categories=[rewrite]", "workload.num_prompts=3", "workload.task_max_new_tokens=24",
          "workload.sampling.temperature=0", "task.repeats=1", "task.warmup=1"]
 
 

@@ -141,7 +141,7 @@ def test_the_configured_pair_drafts_by_prompt_lookup_and_greedy_stays_autoregres
     from spectune.measure.point import open_engine, requests_of
     from workloads.loader import load_workload
 
-    cfg = compose_config("+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=6",
+    cfg = compose_config("+workload=en", "workload.categories=[rewrite,code]", "workload.num_prompts=6",
                          "workload.sampling.temperature=0")
     models = load_models(cfg.models, cfg.hardware)
     workload = load_workload(cfg.workload, models.tokenizer)

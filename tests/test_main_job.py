@@ -1,4 +1,4 @@
-"""The main job, ``python -m harness +workload=it``: real work (the six task categories, in the short profile on the
+"""The main job, ``python -m harness +workload=it``: real work (the six prompt categories, in the short profile on the
 embedded tiny pair), a table broken down by category, and a log that a person can read with stderr in a file."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from spectune.run.progress import LOG_EVERY_S
 from tests.conftest import REPO
+from workloads.categories import CATEGORIES, CHAT_LINES
 from workloads.loader import load_workload
-from workloads.task_sets import CHAT_LINES, TASKS
 
 OTHER_TASKS = ("tune", "coverage", "acceptance", "trace", "profile", "verify", "predict", "train", "evaluate")
 
@@ -25,8 +25,8 @@ def test_the_main_job_measures_the_six_categories_in_the_short_profile_on_the_ti
     cfg = compose_config(f"+workload={workload}")
     assert cfg.task.name == "bench" and cfg.models.name == "tiny" and cfg.models.prompt_profile == "short"
     w = cfg.workload
-    assert tuple(w.tasks) == TASKS and w.profile == "short"
-    assert w.num_prompts % len(TASKS) == 0 and w.num_prompts // len(TASKS) >= 4  # a few units per category
+    assert tuple(w.categories) == CATEGORIES and w.profile == "short"
+    assert w.num_prompts % len(CATEGORIES) == 0 and w.num_prompts // len(CATEGORIES) >= 4  # a few units per category
     assert w.task_max_new_tokens == cfg.models.task_max_new_tokens < 128  # the pair's, not the profile's 128
 
 
@@ -35,15 +35,15 @@ def test_every_other_task_keeps_the_dialogue_lines(compose_config):
     workload they had: 16 chat lines of up to 48 new tokens."""
     workloads = [compose_config(f"task={task}", "+workload=it").workload for task in OTHER_TASKS]
     for w in workloads:
-        assert list(w.tasks) == [CHAT_LINES] and w.num_prompts == 16 and w.max_new_tokens == 48
+        assert list(w.categories) == [CHAT_LINES] and w.num_prompts == 16 and w.max_new_tokens == 48
 
 
 def test_the_main_jobs_prompts_hold_every_category_in_equal_shares(compose_config, tokenizer):
     cfg = compose_config("+workload=it")
     wl = load_workload(cfg.workload, tokenizer)
-    each = cfg.workload.num_prompts // len(TASKS)
-    assert Counter(p.task for p in wl.prompts) == dict.fromkeys(TASKS, each)
-    assert [p.task for p in wl.prompts[:len(TASKS)]] == list(TASKS)  # interleaved: every prefix is balanced
+    each = cfg.workload.num_prompts // len(CATEGORIES)
+    assert Counter(p.category for p in wl.prompts) == dict.fromkeys(CATEGORIES, each)
+    assert [p.category for p in wl.prompts[:len(CATEGORIES)]] == list(CATEGORIES)  # interleaved: prefixes balanced
     assert wl.max_new_tokens == cfg.workload.task_max_new_tokens
     assert all(64 <= len(p.input_ids) <= 368 for p in wl.prompts)  # the short profile's band
 
@@ -72,8 +72,8 @@ def test_the_main_job_logs_a_few_progress_lines_and_prints_the_table_by_category
     assert all("\r" not in line for line in text.splitlines() if not line.startswith("Loading weights")), text[-2000:]
 
     out = proc.stdout
-    assert "per task (Spec-Bench style)" in out
-    for task in TASKS:  # one row per (method, category), each over its 2 prompts
-        assert re.search(rf"^(ar|fixed:gamma=2)?\s+{task}\s+2\s", out, re.MULTILINE), (task, out[-3000:])
+    assert "per category (Spec-Bench style)" in out
+    for category in CATEGORIES:  # one row per (method, category), each over its 2 prompts
+        assert re.search(rf"^(ar|fixed:gamma=2)?\s+{category}\s+2\s", out, re.MULTILINE), (category, out[-3000:])
     summary = json.loads((run / "summary.json").read_text())
-    assert {r["task"] for r in summary["by_task"]} == {*TASKS, "all"}
+    assert {r["category"] for r in summary["by_category"]} == {*CATEGORIES, "all"}

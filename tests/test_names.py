@@ -1,9 +1,11 @@
-"""One name for the draft length (spectune.names): files written while it was also called "depth" read with the new
-names, old policy files decide exactly as before, and the mapping is applied once (new files pass unchanged)."""
+"""One name per idea (spectune.names): files written while the draft length was also called "depth", or the prompt
+category a "task", read with the new names, old policy files decide exactly as before, and the mapping is applied once
+(new files pass unchanged)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,8 @@ def _old_names(columns) -> list[str]:
 
 def test_the_mapping_names_no_new_name_with_an_old_one():
     assert not set(names.KEYS.values()) & set(names.KEYS)
-    assert all("depth" in old and "depth" not in new for old, new in names.KEYS.items())
+    assert all("depth" in old and "depth" not in new for old, new in names.GAMMA_KEYS.items())
+    assert all("task" in old and "categor" in new for old, new in names.CATEGORY_KEYS.items())
     assert all("depth" in old and "depth" not in new for old, new in names.CONFIG_KEYS.items())
     assert all(not set(m.values()) & set(m) for m in names.VALUES.values())
 
@@ -140,3 +143,64 @@ def test_files_written_now_read_back_as_written(tmp_path):
                                           ("task.max_gamma", None), ("task.depth", None)])
 def test_an_old_config_key_names_its_new_name(old, new):
     assert names.renamed_config_key(old) == new
+
+
+OLD_BENCH = REPO / "bench" / "results" / "lookup-timed-smollm2-cpu-20261205" / "greedy-en"  # written 2026-12-05
+OLD_EVALUATE = REPO / "bench" / "results" / "adaptive-suffix-smollm2-cpu-20261206" / "evaluate-en"  # by_task.parquet
+
+
+def test_a_committed_run_of_before_categories_reads_with_a_category_column(tmp_path):
+    """A bench run written while the category was called a task (requests' ``task`` column, summary.json's
+    ``by_task`` rows keyed ``task``, the workload's ``source.tasks``), copied as it is: every reader gives
+    ``category``, and the per-category table recomputed from its records has the committed summary's numbers."""
+    import pyarrow.parquet as pq
+
+    from analysis.load import load_requests
+    from spectune.stats.by_category import by_category, durations_of
+
+    run = tmp_path / "old"
+    shutil.copytree(OLD_BENCH, run)
+    assert "task" in pq.read_schema(run / "requests.parquet").names  # as written: the old name
+    raw = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert "by_task" in raw and "by_category" not in raw
+    requests = rundir.REQUESTS.read(run)
+    assert "category" in requests and "task" not in requests
+    assert set(requests["category"]) == {"chat", "summarise", "qa", "translate", "rewrite", "code"}
+    assert set(load_requests(run)["category"]) == set(requests["category"])
+    summary = rundir.SUMMARY.read(run)
+    assert "by_task" not in summary and all("task" not in r for r in summary["by_category"])
+    assert rundir.METADATA.read(run)["workload"]["source"]["categories"] == raw_source_tasks(run)
+    assert rundir.METADATA.read(run)["task"] == "bench"  # the job keeps its name
+    table = by_category(requests, rundir.CYCLES.read(run), durations_of(summary["points"]),
+                        unit_size=int(summary["statistics"]["unit_size"]))
+    committed = pd.DataFrame(summary["by_category"])
+    assert list(table["category"]) == list(committed["category"])
+    for column in ("requests", "output_tokens", "decode_tokens", "speedup", "decode_speedup"):
+        assert table[column].tolist() == pytest.approx(committed[column].tolist()), column
+
+
+def raw_source_tasks(run: Path) -> list[str]:
+    return json.loads((run / "metadata.json").read_text(encoding="utf-8"))["workload"]["source"]["tasks"]
+
+
+def test_an_evaluate_run_of_before_categories_reads_its_by_task_file_as_by_category(tmp_path):
+    run = tmp_path / "old"
+    run.mkdir()
+    shutil.copy(OLD_EVALUATE / "by_task.parquet", run / "by_task.parquet")
+    table = rundir.BY_CATEGORY.read(run)
+    assert rundir.BY_CATEGORY.exists(run) and "category" in table and "task" not in table
+    assert "all" in set(table["category"])
+
+
+def test_a_per_category_row_is_renamed_and_the_job_is_not():
+    old = {"task": "bench", "by_task": [{"method": "ar", "task": "qa"}], "cells": [{"by_task": [{"task": "all"}]}],
+           "alpha_per_prompt": [{"id": "p", "task": "code"}], "workload": {"source": {"tasks": ["qa"]}}}
+    new = names.upgrade(old)
+    assert new == {"task": "bench", "by_category": [{"method": "ar", "category": "qa"}],
+                   "cells": [{"by_category": [{"category": "all"}]}],
+                   "alpha_per_prompt": [{"id": "p", "category": "code"}],
+                   "workload": {"source": {"categories": ["qa"]}}}
+    assert names.upgrade(new) is new
+    frame = pd.DataFrame({"method": ["ar"], "task": ["qa"]})
+    assert list(names.upgrade_frame(frame).columns) == ["method", "category"]
+    assert names.renamed_config_key("workload.tasks") == "workload.categories"

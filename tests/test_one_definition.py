@@ -7,7 +7,8 @@ Tiny random pair (tests/tiny_models.py), T = 1 with keyed streams, seed 5, concu
 γ 4: every recorded cycle is replayed; exact equality, no tolerance.
 
 And in the source: a method label is built in one module (``spectune.methods``), the baseline's label spelled
-and a fixed γ's label recognised there only, and one function checks a γ value (``spectune.options.check_gamma``).
+and a fixed γ's label recognised there only, one function checks a γ value (``spectune.options.check_gamma``), and
+the built prompt categories are listed once (``workloads.categories.CATEGORIES``).
 """
 
 from __future__ import annotations
@@ -181,3 +182,19 @@ def test_one_function_checks_a_gamma_value():
     defined = [module for module, tree in _trees().items() for node in ast.walk(tree)
                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "check_gamma"]
     assert defined == ["spectune.options"], defined
+
+
+def test_the_prompt_categories_are_listed_once():
+    """The six built categories, as a literal of all six names, only in workloads.categories; everything else
+    imports ``CATEGORIES``."""
+    from workloads.categories import CATEGORIES
+
+    listed = [f"{module}:{node.lineno}" for module, tree in _trees().items() for node in ast.walk(tree)
+              if isinstance(node, ast.Tuple | ast.List | ast.Set)
+              and set(CATEGORIES) <= {e.value for e in node.elts if isinstance(e, ast.Constant)}]
+    assert listed == [f"workloads.categories:{_line_of('CATEGORIES = (')}"], listed
+
+
+def _line_of(start: str) -> int:
+    lines = (REPO / "workloads" / "categories.py").read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.startswith(start))

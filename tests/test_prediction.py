@@ -10,7 +10,7 @@ import pytest
 from spectune.costmodel.cycle import CycleCost
 from spectune.engine.proposers.lookup import PromptLookup
 from spectune.engine.proposers.replay import GreedyOutput, replay
-from spectune.measure.prediction import by_task, price
+from spectune.measure.prediction import by_category, price
 
 
 class LinearCosts(CycleCost):
@@ -42,16 +42,16 @@ def test_replay_counts_cycles_proposals_and_copyable_tokens_by_hand():
 
 
 def test_predicted_speedup_is_a_ratio_of_summed_seconds_and_all_is_the_tasks_sum():
-    table = by_task(price(replay(outputs(), PromptLookup(max_n=3), [2]), LinearCosts(), search_s=0.0))
-    rows = {row.task: row for row in table.itertuples()}
-    assert list(table["task"]) == ["a", "b", "all"]
+    table = by_category(price(replay(outputs(), PromptLookup(max_n=3), [2]), LinearCosts(), search_s=0.0))
+    rows = {row.category: row for row in table.itertuples()}
+    assert list(table["category"]) == ["a", "b", "all"]
     # a: 3 decode tokens at 11 each against one cycle: verify(2) + overhead = 13
     assert rows["a"].ar_s == 33 and rows["a"].spec_s == 13 and rows["a"].predicted_speedup == pytest.approx(33 / 13)
     assert rows["a"].acceptance_length == 3 and rows["a"].copyable_fraction == 0.75
     # b: two cycles with no proposal cost exactly two autoregressive steps
     assert rows["b"].ar_s == rows["b"].spec_s == 22 and rows["b"].no_proposal_share == 1
     assert rows["all"].ar_s == 55 and rows["all"].spec_s == 35 and rows["all"].cycles == 3
-    assert rows["all"].predicted_speedup == pytest.approx(55 / 35)  # from the sums, not a mean of the task rows
+    assert rows["all"].predicted_speedup == pytest.approx(55 / 35)  # from the sums, not a mean of the category rows
     assert rows["all"].copyable_fraction == pytest.approx(3 / 7)
 
 
@@ -71,33 +71,33 @@ def test_measured_search_seconds_are_kept_per_row_and_priced_per_cycle():
 # ---- task=predict on the embedded tiny pair -----------------------------------------------------------------
 
 PREDICT = ["task=predict", "proposer=lookup", "+workload=en", "workload.sampling.temperature=0",
-           "workload.tasks=[rewrite,code]", "workload.num_prompts=4", "workload.task_max_new_tokens=24"]
+           "workload.categories=[rewrite,code]", "workload.num_prompts=4", "workload.task_max_new_tokens=24"]
 
 
 @pytest.mark.slow(reason="measures a profile, then decodes 4 prompts greedily and runs the engine at two γ (~30 s)")
 def test_task_predict_replays_the_engines_greedy_lookup_and_prices_it_with_a_profile(harness_in_process, compose_config,
                                                                                      tmp_path):
     """A profile measured here (task=profile, batch 1, up to 4 drafts), then task=predict at γ 2 and 4: each request's
-    replayed cycles are the live engine's with prompt lookup at that γ, and the overall row is the tasks' sum."""
+    replayed cycles are the live engine's with prompt lookup at that γ, and the overall row is the categories' sum."""
     from spectune.engine.policy import FixedGamma
     from spectune.measure.point import requests_of
     from spectune.run import rundir
     from workloads.setup import open_setup
 
     profiled = tmp_path / "profile"
-    assert harness_in_process(profiled, "task=profile", "+workload=en", "workload.tasks=[rewrite,code]",
+    assert harness_in_process(profiled, "task=profile", "+workload=en", "workload.categories=[rewrite,code]",
                               "workload.num_prompts=2", "task.batch_sizes=[1]", "task.max_gamma=4",
                               "task.repeats=1", "task.warmup=0") == 0
     run_dir = tmp_path / "predict"
     assert harness_in_process(run_dir, *PREDICT, "task.gammas=[2,4]",
                               f"task.profile={rundir.PROFILE.path(profiled)}") == 0
     frame, summary = rundir.PREDICTION.read(run_dir), rundir.PREDICTION_SUMMARY.read(run_dir)
-    table = pd.DataFrame(summary["by_task"])
-    assert sorted(set(table["task"])) == ["all", "code", "rewrite"] and (table["predicted_speedup"] > 0).all()
+    table = pd.DataFrame(summary["by_category"])
+    assert sorted(set(table["category"])) == ["all", "code", "rewrite"] and (table["predicted_speedup"] > 0).all()
     for gamma, rows in table.groupby("gamma"):
-        tasks, overall = rows[rows["task"] != "all"], rows[rows["task"] == "all"].iloc[0]
+        parts, overall = rows[rows["category"] != "all"], rows[rows["category"] == "all"].iloc[0]
         for column in ("output_tokens", "cycles", "no_proposal", "ar_s", "spec_s"):
-            assert overall[column] == pytest.approx(tasks[column].sum()), (gamma, column)
+            assert overall[column] == pytest.approx(parts[column].sum()), (gamma, column)
         assert overall["predicted_speedup"] == pytest.approx(overall["ar_s"] / overall["spec_s"])
 
     setup = open_setup(compose_config(*PREDICT), "predict")

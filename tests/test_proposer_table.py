@@ -1,4 +1,4 @@
-"""The per-task tables of every smollm2 draft (analysis.proposer_table) and the timed-versus-predicted tables of the
+"""The per-category tables of every smollm2 draft (analysis.proposer_table) and the timed-versus-predicted tables of the
 model-free drafts' pages (analysis.timed_vs_predicted) are what the committed run directories give."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_a_cell_is_read_from_its_run_and_a_missing_run_reads_not_timed(tmp_path)
         shutil.copytree(PREDICTED / name, root / PREDICTED.name / name)
     summary_path = root / LOOKUP.name / "greedy-en" / "summary.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    for row in summary["by_task"]:
+    for row in summary["by_task"]:  # the committed file as written, before categories were named so
         if row["method"] == "fixed:gamma=8" and row["task"] == "code":
             row.update(decode_speedup=9.87, decode_speedup_ci95_lo=9.5, decode_speedup_ci95_hi=10.25)
     summary_path.write_text(json.dumps(summary), encoding="utf-8")

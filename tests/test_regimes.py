@@ -22,9 +22,9 @@ SIX = ["chat", "summarise", "qa", "translate", "rewrite", "code"]
 
 def composed(*overrides: str):
     """The config of ``overrides``; ``+workload=en`` on its dialogue lines (16 of them unless the overrides say how
-    many), which these tests' counts assume (the bundled workloads' default is the six task categories)."""
+    many), which these tests' counts assume (the bundled workloads' default is the six built categories)."""
     if "+workload=en" in overrides:
-        lines = ["workload.tasks=[chat-lines]"]
+        lines = ["workload.categories=[chat-lines]"]
         lines += [] if any(o.startswith("workload.num_prompts=") for o in overrides) else ["workload.num_prompts=16"]
         overrides = (*overrides, *lines)
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
@@ -61,7 +61,7 @@ def test_a_sampling_mix_gives_each_request_its_settings_and_the_records_carry_th
 
 def test_the_shifting_workload_is_four_phases_of_six_tasks_in_equal_budgets(tokenizer) -> None:
     """shift-en on the tiny pair (short profile: 128 new tokens): four phases of 3072 tokens, 24 fresh prompts each,
-    every task 4 times in each, greedy / T = 1 / greedy / T = 1 at concurrency 1, 1, 4, 4, in the listed order;
+    every category 4 times in each, greedy / T = 1 / greedy / T = 1 at concurrency 1, 1, 4, 4, in the listed order;
     shift-it is the same in Italian."""
     wl = load_workload(composed("+workload=shift-en").workload, tokenizer)
     assert wl.max_new_tokens == 128 and len(wl.prompts) == 96 and len({p.id for p in wl.prompts}) == 96
@@ -69,7 +69,7 @@ def test_the_shifting_workload_is_four_phases_of_six_tasks_in_equal_budgets(toke
     assert phases == ["greedy-c1", "t1-c1", "greedy-c4", "t1-c4"]
     for name, temperature in zip(phases, (0, 1.0, 0, 1.0), strict=True):
         mine = [p for p in wl.prompts if p.phase == name]
-        assert len(mine) == 24 and Counter(p.task for p in mine) == dict.fromkeys(SIX, 4)
+        assert len(mine) == 24 and Counter(p.category for p in mine) == dict.fromkeys(SIX, 4)
         assert {p.sampling.temperature for p in mine} == {temperature}
     described = wl.describe()
     assert described["phase_order"] == "listed"
@@ -125,7 +125,8 @@ def test_phases_and_mixes_compose_in_a_sweep() -> None:
     (["+workload=en", "workload.num_prompts=null", "workload.phases=[{name:a,concurrency:1}]"],
      "workload.phases[0].token_budget is missing"),
     (["+workload=en", "workload.num_prompts=null",
-      "workload.phases=[{name:a,concurrency:1,token_budget:8,tasks:[code]}]"], "workload.phases[0].tasks=['code']"),
+      "workload.phases=[{name:a,concurrency:1,token_budget:8,categories:[code]}]"],
+     "workload.phases[0].categories=['code']"),
     (["+workload=en", "workload.num_prompts=null",
       "workload.phases=[{name:a,concurrency:1,token_budget:8},{name:a,concurrency:2,token_budget:8}]"],
      "has the name 'a' twice"),

@@ -82,7 +82,7 @@ def test_the_map_drives_each_row_by_its_regime_and_bad_maps_fail_in_one_line(tmp
 PHASES = ("workload.phases=[{name:greedy-c1,concurrency:1,token_budget:8,sampling_mix:[{temperature:0,share:1.0}]},"
           "{name:t1-c2,concurrency:2,token_budget:8,sampling_mix:[{temperature:1.0,share:1.0}]}]")
 RUN = ("+workload=en", "workload.num_prompts=null", "workload.max_new_tokens=4", PHASES, "task.warmup=1",
-       "task.repeats=1", "gamma=[1,2]", "workload.tasks=[chat-lines]")
+       "task.repeats=1", "gamma=[1,2]", "workload.categories=[chat-lines]")
 
 
 @pytest.mark.slow(reason="a real bench run in two phases on the embedded tiny pair")

@@ -191,7 +191,7 @@ def test_the_configured_pair_drafts_by_suffix_with_a_frozen_training_corpus(comp
     from spectune.measure.point import requests_of
     from workloads.setup import open_setup
 
-    base = ["+workload=en", "workload.tasks=[rewrite,code]", "workload.num_prompts=4",
+    base = ["+workload=en", "workload.categories=[rewrite,code]", "workload.num_prompts=4",
             "workload.task_max_new_tokens=16", "workload.sampling.temperature=0"]
     trained = open_setup(compose_config(*base, "proposer=suffix"), "test")
     bare = open_setup(compose_config(*base, "proposer=suffix", "proposer.corpus=none"), "test")

@@ -57,7 +57,7 @@ def real() -> tuple:
     from workloads.loader import load_workload
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["+workload=en", "workload.tasks=[chat-lines]"])
+        cfg = compose(config_name="config", overrides=["+workload=en", "workload.categories=[chat-lines]"])
     pair = load_pair(cfg.models, cfg.hardware)
     return pair, load_workload(cfg.workload, pair.tokenizer)
 

@@ -19,9 +19,10 @@ LANGS = ("it", "en", "zh", "es")
 
 
 def composed(*overrides: str):
-    """The bundled chat-line files (``workload.tasks=[chat-lines]``: the main job's default is the task sets)."""
+    """The bundled chat-line files (``workload.categories=[chat-lines]``: the main job's default is the built
+    categories)."""
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=["workload.tasks=[chat-lines]", *overrides])
+        return compose(config_name="config", overrides=["workload.categories=[chat-lines]", *overrides])
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -1,4 +1,4 @@
-"""`python -m workloads.answers RUN_DIR`: what the target actually answered, per task, in a bench run.
+"""`python -m workloads.answers RUN_DIR`: what the target actually answered, per category, in a bench run.
 
 Speed-ups depend on what the target writes as much as on the prompt: a model that stops at once, answers in the
 wrong language or loops on one phrase is accepted differently from one that answers the task. For each request
@@ -14,13 +14,13 @@ of the run (one method, ``--method``, default ``ar``), from its recorded output 
 - **output tokens**;
 - **draft-vocabulary coverage** (a draft with a reduced vocabulary, :mod:`spectune.models.draft_vocab`, only): the
   share of output tokens the draft can propose at all; the rest can only come from the residual, so it bounds
-  what acceptance can reach on that task.
+  what acceptance can reach on that category.
 
-A request's task is its recorded ``task`` (runs before requests carried it: from its prompt id; other prompts are
-``chat-lines``). The table per (language, task) is logged and, with ``--out FILE.csv``, written per request;
-``task=bench`` puts it in ``summary.json`` (``answers_by_task``) and says under its tables which tasks the target
-did not perform (:func:`warnings`). On the tiny pair (a base model) these describe plumbing only: it does not
-follow instructions.
+A request's category is its recorded ``category`` (runs before requests carried it: from its prompt id; other
+prompts are ``chat-lines``). The table per (language, category) is logged and, with ``--out FILE.csv``, written per
+request; ``task=bench`` puts it in ``summary.json`` (``answers_by_category``) and says under its tables in which
+categories the target did not do what was asked (:func:`warnings`). On the tiny pair (a base model) these describe
+plumbing only: it does not follow instructions.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from spectune.errors import SpectuneError
 from spectune.methods import BASELINE
 from spectune.run import rundir
 from spectune.run.cli import ArgumentParser, run_command
-from workloads.task_sets import LANGUAGES, read_task_file
+from workloads.categories import LANGUAGES, read_category_file
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,9 @@ def output_language(text: str) -> str:
     return best if ranked[0] >= 2 and ranked[0] > ranked[1] else "unknown"
 
 
-def task_index(languages: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """{prompt id: its task record} for the task sets of ``languages``."""
-    return {r["id"]: r for lang in languages if lang in LANGUAGES for r in read_task_file(lang)}
+def category_index(languages: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """{prompt id: its record} for the built categories of ``languages``."""
+    return {r["id"]: r for lang in languages if lang in LANGUAGES for r in read_category_file(lang)}
 
 
 def draft_vocabulary(draft: Any) -> frozenset[int] | None:
@@ -102,17 +102,17 @@ def draft_vocabulary(draft: Any) -> frozenset[int] | None:
 
 def describe_answers(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max_new_tokens: int,
                      index: dict[str, dict[str, Any]], draft_ids: frozenset[int] | None = None) -> pd.DataFrame:
-    """One row per request: language, task, finish reason, output and expected language, repetition, length and,
+    """One row per request: language, category, finish reason, output and expected language, repetition, length and,
     with ``draft_ids`` (:func:`draft_vocabulary`), the share of its output tokens the draft can propose."""
     rows = []
-    recorded = "task" in requests
+    recorded = "category" in requests
     for r in requests.itertuples(index=False):
         rec = index.get(str(r.prompt_id))
         ids = [int(i) for i in r.output_ids]
         body = ids[:-1] if ids and ids[-1] in set(eos_ids) else ids
-        task = r.task if recorded and isinstance(r.task, str) else rec["task"] if rec else "chat-lines"
+        category = r.category if recorded and isinstance(r.category, str) else rec["task"] if rec else "chat-lines"
         rows.append({
-            "prompt_id": r.prompt_id, "language": r.language, "task": task,
+            "prompt_id": r.prompt_id, "language": r.language, "category": category,
             "finish": finish_reason(ids, max_new_tokens, eos_ids),
             "output_language": output_language(decode(body)),
             "expected_language": (rec or {}).get("target_language", r.language),
@@ -122,29 +122,29 @@ def describe_answers(requests: pd.DataFrame, decode: Any, eos_ids: list[int], ma
     return pd.DataFrame(rows)
 
 
-def by_task(answers: pd.DataFrame) -> pd.DataFrame:
-    """Per (language, task): requests, shares of stop / length, share in the expected language, medians, and the
+def by_category(answers: pd.DataFrame) -> pd.DataFrame:
+    """Per (language, category): requests, shares of stop / length, share in the expected language, medians, and the
     draft's vocabulary coverage of the output tokens (NaN for a draft over the whole vocabulary)."""
     g = answers.assign(stop=answers.finish == "stop", length=answers.finish == "length",
                        in_language=answers.output_language == answers.expected_language,
                        coverage=answers.get("draft_vocab_coverage", pd.Series(None, index=answers.index))
                        .astype(float))
-    return g.groupby(["language", "task"], sort=False).agg(
+    return g.groupby(["language", "category"], sort=False).agg(
         requests=("prompt_id", "size"), stop=("stop", "mean"), length=("length", "mean"),
         in_expected_language=("in_language", "mean"), repetition_p50=("repetition", "median"),
         output_tokens_p50=("output_tokens", "median"), draft_vocab_coverage=("coverage", "mean")).round(3)
 
 
-IN_LANGUAGE_MIN = 0.5  # below: most answers are not in the language the task asks for
+IN_LANGUAGE_MIN = 0.5  # below: most answers are not in the language the prompt asks for
 REPETITION_MAX = 0.3  # above (median 4-gram repetition): most answers loop
 
 
 def warnings(table: pd.DataFrame) -> list[str]:
-    """One line per (language, task) whose answers show that the target does not perform the task: most answers
-    in another language than asked, or looping; its speed-ups then describe that text, not the task."""
+    """One line per (language, category) whose answers show that the target does not do what its prompts ask: most
+    answers in another language than asked, or looping; its speed-ups then describe that text, not the category."""
     lines = []
-    for (lang, task), row in table.iterrows():
-        if task == "chat-lines":
+    for (lang, category), row in table.iterrows():
+        if category == "chat-lines":
             continue
         why = []
         if row["in_expected_language"] < IN_LANGUAGE_MIN:
@@ -152,16 +152,16 @@ def warnings(table: pd.DataFrame) -> list[str]:
         if row["repetition_p50"] > REPETITION_MAX:
             why.append(f"median 4-gram repetition {row['repetition_p50']:.2f}")
         if why:
-            lines.append(f"{task} ({lang}): the target does not seem to perform this task ({'; '.join(why)}): its "
-                         "numbers describe what it wrote instead")
+            lines.append(f"{category} ({lang}): the target does not seem to do what these prompts ask "
+                         f"({'; '.join(why)}): its numbers describe what it wrote instead")
     return lines
 
 
-def answers_by_task(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max_new_tokens: int,
-                    draft_ids: frozenset[int] | None = None) -> pd.DataFrame:
-    """:func:`by_task` of one method's requests of one repeat (a bench run's ``ar``, repeat 0)."""
-    index = task_index(set(requests["language"]))
-    return by_task(describe_answers(requests, decode, eos_ids, max_new_tokens, index, draft_ids))
+def answers_by_category(requests: pd.DataFrame, decode: Any, eos_ids: list[int], max_new_tokens: int,
+                        draft_ids: frozenset[int] | None = None) -> pd.DataFrame:
+    """:func:`by_category` of one method's requests of one repeat (a bench run's ``ar``, repeat 0)."""
+    index = category_index(set(requests["language"]))
+    return by_category(describe_answers(requests, decode, eos_ids, max_new_tokens, index, draft_ids))
 
 
 def reading(tokenizer: Any) -> tuple[Any, list[int]]:
@@ -201,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{', '.join(sorted(requests['method'].unique()))}")
         decode, eos_ids = reading(_tokenizer(meta["config"]["models"]))
         answers = describe_answers(mine, decode, eos_ids, int(meta["workload"]["max_new_tokens"]),
-                                   task_index(set(mine["language"])))
+                                   category_index(set(mine["language"])))
         log.info("answers of %s in %s (models=%s):\n%s", args.method, args.run_dir, meta["config"]["models"]["name"],
-                 by_task(answers).to_string())
+                 by_category(answers).to_string())
         if args.out is not None:
             answers.to_csv(args.out, index=False)
             log.info("per request: %s", args.out)

@@ -4,25 +4,25 @@
 
 - ``jsonl``: a JSON-lines file with one object per line and a text field (``field``, default
   ``prompt``; ``id`` optional). Bundled sets are such files. Point any workload at your own file with
-  ``+workload=en 'workload.tasks=[chat-lines]' workload.path=/my/prompts.jsonl`` (relative paths: the current
+  ``+workload=en 'workload.categories=[chat-lines]' workload.path=/my/prompts.jsonl`` (relative paths: the current
   directory first, then the repo root; set ``workload.language`` and ``workload.prompt_tokens=null`` as needed).
 - ``hf``: ``datasets.load_dataset(path, subset, split=split)`` and the column ``field`` — any hub or local
-  dataset (``+workload=en 'workload.tasks=[chat-lines]' workload.source=hf workload.path=... workload.split=test
+  dataset (``+workload=en 'workload.categories=[chat-lines]' workload.source=hf workload.path=... workload.split=test
   workload.field=text``).
   The dataset config name is the key ``subset`` because ``name`` is the workload's own name.
 - ``mix``: the bundled files of ``languages``, interleaved so every language gets an equal share.
 
-Tasks (:mod:`workloads.task_sets`): ``workload.tasks`` picks what the prompts ask for. ``chat-lines`` is the
-prompts of ``source`` above (the bundled chat-line files, or the user's: only this task reads them), the default of
-every task but the bench (the main job: the six task sets, ``conf/task/bench.yaml``); ``chat``, ``summarise``,
-``qa``, ``translate``, ``rewrite`` and ``code`` are the task sets of ``workloads/tasks/`` in the workload's
-language(s): ``+workload=it 'workload.tasks=[summarise,qa]'``. Several tasks (and languages) are interleaved so
-that every prefix of the workload holds each (language, task) in equal shares, each shuffled with the seed
-(with several tasks, each group is cut to the size of the smallest).
-Task prompts are cut to ``task_prompt_tokens`` counted on what the target is fed (rendered through its chat
+Categories (:mod:`workloads.categories`): ``workload.categories`` picks what the prompts ask for. ``chat-lines``
+is the prompts of ``source`` above (the bundled chat-line files, or the user's: only this category reads them), the
+default of every task but the bench (the main job: the six built categories, ``conf/task/bench.yaml``); ``chat``,
+``summarise``, ``qa``, ``translate``, ``rewrite`` and ``code`` are the categories built in ``workloads/tasks/`` in
+the workload's language(s): ``+workload=it 'workload.categories=[summarise,qa]'``. Several categories (and
+languages) are interleaved so that every prefix of the workload holds each (language, category) in equal shares,
+each shuffled with the seed (with several categories, each group is cut to the size of the smallest).
+Built categories' prompts are cut to ``task_prompt_tokens`` counted on what the target is fed (rendered through its chat
 template when it has one; null = the profile's band) and answer up to ``task_max_new_tokens`` tokens (null =
-the profile's budget: 256 long, 128 short); ``max_new_tokens`` is the chat lines' own (a workload with any task
-set uses the task budget for every prompt).
+the profile's budget: 256 long, 128 short); ``max_new_tokens`` is the chat lines' own (a workload with any built
+category uses that budget for every prompt).
 
 JSONL files are read line by line with the standard library: a malformed line, bytes that are not UTF-8, a
 record without its text or an empty text are reported by file and line number (Arrow's JSON reader, used here
@@ -51,8 +51,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
+from workloads.categories import CHAT_LINES, CategorySelection, category_languages, category_records, check_categories
 from workloads.regimes import Regimes, assign, read_regimes
-from workloads.task_sets import CHAT_LINES, TaskSelection, check_tasks, task_languages, task_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = REPO_ROOT / "workloads" / "prompts"
@@ -64,8 +64,8 @@ class Prompt:
     text: str
     input_ids: list[int]
     language: str
-    task: str = CHAT_LINES  # what the prompt asks for (workloads.task_sets); records can carry it
-    split: str | None = None  # train / select / evaluate for the task sets; None for chat lines
+    category: str = CHAT_LINES  # what the prompt asks for (workloads.categories); records carry it
+    split: str | None = None  # train / select / evaluate for the built categories; None for chat lines
     sampling: SamplingParams | None = None  # its own settings, from a sampling mix (None: the workload's)
     phase: str | None = None  # the workload phase it runs in (workloads.regimes; None: no phases)
 
@@ -94,9 +94,9 @@ class Workload:
             "seed": self.seed, "prompt_tokens": length_stats([len(p.input_ids) for p in self.prompts]),
             "chat_template": self.chat_template, **self.regimes.describe(),
         }
-        for key, attr in (("language", "language"), ("task", "task")):
+        for key, attr in (("language", "language"), ("category", "category")):
             values = list(dict.fromkeys(getattr(p, attr) for p in self.prompts))
-            values = sorted(values) if key == "language" else values  # tasks in workload order
+            values = sorted(values) if key == "language" else values  # categories in workload order
             if len(values) > 1:
                 out[f"prompt_tokens_by_{key}"] = {
                     v: length_stats([len(p.input_ids) for p in self.prompts if getattr(p, attr) == v])
@@ -290,29 +290,29 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     template_setting = _require(spec, "chat_template")
     templated = chat_template_use(template_setting, tokenizer)
 
-    for key in ("tasks", "profile", "splits", "task_prompt_tokens", "task_max_new_tokens"):
+    for key in ("categories", "profile", "splits", "task_prompt_tokens", "task_max_new_tokens"):
         _require(spec, key)
-    sel = check_tasks(spec)  # names, profile, splits, and a prompt in the band for every task: no tokenizer needed
-    regimes = read_regimes(spec, sampling, sel.tasks)
+    sel = check_categories(spec)  # names, profile, splits, a prompt in the band for each category: no tokenizer needed
+    regimes = read_regimes(spec, sampling, sel.categories)
 
     lines: dict[str, list[tuple[str, str]]] = {}  # the chat-line prompts by language
     src: dict[str, Any] = {}
-    if CHAT_LINES in sel.tasks:
+    if CHAT_LINES in sel.categories:
         lines, src = _chat_lines(spec, source, language, text_field)
-    langs = list(lines) if CHAT_LINES in sel.tasks else list(task_languages(spec))
-    groups: list[_Group] = []  # (language, task) in round order: languages, then tasks as listed
+    langs = list(lines) if CHAT_LINES in sel.categories else list(category_languages(spec))
+    groups: list[_Group] = []  # (language, category) in round order: languages, then categories as listed
     for lang in langs:
-        for task in sel.tasks:
-            if task == CHAT_LINES:
-                groups.append(_Group(lang, task, [(pid, text, None, None) for pid, text in lines[lang]]))
+        for category in sel.categories:
+            if category == CHAT_LINES:
+                groups.append(_Group(lang, category, [(pid, text, None, None) for pid, text in lines[lang]]))
             else:
-                groups.append(_Group(lang, task, [(r["id"], r["prompt"], r.get("messages"), r["split"])
-                                                  for r in task_records(lang, task, sel)]))
-    src["tasks"] = list(sel.tasks)
-    if sel.task_sets:
+                groups.append(_Group(lang, category, [(r["id"], r["prompt"], r.get("messages"), r["split"])
+                                                      for r in category_records(lang, category, sel)]))
+    src["categories"] = list(sel.categories)
+    if sel.built:
         src.update(profile=sel.profile, splits=list(sel.splits), task_prompt_tokens_band=list(sel.band))
         max_new = sel.max_new_tokens or max(
-            r["max_new_tokens"] for lang in langs for t in sel.task_sets for r in task_records(lang, t, sel))
+            r["max_new_tokens"] for lang in langs for c in sel.built for r in category_records(lang, c, sel))
 
     rng = random.Random(seed)
     per_group: list[list[Prompt]] = []
@@ -320,25 +320,26 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     for group in groups:
         prompts = _tokenise(group, tokenizer, templated, band, sel)
         dropped += len(group.records) - len(prompts)
-        if not prompts and group.task != CHAT_LINES:
-            raise SpectuneError(f"workload.tasks: {group.task} ({group.language}) yields no prompt in the band "
-                                f"{list(sel.band)} once tokenised for this target (task_prompt_tokens counts what "
+        if not prompts and group.category != CHAT_LINES:
+            raise SpectuneError(f"workload.categories: {group.category} ({group.language}) yields no prompt in the "
+                                f"band {list(sel.band)} once tokenised for this target (task_prompt_tokens counts what "
                                 "the target is fed); widen workload.task_prompt_tokens")
         if shuffle:
             rng.shuffle(prompts)
         per_group.append(prompts)
-    if len(sel.tasks) > 1:  # several tasks: every group cut to the shortest, so that every prefix has equal shares
+    if len(sel.categories) > 1:  # several: every group cut to the shortest, so that every prefix has equal shares
         shortest = min(len(g) for g in per_group)
         per_group = [g[:shortest] for g in per_group]
-    # Interleave the groups (languages x tasks): round i holds the i-th prompt of each; a single group is unchanged.
+    # Interleave the groups (languages x categories): round i holds the i-th prompt of each; one group is unchanged.
     merged = [p for row in _zip_longest(per_group) for p in row]
     if num is not None and num > len(merged):
         raise SpectuneError(f"workload.num_prompts={num} but only {len(merged)} prompts are available"
                             + (f" ({dropped} outside the token band)" if dropped else "")
-                            + (" (several tasks: each as many as the one with fewest)" if len(sel.tasks) > 1 else ""))
+                            + (" (several categories: each as many as the one with fewest)" if len(sel.categories) > 1
+                               else ""))
     src.update(available=len(merged), dropped_by_length=dropped, prompt_tokens_band=list(band) if band else None)
     chosen = [replace(merged[a.index], sampling=a.sampling, phase=a.phase)
-              for a in assign([p.task for p in merged], regimes, int(max_new), seed, num)]
+              for a in assign([p.category for p in merged], regimes, int(max_new), seed, num)]
     return Workload(name=name, language=language, prompts=chosen, max_new_tokens=int(max_new), sampling=sampling,
                     seed=seed, source=src, chat_template={"setting": template_setting, "applied": templated},
                     regimes=regimes)
@@ -347,13 +348,13 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
 @dataclass
 class _Group:
     language: str
-    task: str
+    category: str
     records: list[tuple[str, str, list[dict[str, str]] | None, str | None]]  # (id, text, turns, split)
 
 
 def _chat_lines(spec: dict[str, Any], source: Any, language: str,
                 text_field: str) -> tuple[dict[str, list[tuple[str, str]]], dict[str, Any]]:
-    """The prompts of ``source`` (the chat-lines task) by language, and the source's description."""
+    """The prompts of ``source`` (the chat-lines category) by language, and the source's description."""
     if source == "jsonl":
         path = resolve_path(_text(spec, "path"))
         return {language: read_jsonl(path, text_field)}, {"source": "jsonl", "path": str(path), "field": text_field}
@@ -375,15 +376,15 @@ def _chat_lines(spec: dict[str, Any], source: Any, language: str,
 
 
 def _tokenise(group: _Group, tokenizer: Any, templated: bool, band: tuple[int, int] | None,
-              sel: TaskSelection) -> list[Prompt]:
+              sel: CategorySelection) -> list[Prompt]:
     """The group's prompts in the length band. Chat lines: ``band`` on the raw text's tokens (the same prompts
-    whether rendered or not); task prompts: ``sel.band`` on the tokens the target is fed."""
+    whether rendered or not); built categories' prompts: ``sel.band`` on the tokens the target is fed."""
     prompts = []
     for pid, text, turns, split in group.records:
         ids = list(tokenizer(text)["input_ids"])
         if not ids:
             raise SpectuneError(f"prompt {pid!r} is empty once tokenised: a request needs at least one token")
-        if group.task == CHAT_LINES:
+        if group.category == CHAT_LINES:
             if band is not None and not band[0] <= len(ids) <= band[1]:
                 continue
             if templated:
@@ -393,7 +394,7 @@ def _tokenise(group: _Group, tokenizer: Any, templated: bool, band: tuple[int, i
                 ids = render(tokenizer, turns or text)
             if not sel.band[0] <= len(ids) <= sel.band[1]:
                 continue
-        prompts.append(Prompt(id=pid, text=text, input_ids=ids, language=group.language, task=group.task,
+        prompts.append(Prompt(id=pid, text=text, input_ids=ids, language=group.language, category=group.category,
                               split=split))
     return prompts
 

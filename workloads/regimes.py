@@ -8,10 +8,11 @@ of four. A workload can declare both shifts, seeded, so that a run measures them
   workload's ``sampling`` ones unless it gives its own. The shares are met exactly (largest remainder: 12 requests
   at 0.5/0.5 are 6 and 6) and which request gets which is a seeded shuffle. null: every request samples with
   ``workload.sampling``.
-- ``workload.phases``: a list of phases, each ``{name, concurrency, tasks, sampling_mix, token_budget}``. A phase
-  takes fresh prompts of its ``tasks`` (null: the workload's; each task in equal shares, as the workload interleaves
-  them) until they ask for ``token_budget`` output tokens (requests × max_new_tokens), samples them with its own
-  ``sampling_mix`` (null: the workload's), and runs at its ``concurrency`` (task=bench runs phase by phase).
+- ``workload.phases``: a list of phases, each ``{name, concurrency, categories, sampling_mix, token_budget}``. A
+  phase takes fresh prompts of its ``categories`` (null: the workload's; each in equal shares, as the workload
+  interleaves them) until they ask for ``token_budget`` output tokens (requests × max_new_tokens), samples them
+  with its own ``sampling_mix`` (null: the workload's), and runs at its ``concurrency`` (task=bench runs phase by
+  phase).
   ``workload.phase_order``: ``listed`` (as written) or ``shuffled`` (a seeded shuffle of the list); either way the
   order is decided before anything runs and recorded in the run's metadata (``workload.phases``, in run order).
 
@@ -32,7 +33,7 @@ from spectune.sampling import SamplingParams
 
 ORDERS = ("listed", "shuffled")
 MIX_KEYS = ("temperature", "top_k", "top_p", "share")
-PHASE_KEYS = ("name", "concurrency", "tasks", "sampling_mix", "token_budget")
+PHASE_KEYS = ("name", "concurrency", "categories", "sampling_mix", "token_budget")
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,11 @@ class SamplingShare:
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase of a workload: its requests' tasks and settings, its batch and its budget of output tokens."""
+    """One phase of a workload: its requests' categories and settings, its batch and its budget of output tokens."""
 
     name: str
     concurrency: int
-    tasks: tuple[str, ...]
+    categories: tuple[str, ...]
     mix: tuple[SamplingShare, ...]
     token_budget: int
 
@@ -61,7 +62,7 @@ class Phase:
         return math.ceil(self.token_budget / max_new_tokens)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "concurrency": self.concurrency, "tasks": list(self.tasks),
+        return {"name": self.name, "concurrency": self.concurrency, "categories": list(self.categories),
                 "sampling_mix": [m.describe() for m in self.mix], "token_budget": self.token_budget}
 
 
@@ -85,9 +86,9 @@ class Regimes:
         return out
 
 
-def read_regimes(spec: dict[str, Any], sampling: SamplingParams, tasks: Sequence[str]) -> Regimes:
+def read_regimes(spec: dict[str, Any], sampling: SamplingParams, categories: Sequence[str]) -> Regimes:
     """The regimes of a workload node (a plain dict), checked: each bad value a one-line error naming its key.
-    ``sampling`` is the workload's own settings, ``tasks`` its task selection; reads no model."""
+    ``sampling`` is the workload's own settings, ``categories`` its category selection; reads no model."""
     mix = read_mix(spec.get("sampling_mix"), "workload.sampling_mix", sampling)
     order = spec.get("phase_order", "listed")
     if order not in ORDERS:
@@ -101,7 +102,7 @@ def read_regimes(spec: dict[str, Any], sampling: SamplingParams, tasks: Sequence
     if spec.get("num_prompts") is not None:
         raise SpectuneError(f"workload.num_prompts={spec['num_prompts']!r} is invalid with workload.phases: each "
                             "phase's token_budget decides its prompts; set workload.num_prompts=null")
-    phases = [_phase(item, f"workload.phases[{i}]", sampling, mix, tuple(tasks)) for i, item in enumerate(node)]
+    phases = [_phase(item, f"workload.phases[{i}]", sampling, mix, tuple(categories)) for i, item in enumerate(node)]
     names = [p.name for p in phases]
     if len(set(names)) != len(names):
         twice = next(n for n in names if names.count(n) > 1)
@@ -143,13 +144,16 @@ def read_mix(node: Any, key: str, base: SamplingParams) -> tuple[SamplingShare, 
 
 
 def _phase(item: Any, key: str, sampling: SamplingParams, mix: tuple[SamplingShare, ...] | None,
-           tasks: tuple[str, ...]) -> Phase:
+           categories: tuple[str, ...]) -> Phase:
     if not isinstance(item, dict):
         raise SpectuneError(f"{key}={item!r} is invalid: a mapping of {', '.join(PHASE_KEYS)}")
     missing = [k for k in ("name", "concurrency", "token_budget") if k not in item]
     if missing:
         raise SpectuneError(f"{key}.{missing[0]} is missing: a phase sets name, concurrency and token_budget "
-                            "(tasks and sampling_mix: null takes the workload's)")
+                            "(categories and sampling_mix: null takes the workload's)")
+    if "tasks" in item:  # its name before 2026-12-06 (spectune.names)
+        raise SpectuneError(f"{key}.tasks is now {key}.categories: what a prompt asks for is its category "
+                            "(task= is the job)")
     unknown = sorted(set(item) - set(PHASE_KEYS))
     if unknown:
         raise SpectuneError(f"{key}.{unknown[0]} is not a key of a phase: allowed {', '.join(PHASE_KEYS)}")
@@ -160,15 +164,15 @@ def _phase(item: Any, key: str, sampling: SamplingParams, mix: tuple[SamplingSha
         value = item[field]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpectuneError(f"{key}.{field}={value!r} is invalid: must be an integer >= 1")
-    own = item.get("tasks")
+    own = item.get("categories")
     if own is None:
-        chosen = tasks
+        chosen = categories
     else:
         chosen = tuple(own) if isinstance(own, list | tuple) else (own,)
-        strange = [t for t in chosen if t not in tasks]
+        strange = [c for c in chosen if c not in categories]
         if not chosen or strange:
-            raise SpectuneError(f"{key}.tasks={own!r} is invalid: a non-empty list of the workload's tasks "
-                                f"({', '.join(tasks)}) or null")
+            raise SpectuneError(f"{key}.categories={own!r} is invalid: a non-empty list of the workload's categories "
+                                f"({', '.join(categories)}) or null")
     phase_mix = read_mix(item.get("sampling_mix"), f"{key}.sampling_mix", sampling) or mix
     return Phase(name, item["concurrency"], tuple(chosen), phase_mix or (SamplingShare(sampling, 1.0),),
                  item["token_budget"])
@@ -196,13 +200,14 @@ class Assignment:
     phase: str | None
 
 
-def assign(tasks: Sequence[str], regimes: Regimes, max_new_tokens: int, seed: int,
+def assign(categories: Sequence[str], regimes: Regimes, max_new_tokens: int, seed: int,
            count: int | None) -> list[Assignment]:
-    """The requests of a workload from its pool of prompts (``tasks[i]``: the task of pool prompt i, in the pool's
-    interleaved order). Without phases: the first ``count`` (None: all), each with its settings from the mix. With
-    phases, in run order: each phase's prompts are the next unused ones of its tasks, as many as its budget buys."""
+    """The requests of a workload from its pool of prompts (``categories[i]``: the category of pool prompt i, in the
+    pool's interleaved order). Without phases: the first ``count`` (None: all), each with its settings from the mix.
+    With phases, in run order: each phase's prompts are the next unused ones of its categories, as many as its
+    budget buys."""
     if not regimes.phases:
-        size = len(tasks) if count is None else count
+        size = len(categories) if count is None else count
         settings = (draw_settings(size, regimes.mix, f"{seed}:sampling") if regimes.mix is not None
                     else [None] * size)
         return [Assignment(i, s, None) for i, s in enumerate(settings)]
@@ -210,10 +215,10 @@ def assign(tasks: Sequence[str], regimes: Regimes, max_new_tokens: int, seed: in
     out: list[Assignment] = []
     for phase in regimes.phases:
         need = phase.requests(max_new_tokens)
-        mine = [i for i, task in enumerate(tasks) if i not in used and task in phase.tasks][:need]
+        mine = [i for i, c in enumerate(categories) if i not in used and c in phase.categories][:need]
         if len(mine) < need:
             raise SpectuneError(f"workload.phases: phase {phase.name!r} needs {need} prompts of "
-                                f"{', '.join(phase.tasks)} (token_budget {phase.token_budget} / max_new_tokens "
+                                f"{', '.join(phase.categories)} (token_budget {phase.token_budget} / max_new_tokens "
                                 f"{max_new_tokens}), the workload has {len(mine)} left: lower the token budgets, "
                                 "or widen the workload")
         used.update(mine)
@@ -227,13 +232,13 @@ def check_regimes(workload_cfg: Any) -> Regimes:
     a node without a sampling law or regimes (a hand-built one) has none."""
     from omegaconf import DictConfig, OmegaConf
 
-    from workloads.task_sets import check_tasks
+    from workloads.categories import check_categories
 
     spec = OmegaConf.to_container(workload_cfg, resolve=True) if isinstance(workload_cfg, DictConfig) \
         else dict(workload_cfg or {})
     if not isinstance(spec.get("sampling"), dict) or not ({"sampling_mix", "phases"} & set(spec)):
         return Regimes()
-    return read_regimes(spec, SamplingParams(**spec["sampling"]), check_tasks(spec).tasks)
+    return read_regimes(spec, SamplingParams(**spec["sampling"]), check_categories(spec).categories)
 
 
 def refuse_phases(workload_cfg: Any, task: str) -> None:

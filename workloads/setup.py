@@ -20,9 +20,9 @@ from spectune.errors import SpectuneError
 from spectune.measure.models import Models, load_models
 from spectune.measure.point import open_engine
 from spectune.run.metadata import base_metadata
+from workloads.categories import check_workload
 from workloads.loader import Workload, load_workload
 from workloads.regimes import refuse_phases
-from workloads.task_sets import check_workload
 
 
 @dataclass

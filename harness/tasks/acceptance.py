@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.acceptance import format_alpha_by_task
+from analysis.acceptance import format_alpha_by_category
 from spectune.engine.features import HiddenTap, reads_features
 from spectune.engine.kv import cache_argument
 from spectune.errors import SpectuneError
@@ -35,7 +35,7 @@ from spectune.run import rundir
 from spectune.run.metadata import base_metadata
 from spectune.run.progress import RunProgress
 from spectune.sampling import SamplingParams, sample, warp
-from spectune.stats.by_task import alpha_by_task
+from spectune.stats.by_category import alpha_by_category
 from spectune.stats.intervals import ratio_interval
 from workloads.answers import finish_reason, repetition_rate
 
@@ -202,8 +202,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         # α pools positions, so its interval treats prompts as the units of the pooled ratio
         "alpha_ci95_over_prompts": ratio_interval(sums, counts).as_dict(),
         # one row per prompt, in workload order: two drafts measured on the same prompts compare paired
-        "alpha_per_prompt": [{"id": p.id, "language": p.language, "task": p.task, "positions": int(n), "alpha": a,
-                              "finish": f, "repetition": r}
+        "alpha_per_prompt": [{"id": p.id, "language": p.language, "category": p.category, "positions": int(n),
+                              "alpha": a, "finish": f, "repetition": r}
                              for p, n, a, f, r in zip(wl.prompts, counts, per_prompt, finishes, repetition,
                                                       strict=True)],
         "alpha_by_position_index": by_index,
@@ -225,11 +225,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         "metadata": base_metadata(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    tasks = [p.task for p in wl.prompts]
-    if len(set(tasks)) > 1:
-        result["alpha_by_task"] = alpha_by_task(tasks, sums, counts)
-        for task, entry in result["alpha_by_task"].items():  # what the target did on the task
-            mine = [i for i, t in enumerate(tasks) if t == task]
+    categories = [p.category for p in wl.prompts]
+    if len(set(categories)) > 1:
+        result["alpha_by_category"] = alpha_by_category(categories, sums, counts)
+        for category, entry in result["alpha_by_category"].items():  # what the target did on the category
+            mine = [i for i, c in enumerate(categories) if c == category]
             entry["stop_share"] = sum(finishes[i] == "stop" for i in mine) / len(mine)
             entry["repetition_p50"] = float(torch.tensor([repetition[i] for i in mine]).median())
     path = rundir.ACCEPTANCE.write(run_dir, result)
@@ -243,8 +243,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
              f"positions p10 {sp['p10']:.3f}, p50 {sp['p50']:.3f}, p90 {sp['p90']:.3f})")
     if len(by_language) > 1:
         log.info("alpha by language: " + ", ".join(f"{k} {v:.4f}" for k, v in result["alpha_by_language"].items()))
-    if "alpha_by_task" in result:
-        log.info(format_alpha_by_task(result["alpha_by_task"]))
+    if "alpha_by_category" in result:
+        log.info(format_alpha_by_category(result["alpha_by_category"]))
     if features:
         log.info("alpha by draft step: " + ", ".join(f"{k + 1}: {v:.4f}"
                                                      for k, v in enumerate(result["alpha_by_draft_step"])))

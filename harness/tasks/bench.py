@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
+from analysis.bench_table import bench_table, format_category_table, format_ranking, format_table
 from harness.tasks.schemas import BenchFile, BenchTask
 from policies.registry import make_policy
 from spectune import hardware as hw
@@ -43,15 +43,15 @@ from spectune.methods import AA, AA_LABEL, AR, BASELINE, FIXED, Method
 from spectune.options import check_gamma, fresh_prompts, integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata
+from spectune.stats.by_category import by_category, categories_of, durations_of, records, several_categories
 from spectune.stats.by_phase import by_phase, format_phase_table
-from spectune.stats.by_task import by_task, durations_of, records, several_tasks, tasks_of
 from spectune.stats.client_cost import client_cost, client_cost_line
 from spectune.stats.compare import throughput_units
 from spectune.stats.goodput import parse_slo
 from spectune.stats.intervals import paired_ratio_interval
 from spectune.stats.units import unit_size_of, units_needed
+from workloads.categories import CHAT_LINES
 from workloads.regimes import check_regimes
-from workloads.task_sets import CHAT_LINES
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
                                 f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
                                 "shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                arrival, prompt.task, prompt.sampling, prompt.phase))
+                                arrival, prompt.category, prompt.sampling, prompt.phase))
     if settings.phases:  # a unit of the intervals never spans two phases
         for name, count in Counter(r.phase for r in requests).items():
             if count % settings.unit_size:
@@ -235,7 +235,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         grid = Grid([done.summaries[k] for k in keys], [done.requests[k] for k in keys],
                     [done.cycles[k] for k in keys])
         methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=settings.unit_size)
-        _log_table(methods, ranking, grid.points, task_breakdown(grid, settings.unit_size))
+        _log_table(methods, ranking, grid.points, category_breakdown(grid, settings.unit_size))
         log.info(f"results: {run_dir}")
         return _exit_code(methods, grid.points)
 
@@ -294,10 +294,10 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     tp = ranking.get("output_throughput", {})
     final = {"noise_floor_pct": tp.get("noise_floor_pct"), "statistics": tp.get("statistics"), "ranking": ranking,
              "methods": methods}
-    per_task = task_breakdown(grid, settings.unit_size)
+    per_category = category_breakdown(grid, settings.unit_size)
     answers = target_answers(grid, models, workload.max_new_tokens)
-    if per_task is not None:
-        final["by_task"] = per_task
+    if per_category is not None:
+        final["by_category"] = per_category
     per_phase = by_phase(grid.frames()[0])
     if per_phase:
         final["by_phase"] = per_phase
@@ -305,7 +305,7 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     if client:
         final["client_cost"] = client
     if answers is not None:
-        final["answers_by_task"] = records(answers.reset_index())
+        final["answers_by_category"] = records(answers.reset_index())
     _write(run_dir, workload.name, settings, grid, final)
     metadata["engine"] = engine.describe()  # as it ended: a server's restarts, a server that failed
     rundir.METADATA.write(run_dir, metadata)
@@ -321,7 +321,7 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     log.info(f"\nworkload={workload.name}  models={cfg.models.name}{note}  hardware={cfg.hardware.name}  "
              f"{batch}  {metadata['load']}  prompts={len(requests)}  "
              f"max_new_tokens={workload.max_new_tokens}  repeats={settings.repeats}")
-    _log_table(methods, ranking, grid.points, per_task, answers)
+    _log_table(methods, ranking, grid.points, per_category, answers)
     if per_phase:
         log.info("per phase (each phase's own span; speed-up over ar in the same phase, a point estimate):\n%s",
                  format_phase_table(per_phase))
@@ -403,42 +403,42 @@ def _confirm(top: str | None, fresh: list[Request], settings: BenchSettings, mea
     return against_ar(measure, method, fresh, unit_size=settings.unit_size)
 
 
-def task_breakdown(grid: Grid, unit_size: int) -> list[dict[str, Any]] | None:
-    """Per (method, task) rows (:func:`spectune.stats.by_task.by_task`) when the run holds several tasks, else
-    None: one task's breakdown is the overall table again."""
+def category_breakdown(grid: Grid, unit_size: int) -> list[dict[str, Any]] | None:
+    """Per (method, category) rows (:func:`spectune.stats.by_category.by_category`) when the run holds several
+    categories, else None: one category's breakdown is the overall table again."""
     req, cyc = grid.frames()
-    if not several_tasks(req):
+    if not several_categories(req):
         return None
-    return records(by_task(req, cyc, durations_of(grid.points), unit_size=unit_size))
+    return records(by_category(req, cyc, durations_of(grid.points), unit_size=unit_size))
 
 
 def target_answers(grid: Grid, models: Any, max_new_tokens: int) -> pd.DataFrame | None:
-    """What the target answered per (language, task) (:mod:`workloads.answers`), from the baseline's first repeat
+    """What the target answered per (language, category) (:mod:`workloads.answers`), from the baseline's first repeat
     (the first method's where the run has no baseline); None for a run of dialogue lines only, which ask for no
     task the target could fail to perform."""
-    from workloads.answers import answers_by_task, draft_vocabulary, reading
+    from workloads.answers import answers_by_category, draft_vocabulary, reading
 
     req, _ = grid.frames()
-    if not len(req) or set(tasks_of(req)) <= {CHAT_LINES}:
+    if not len(req) or set(categories_of(req)) <= {CHAT_LINES}:
         return None
     method = BASELINE if BASELINE in set(req["method"]) else str(req["method"].iloc[0])
     mine = req[req["method"] == method]
     mine = mine[mine["repeat"] == mine["repeat"].min()]
     decode, eos_ids = reading(models.tokenizer)
-    return answers_by_task(mine, decode, eos_ids, max_new_tokens, draft_vocabulary(models.pair.draft))
+    return answers_by_category(mine, decode, eos_ids, max_new_tokens, draft_vocabulary(models.pair.draft))
 
 
 def _log_table(methods: list[dict[str, Any]], ranking: dict[str, Any], points: list[dict[str, Any]],
-               per_task: list[dict[str, Any]] | None = None, answers: pd.DataFrame | None = None) -> None:
+               per_category: list[dict[str, Any]] | None = None, answers: pd.DataFrame | None = None) -> None:
     log.info(format_table(bench_table(methods, ranking)))
     for line in format_ranking(ranking, methods):
         log.info(line)
-    if per_task:
-        log.info("\n" + format_task_table(per_task))  # a blank line between the tables
+    if per_category:
+        log.info("\n" + format_category_table(per_category))  # a blank line between the tables
     if answers is not None:
         from workloads.answers import warnings
 
-        log.info("\nwhat the target answered per task (ar, first repeat):\n%s",
+        log.info("\nwhat the target answered per category (ar, first repeat):\n%s",
                  answers.dropna(axis=1, how="all").to_string())  # e.g. draft_vocab_coverage of a full-vocabulary draft
         for line in warnings(answers):
             log.warning(line)

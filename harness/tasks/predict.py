@@ -5,9 +5,9 @@ emits). From those outputs :mod:`spectune.engine.proposers.replay` replays promp
 ``proposer=suffix``: any proposer whose entry is replayable) at each γ of ``task.gammas`` exactly (greedy
 verification accepts a draft iff it is the target's own next token) and counts the copyable fraction; with a cost
 profile of the same pair on this machine (``task.profile``: a ``task=profile`` run's profile.json, or a shipped
-profile's name) it predicts the decode speed-up per task. Written down before the timed runs (``task=bench
+profile's name) it predicts the decode speed-up per category. Written down before the timed runs (``task=bench
 proposer=lookup``), the prediction is what they confirm or refute. Writes ``prediction.parquet`` (a row per request
-and γ), ``prediction.json`` (per task and γ, with an ``all`` row, and what the target wrote per task) and
+and γ), ``prediction.json`` (per category and γ, with an ``all`` row, and what the target wrote per category) and
 ``metadata.json``.
 """
 
@@ -25,11 +25,11 @@ from spectune.engine.proposers.replay import COPY_N, GreedyOutput, replay
 from spectune.engine.records import requests_frame
 from spectune.errors import SpectuneError
 from spectune.measure.point import requests_of
-from spectune.measure.prediction import by_task, price
+from spectune.measure.prediction import by_category, price
 from spectune.options import as_list, integer
 from spectune.run import rundir
 from spectune.run.progress import RunProgress
-from workloads.answers import answers_by_task, reading, warnings
+from workloads.answers import answers_by_category, reading, warnings
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +66,23 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     with RunProgress("greedy", len(requests)) as progress:
         finished = engine.run(requests, None, 1, on_finish=lambda _: progress.advance()).requests
     records = {r.request_id: r for r in finished}
-    outputs = [GreedyOutput(r.request_id, r.prompt_id, r.task, r.input_ids, records[r.request_id].output_ids,
+    outputs = [GreedyOutput(r.request_id, r.prompt_id, r.category, r.input_ids, records[r.request_id].output_ids,
                             r.max_new_tokens) for r in requests]
     frame = replay(outputs, engine.draft, gammas, engine.eos)
     if profile is not None:
         frame = price(frame, profile.costs(1))
-    table = by_task(frame)
+    table = by_category(frame)
     rundir.METADATA.write(run_dir, setup.metadata)
     rundir.PREDICTION.write(run_dir, frame)
     summary = {"proposer": {**OmegaConf.to_container(cfg.proposer, resolve=True),
                             "stop_ids": list(engine.draft.stop_ids)},
                "gammas": gammas, "copy_n": COPY_N, "profile": profile.label if profile else None,
                "synthetic": synthetic,
-               "by_task": table.to_dict(orient="records")}
+               "by_category": table.to_dict(orient="records")}
     # what the target wrote: a copy that is no answer (a translation left untranslated, a loop) is copyable too
-    answers = answers_by_task(requests_frame(finished), *reading(setup.models.tokenizer),
+    answers = answers_by_category(requests_frame(finished), *reading(setup.models.tokenizer),
                               setup.workload.max_new_tokens)
-    summary["answers_by_task"] = answers.reset_index().to_dict(orient="records")
+    summary["answers_by_category"] = answers.reset_index().to_dict(orient="records")
     path = rundir.PREDICTION_SUMMARY.write(run_dir, summary)
     for line in table_lines(table):
         log.info("%s", line)
@@ -93,12 +93,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
 
 def table_lines(table: Any) -> list[str]:
-    """The per-task prediction as printed: one line per (γ, task)."""
+    """The per-category prediction as printed: one line per (γ, category)."""
     priced = "predicted_speedup" in table
-    head = f"{'gamma':>5}  {'task':<10} {'requests':>8} {'tokens':>7} {'copyable':>8} {'acc.len':>7} {'no-prop':>7}"
+    head = f"{'gamma':>5}  {'category':<10} {'requests':>8} {'tokens':>7} {'copyable':>8} {'acc.len':>7} {'no-prop':>7}"
     lines = [head + (f" {'predicted':>9}" if priced else "")]
     for row in table.itertuples():
-        line = (f"{row.gamma:>5}  {row.task:<10} {row.requests:>8} {row.output_tokens:>7} "
+        line = (f"{row.gamma:>5}  {row.category:<10} {row.requests:>8} {row.output_tokens:>7} "
                 f"{row.copyable_fraction:>8.2f} {row.acceptance_length:>7.2f} {row.no_proposal_share:>7.2f}")
         lines.append(line + (f" {row.predicted_speedup:>8.2f}x" if priced else ""))
     return lines

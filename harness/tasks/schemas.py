@@ -27,7 +27,7 @@ class WorkloadDefaults:
     """``task.workload_defaults``: the workload keys a task measures by default (conf/workload/_bundled.yaml reads
     them; a ``workload.*`` override wins)."""
 
-    tasks: Any = MISSING  # a task set or a list of them
+    categories: Any = MISSING  # a prompt category or a list of them (workloads/categories.py)
     num_prompts: int | None = MISSING
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.bench_table import bench_table, format_ranking, format_table, format_task_table
-from harness.tasks.bench import BenchSettings, build_requests, task_breakdown
+from analysis.bench_table import bench_table, format_category_table, format_ranking, format_table
+from harness.tasks.bench import BenchSettings, build_requests, category_breakdown
 from harness.tasks.schemas import TuneFile
 from policies.registry import make_policy
 from spectune import hardware as hw
@@ -178,9 +178,9 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                               block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup, on_point=write,
                               what=f"tune {workload.name} c={c}")
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
-            per_task = task_breakdown(grid, bench.unit_size)
+            per_category = category_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
-                          "ranking": ranking, **({"by_task": per_task} if per_task else {})})
+                          "ranking": ranking, **({"by_category": per_category} if per_category else {})})
             frames.append(_tagged(grid, tag))
             _write(run_dir, frames, None, tag, cells)
             log.info(f"\nworkload={workload.name}  concurrency={c}  repeats={settings.repeats}  "
@@ -188,8 +188,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             log.info(format_table(bench_table(methods, ranking)))
             for line in format_ranking(ranking, methods):
                 log.info(line)
-            if per_task:
-                log.info("\n" + format_task_table(per_task))
+            if per_category:
+                log.info("\n" + format_category_table(per_category))
             conditions.warn_flagged(cells[-1]["conditions"])
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from spectune.audit.divergence import FAULT, NUMERICS, equality_by_type
 from spectune.audit.fit import FitRule
 from spectune.errors import SpectuneError
-from spectune.methods import AR, Method
+from spectune.methods import AR, BASELINE, Method
 from spectune.options import flag, integer, number, required
 from spectune.run import rundir
 from spectune.run.metadata import base_metadata
@@ -91,7 +91,7 @@ def greedy_frame(rows: list[Any]) -> pd.DataFrame:
 
 def _draw_prompts(prompts: list[Any], category: str) -> list[Any]:
     """The prompts C may start from, in the order tried: the draw category's first, then the others."""
-    return sorted(prompts, key=lambda p: getattr(p, "task", None) != category)
+    return sorted(prompts, key=lambda p: getattr(p, "category", None) != category)
 
 
 def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
@@ -112,7 +112,7 @@ def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
     prompts = workload.prompts
     flavour = LlamaCppFlavour(engine, server=server_bin, model=model)
     threads = cfg.hardware.get("threads")
-    methods = {"ar": AR, **{t: Method(t, s["gamma"]) for t in s["spec_types"]}}
+    methods = {BASELINE: AR, **{t: Method(t, s["gamma"]) for t in s["spec_types"]}}
 
     def server(label: str, method: Method) -> ManagedServer:
         name = label.replace(":", "_").replace("=", "")
@@ -128,7 +128,7 @@ def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
             srv.start()
         log.info(f"greedy: {len(prompts)} prompts x AR and {', '.join(s['spec_types'])} (γ {s['gamma']}), "
                  f"{s['max_new_tokens']} new tokens, weights {engine.weights}")
-        rows = greedy_check(servers["ar"], {t: servers[t] for t in s["spec_types"]}, flavour, prompts,
+        rows = greedy_check(servers[BASELINE], {t: servers[t] for t in s["spec_types"]}, flavour, prompts,
                             s["max_new_tokens"], s["gap_bound"], int(cfg.seed))
         rundir.VERIFY_GREEDY.write(run_dir, greedy_frame(rows))  # kept if the T = 1 test fails
         for label in s["spec_types"]:
@@ -136,7 +136,7 @@ def run(cfg: DictConfig, run_dir: Path, rule: FitRule) -> int:
         if s["distribution"]:
             draw_server.start()
             order = _draw_prompts(prompts, s["draw_category"])
-            result = distribution_check(servers["ar"], draw_server, flavour, [p.input_ids for p in order],
+            result = distribution_check(servers[BASELINE], draw_server, flavour, [p.input_ids for p in order],
                                         s["draws"])
             if "prompt_index" in result:
                 result = {"prompt_id": order[result["prompt_index"]].id, **result}

@@ -54,7 +54,7 @@ from spectune.methods import AA_LABEL, BASELINE, FIXED, Method
 from spectune.options import as_list, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import finished_metadata
-from spectune.stats.by_task import by_task, durations_of, several_tasks
+from spectune.stats.by_category import by_category, durations_of, several_categories
 from spectune.stats.compare import decode_rates
 from spectune.stats.units import unit_size_of
 
@@ -332,9 +332,9 @@ def _replay(engine: Any, heldout: list, concurrency: int, max_gamma: int, profil
     return out
 
 
-def _task_lines(table: pd.DataFrame) -> str:
-    """The per-task rows in a few columns (``by_task.parquet`` holds them all)."""
-    columns = ["method", "task", "prompts", "output_tokens", "decode_s", "time_share", "acceptance_length",
+def _category_lines(table: pd.DataFrame) -> str:
+    """The per-category rows in a few columns (``by_category.parquet`` holds them all)."""
+    columns = ["method", "category", "prompts", "output_tokens", "decode_s", "time_share", "acceptance_length",
                "decode_speedup", "decode_speedup_ci95_lo", "decode_speedup_ci95_hi", "decode_speedup_verdict"]
     return table[[c for c in columns if c in table]].to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
@@ -364,7 +364,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     measured_conditions: dict[str, Any] = {}  # per concurrency: what else ran during each held-out repeat
     tunings: list[pd.DataFrame] = []  # the threshold baselines' replay scores per value tried
     tuned_values: dict[str, dict] = {}  # per concurrency: the value each threshold baseline ran with
-    per_task: list[pd.DataFrame] = []  # a run over several tasks: each method per task against the best fixed γ
+    per_category: list[pd.DataFrame] = []  # several categories: each method per category against the best fixed γ
 
     def write() -> None:
         if grids:
@@ -378,8 +378,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             rundir.COMPARISON_MD.write(run_dir, format_comparison(table) + "\n")
         if measured_conditions:
             rundir.CONDITIONS.write(run_dir, measured_conditions)
-        if per_task:
-            rundir.BY_TASK.write(run_dir, pd.concat(per_task, ignore_index=True))
+        if per_category:
+            rundir.BY_CATEGORY.write(run_dir, pd.concat(per_category, ignore_index=True))
 
     seed = int(cfg.seed)
     for concurrency in settings.concurrency:
@@ -437,11 +437,12 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         rows += comparison_rows(summaries, req, cyc, measured.points, labels, best_label, language=language,
                                 concurrency=concurrency, best_gamma=best, replay=replay, fixed=fixed,
                                 unit_size=unit_size_of(concurrency, block))
-        if several_tasks(req):  # Spec-Bench's view: every method per task, against the best fixed γ
-            table = by_task(req, cyc, durations_of(measured.points), baseline=best_label,
-                            unit_size=unit_size_of(concurrency, block))
-            per_task.append(table.assign(concurrency=concurrency))
-            log.info("per task, decode tok/s against the best fixed γ (%s):\n%s", best_label, _task_lines(table))
+        if several_categories(req):  # Spec-Bench's view: every method per category, against the best fixed γ
+            table = by_category(req, cyc, durations_of(measured.points), baseline=best_label,
+                                unit_size=unit_size_of(concurrency, block))
+            per_category.append(table.assign(concurrency=concurrency))
+            log.info("per category, decode tok/s against the best fixed γ (%s):\n%s", best_label,
+                     _category_lines(table))
         write()
         log.info("\n%s", format_comparison(comparison_frame([r for r in rows if r["concurrency"] == concurrency])))
     rundir.METADATA.write(run_dir, finished_metadata(metadata, tuned=tuned_values))

@@ -184,7 +184,7 @@ def engine_level(pair: Any, prompt: Any, sampling: SamplingParams, samplers: dic
     for name, sampler in samplers.items():
         engine = Engine(pair.target, pair.draft, sampling=sampling, sampler=sampler, device=pair.target.device,
                         eos_token_ids=[eos] if eos is not None else [], seed=seed, vocab_size=pair.vocab_size)
-        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2, task=prompt.task)
+        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2, category=prompt.category)
                     for i in range(opts["requests"])]
         start = time.perf_counter()
         records = engine.run(requests, FixedGamma(opts["gamma"]), opts["concurrency"])
@@ -216,7 +216,7 @@ def mixed_engine_level(pair: Any, prompt: Any, settings: list[SamplingParams], s
     for name, sampler in samplers.items():
         engine = Engine(pair.target, pair.draft, sampling=settings[0], sampler=sampler, device=pair.target.device,
                         eos_token_ids=[eos] if eos is not None else [], seed=seed, vocab_size=pair.vocab_size)
-        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2, task=prompt.task,
+        requests = [Request(i, prompt.id, prompt.language, prompt.input_ids, 2, category=prompt.category,
                             sampling=settings[i % len(settings)]) for i in range(opts["requests"])]
         start = time.perf_counter()
         records = engine.run(requests, FixedGamma(opts["gamma"]), opts["concurrency"])

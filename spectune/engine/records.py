@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 PERCENTILES = (50, 90, 95, 99)
 PERCENTILE_METHOD = "numpy.percentile, method='linear'"
-DEFAULT_TASK = "chat-lines"  # workloads.task_sets.CHAT_LINES: the bundled dialogue lines, and the task of old runs
+DEFAULT_CATEGORY = "chat-lines"  # workloads.categories.CHAT_LINES: the bundled dialogue lines, the category of old runs
 
 
 @dataclass
@@ -26,8 +26,8 @@ class Request:
 
     ``arrival_s`` is its send time in seconds after the run starts (open loop). ``None`` means a
     closed-loop client that sends the request when a slot frees, so its latency excludes queueing.
-    ``task`` is what the prompt asks for (``workloads.task_sets``: chat-lines, chat, summarise, ...), carried into
-    its record so that a run's tables can be broken down per task.
+    ``category`` is what the prompt asks for (``workloads.categories``: chat-lines, chat, summarise, ...), carried
+    into its record so that a run's tables can be broken down per category.
     ``sampling`` is the request's own temperature, top-k and top-p (None: the engine's, a workload's settings), and
     ``phase`` the workload phase it belongs to (None: a workload without phases); both go into its record.
     """
@@ -38,7 +38,7 @@ class Request:
     input_ids: list[int]
     max_new_tokens: int
     arrival_s: float | None = None
-    task: str = DEFAULT_TASK
+    category: str = DEFAULT_CATEGORY
     sampling: SamplingParams | None = None
     phase: str | None = None
 
@@ -50,7 +50,7 @@ class RequestRecord:
     language: str
     prompt_tokens: int
     arrival_s: float | None
-    task: str = DEFAULT_TASK
+    category: str = DEFAULT_CATEGORY
     temperature: float | None = None  # the settings the request was sampled with (its own, or the engine's)
     top_k: int | None = None
     top_p: float | None = None
@@ -67,7 +67,7 @@ class RequestRecord:
     def of(cls, request: Request, sampling: SamplingParams) -> RequestRecord:
         """A request's record before it runs: who it is, and the settings it samples with (its own or the engine's)."""
         return cls(request.request_id, request.prompt_id, request.language, len(request.input_ids), request.arrival_s,
-                   request.task, temperature=float(sampling.temperature), top_k=int(sampling.top_k),
+                   request.category, temperature=float(sampling.temperature), top_k=int(sampling.top_k),
                    top_p=float(sampling.top_p), phase=request.phase)
 
     @property

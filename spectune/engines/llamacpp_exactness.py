@@ -102,7 +102,7 @@ def top_two(entry: list[tuple[int, float]]) -> TopTwo:
 def greedy_check(ar: ManagedServer, speculative: dict[str, ManagedServer], flavour: LlamaCppFlavour,
                  prompts: Sequence[Any], max_new_tokens: int, bound: float, seed: int,
                  on_prompt: Callable[[int], None] | None = None) -> list[Divergence]:
-    """Every prompt (``.id``, ``.task``: its category, ``.input_ids``) on AR and on each speculative server (by spec
+    """Every prompt (``.id``, ``.category``: its category, ``.input_ids``) on AR and on each speculative server (by spec
     type), greedy; one :class:`Divergence` per (spec type, prompt)."""
     rows: list[Divergence] = []
     with ThreadPoolExecutor(max_workers=1 + len(speculative), thread_name_prefix="llamacpp-verify") as pool:
@@ -122,7 +122,7 @@ def greedy_check(ar: ManagedServer, speculative: dict[str, ManagedServer], flavo
 
             for spec_type, pending_out in outs.items():
                 out = pending_out.result()
-                rows.append(compare(spec_type, str(prompt.id), str(getattr(prompt, "task", "")), reference.tokens,
+                rows.append(compare(spec_type, str(prompt.id), str(getattr(prompt, "category", "")), reference.tokens,
                                     out.tokens, top_at, bound, decode_gaps, out.drafted, out.accepted))
             said = [f"{r.spec_type} equal" if r.equal else
                     f"{r.spec_type} {r.verdict} (token {r.position}, gap {r.gap_nats:.4f} nats)"

@@ -340,7 +340,7 @@ def record_of(request: Request, got: Streamed) -> tuple[RequestRecord, dict[str,
     its send time in a closed one; admission is its send time; one token time per token, when its event arrived."""
     arrival = request.arrival_s if request.arrival_s is not None else got.sent_s
     rec = RequestRecord(request.request_id, request.prompt_id, request.language, len(request.input_ids),
-                        arrival, request.task, admitted_s=got.sent_s)
+                        arrival, request.category, admitted_s=got.sent_s)
     for at, event in got.events:
         rec.output_ids.extend(event.token_ids)
         rec.token_times_s.extend([at] * event.count)

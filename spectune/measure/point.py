@@ -42,9 +42,9 @@ def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: in
 
 
 def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
-    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``task``, and its own ``sampling``
+    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``category``, and its own ``sampling``
     and ``phase`` where it has them), in order."""
-    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, task=p.task,
+    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, category=p.category,
                     sampling=getattr(p, "sampling", None), phase=getattr(p, "phase", None))
             for i, p in enumerate(prompts)]
 

@@ -32,23 +32,23 @@ def price(frame: pd.DataFrame, costs: CycleCost, search_s: float | None = None) 
     return out
 
 
-def by_task(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (γ, task) and an ``all`` row per γ (the task rows' sums, rates recomputed from them): tokens, the
+def by_category(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (γ, category) and an ``all`` row per γ (the category rows' sums, rates recomputed from them): tokens, the
     copyable fraction, acceptance length (decode tokens per cycle), the share of cycles with no proposal, and
     where ``frame`` is priced, the predicted decode speed-up Σ ar_s / Σ spec_s."""
     sums = ["output_tokens", "decode_tokens", "copyable_tokens", "cycles", "no_proposal", "drafted", "accepted"]
     sums += [c for c in ("ar_s", "spec_s") if c in frame]
-    tasks = frame.groupby(["gamma", "task"], sort=True)[sums].sum().reset_index()
-    tasks["requests"] = frame.groupby(["gamma", "task"], sort=True).size().to_numpy()
-    overall = tasks.groupby("gamma")[[*sums, "requests"]].sum().reset_index()
-    overall["task"] = "all"
-    table = pd.concat([tasks, overall], ignore_index=True)
+    per = frame.groupby(["gamma", "category"], sort=True)[sums].sum().reset_index()
+    per["requests"] = frame.groupby(["gamma", "category"], sort=True).size().to_numpy()
+    overall = per.groupby("gamma")[[*sums, "requests"]].sum().reset_index()
+    overall["category"] = "all"
+    table = pd.concat([per, overall], ignore_index=True)
     table["copyable_fraction"] = table["copyable_tokens"] / table["output_tokens"].clip(lower=1)
     table["acceptance_length"] = table["decode_tokens"] / table["cycles"].clip(lower=1)
     table["no_proposal_share"] = table["no_proposal"] / table["cycles"].clip(lower=1)
     table["draft_acceptance"] = table["accepted"] / table["drafted"].clip(lower=1)
     if "spec_s" in table:
         table["predicted_speedup"] = table["ar_s"] / table["spec_s"]
-    rank = {task: i for i, task in enumerate([*sorted(set(frame["task"])), "all"])}
-    table = table.sort_values(["gamma", "task"], key=lambda s: s.map(rank) if s.name == "task" else s)
+    rank = {c: i for i, c in enumerate([*sorted(set(frame["category"])), "all"])}
+    table = table.sort_values(["gamma", "category"], key=lambda s: s.map(rank) if s.name == "category" else s)
     return table.reset_index(drop=True)

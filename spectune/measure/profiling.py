@@ -98,7 +98,7 @@ def measure_profile(engine: Any, requests: list[Request], models: Models, sizes:
     try:
         positions = max_gamma + 1
         max_new = (warmup + repeats) * positions + 1  # enough tokens for warm-up + repeats at the deepest γ
-        rows = [Request(i, r.prompt_id, r.language, r.input_ids, max_new, task=r.task)
+        rows = [Request(i, r.prompt_id, r.language, r.input_ids, max_new, category=r.category)
                 for i, r in enumerate(requests[i % len(requests)] for i in range(max(sizes)))]
         check_context_fits(rows, max_gamma, models.max_context)
         draft, verify, overhead, first, fit = measure_costs(engine, rows, sizes, max_gamma, warmup, repeats)

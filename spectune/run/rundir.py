@@ -76,7 +76,7 @@ def read_parquet(path: Path | str, required: Iterable[str] = ()) -> pd.DataFrame
     except (pa.ArrowException, OSError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SpectuneError(f"{path} is not a readable Parquet file (half-written or corrupt): {reason}") from None
-    present = {names.KEYS.get(c, c) for c in table.column_names}  # a file written before: its columns' names now
+    present = {names.current_column(c) for c in table.column_names}  # a file written before: its columns' names now
     missing = [c for c in required if c not in present]
     if missing:
         raise SpectuneError(f"{path} is not a spectune {Path(path).stem} table: missing columns {', '.join(missing)}")
@@ -153,8 +153,8 @@ class RunFile:
 
     def read(self, run_dir: Path | str) -> Any:
         """The file's content: a dict (JSON; metadata with its ``format_version``), a DataFrame (Parquet/CSV,
-        checked for the defining columns) or a str."""
-        path = self.path(run_dir)
+        checked for the defining columns) or a str; under the name a run written before gave it (:meth:`found`)."""
+        path = self.found(run_dir)
         if self.kind == "json":
             data = read_json(path)
             if self.metadata:
@@ -193,8 +193,8 @@ TRACES_METADATA = RunFile("traces.metadata.json", "json", metadata=True)
 # task=profile and policies.train: the hardware cost profile (spectune.costmodel.profile reads it).
 PROFILE = RunFile("profile.json", "json")
 PROFILE_CALIBRATED = RunFile("profile.calibrated.json", "json")
-# task=predict: prompt lookup replayed from greedy outputs, a row per (request, γ), and its per-task summary.
-PREDICTION = RunFile("prediction.parquet", "parquet", ("request_id", "task", "gamma", "cycles", "accepted"))
+# task=predict: prompt lookup replayed from greedy outputs, a row per (request, γ), and its per-category summary.
+PREDICTION = RunFile("prediction.parquet", "parquet", ("request_id", "category", "gamma", "cycles", "accepted"))
 PREDICTION_SUMMARY = RunFile("prediction.json", "json")
 # task=verify, task=acceptance, task=costmodel.
 VERIFY = RunFile("verify.json", "json")
@@ -231,8 +231,9 @@ COMPARISON = RunFile("comparison.parquet", "parquet",
                      ("language", "concurrency", "policy", "method", "vs_best_fixed_pct", "vs_best_fixed_pct_ci95_lo",
                       "vs_best_fixed_pct_ci95_hi"))
 COMPARISON_MD = RunFile("comparison.md", "text")
-# A run over several tasks: per (concurrency, method, task) tokens, seconds and speed-up over the best fixed γ.
-BY_TASK = RunFile("by_task.parquet", "parquet", ("concurrency", "method", "task"))
+# A run over several prompt categories: per (concurrency, method, category) tokens, seconds and speed-up over the
+# best fixed γ (by_category.parquet before 2026-12-06: spectune.names).
+BY_CATEGORY = RunFile("by_category.parquet", "parquet", ("concurrency", "method", "category"))
 CONDITIONS = RunFile("conditions.json", "json")  # policies.evaluate: what else ran during each measured point
 # A job of a multirun that failed on bad input (spectune.run.cli): the sweep goes on, the sweep's end reports it.
 ERROR = RunFile("error.json", "json")

@@ -1,11 +1,12 @@
 """Per-phase rows of a run in phases (``workload.phases``): what each method did in each regime.
 
-A phase runs alone inside every point (its requests after the previous phase's, the clocks merged end to end), so
-its seconds are its own span: from its first request's arrival to its last request's finish, in each repeat. The
-per-task table's time shares (:mod:`spectune.stats.by_task`) would not do here: they scale each request's latency,
-and a request in a batch of four has a latency four requests share. Per (method, phase): requests, output tokens,
-seconds (summed over repeats), output tok/s over them, each repeat's tok/s, and the speed-up over the baseline in
-the same phase (the ratio of the two pooled rates; a point estimate: the run's intervals are the overall table's).
+A phase runs alone inside every point (its requests after the previous phase's, the clocks merged end to end), so its
+seconds are its own span: from its first request's arrival to its last request's finish, in each repeat. The
+per-category table's time shares (:mod:`spectune.stats.by_category`) would not do here: they scale each request's
+latency, and a request in a batch of four has a latency four requests share. Per (method, phase): requests, output
+tokens, seconds (summed over repeats), output tok/s over them, each repeat's tok/s, and the speed-up over the
+baseline in the same phase (the ratio of the two pooled rates; a point estimate: the run's intervals are the overall
+table's).
 """
 
 from __future__ import annotations

@@ -67,9 +67,9 @@ def rotation(methods: Sequence[T], repeat: int) -> list[T]:
 def throughput_terms(requests: pd.DataFrame, durations: Mapping[tuple[str, int], float],
                      value: str = "output_tokens") -> pd.DataFrame:
     """Per request: ``num`` its ``value`` and ``den`` its time share, the E2EL scaled so that the shares of one
-    (method, repeat) add up to that run's duration. A subset of the rows (one task's) keeps the shares it had in
+    (method, repeat) add up to that run's duration. A subset of the rows (one category's) keeps the shares it had in
     the whole run, so subsets' sums add up to the run's. Failed requests count 0 and take no time."""
-    keep = [c for c in ("method", "repeat", "request_id", "status", "e2el_ms", value, "task") if c in requests]
+    keep = [c for c in ("method", "repeat", "request_id", "status", "e2el_ms", value, "category") if c in requests]
     frame = requests[list(dict.fromkeys(keep))].copy()
     ok = frame["status"] == "ok"
     frame["num"] = np.where(ok, frame[value].astype(float), 0.0)
@@ -91,7 +91,7 @@ def decode_terms(requests: pd.DataFrame) -> pd.DataFrame:
     """Per request: ``num`` the tokens after the first, ``den`` the seconds they took (E2EL − TTFT); failed requests
     and those with fewer than two tokens count 0 and take no time."""
     keep = ["method", "repeat", "request_id", "status", "output_tokens", "ttft_ms", "e2el_ms"]
-    frame = requests[keep + (["task"] if "task" in requests else [])].copy()
+    frame = requests[keep + (["category"] if "category" in requests else [])].copy()
     ok = (frame["status"] == "ok") & (frame["output_tokens"] > 1)
     frame["num"] = np.where(ok, frame["output_tokens"].astype(float) - 1.0, 0.0)
     decode_ms = frame["e2el_ms"].astype(float) - frame["ttft_ms"].astype(float)

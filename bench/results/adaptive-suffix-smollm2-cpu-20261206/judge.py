@@ -44,7 +44,7 @@ def language(lang: str) -> list[str]:
     lines += [f"| {r.method} | {r.no_draft_pct:.1f}% | {r.after_last_draft_pct:.1f}% | {r.stuck}/{r.requests} |"
               for r in stops.itertuples() if r.method != "ar"]
     threshold = against(requests, cycles, best_fixed)
-    prob = threshold[(threshold["method"] == "suffix-prob") & (threshold["task"] == "all")].iloc[0]
+    prob = threshold[(threshold["method"] == "suffix-prob") & (threshold["category"] == "all")].iloc[0]
     four = "pass" if prob["decode_speedup"] > 1 else "fail"
     lines += ["", f"Reading 4 (`suffix-prob` faster than `{best_fixed}`, point estimate > 0): {interval(prob)} — "
               f"**{four}**."]

@@ -2,12 +2,13 @@
 
 python bench/results/alpha-tasks-cpu-20261204/spread.py   # prints the markdown tables and the spread comparison
 
-Per (pair, language, task) α and its interval are the product's own (`alpha_by_task`), per (pair, language) the run's
-`alpha` / `alpha_ci95_over_prompts`. The spreads (max − min) and their intervals are the registered percentile
-bootstrap: 10,000 resamples of prompts within each (language, task) stratum, seed 0 per pair, every statistic on the
-same resample (analysis.alpha_spread computes them). `tiny48` is the amendment's larger tiny set (8 prompts per task,
-128 new tokens). The basic-bootstrap column (2·estimate − the percentile bounds) is a sensitivity check added after the
-runs, not registered: it reflects the upward bias of a max − min statistic, which the percentile interval does not.
+Per (pair, language, category) α and its interval are the product's own (`alpha_by_category`), per (pair, language) the
+run's `alpha` / `alpha_ci95_over_prompts`. The spreads (max − min) and their intervals are the registered percentile
+bootstrap: 10,000 resamples of prompts within each (language, category) stratum, seed 0 per pair, every statistic on the
+same resample (analysis.alpha_spread computes them). `tiny48` is the amendment's larger tiny set (8 prompts per
+category, 128 new tokens). The basic-bootstrap column (2·estimate − the percentile bounds) is a sensitivity check added
+after the runs, not registered: it reflects the upward bias of a max − min statistic, which the percentile interval does
+not.
 """
 from __future__ import annotations
 

@@ -38,8 +38,8 @@ def main() -> list[str]:
                                                                       chosen["value"], strict=True))
              + f". Best non-learned rule on the held-out prompts: `{rule}`.\n", *comparison_lines(comparison)]
 
-    now = against(requests, cycles, best_fixed).set_index(["method", "task"])
-    before = against(earlier_requests, earlier_cycles, best_fixed).set_index(["method", "task"])
+    now = against(requests, cycles, best_fixed).set_index(["method", "category"])
+    before = against(earlier_requests, earlier_cycles, best_fixed).set_index(["method", "category"])
     lines += ["", f"| method over `{best_fixed}` | this run (shadow tests) | the earlier run (none) |",
               "| --- | --- | --- |"]
     lines += [f"| {m} | {interval(now.loc[(m, 'all')])} | {interval(before.loc[(m, 'all')])} |"
@@ -64,7 +64,7 @@ def main() -> list[str]:
     lines += ["", f"Reading 2 (`{LEARNED}`: ≤ 70% of cycles verify nothing and ≤ 5 requests verify one chain only): "
               f"{mine.no_draft_pct:.1f}%, {mine.one_chain}/{mine.requests} — **{two}**."]
 
-    goal = against(requests, cycles, rule).set_index(["method", "task"]).loc[(LEARNED, "all")]
+    goal = against(requests, cycles, rule).set_index(["method", "category"]).loc[(LEARNED, "all")]
     three = "pass" if goal["decode_speedup"] >= GOAL and goal["decode_speedup_ci95_lo"] > 1 else "fail"
     lines += ["", f"Reading 3 (`{LEARNED}` ≥ +10% over `{rule}`, lower bound > 0): {interval(goal)} over "
               f"{int(goal['prompts'])} prompts — **{three}**."]

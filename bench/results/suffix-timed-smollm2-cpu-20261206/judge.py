@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.timed_vs_predicted import TASKS, greedy_table, measured, sampled_table
+from analysis.timed_vs_predicted import ROWS, greedy_table, measured, sampled_table
 
 HERE = Path(__file__).resolve().parent
 PREDICTED = HERE.parent / "suffix-prediction-smollm2-cpu-20261205"
@@ -26,11 +26,11 @@ def against_lookup(lang: str, mode: str = "greedy") -> list[str]:
     lookup, _, _ = measured(LOOKUP / f"{mode}-{lang}", f"fixed:gamma={LOOKUP_GAMMA}")
     what = "reading 4" if mode == "greedy" else "T = 1"
     lines = [f"\n### {lang}: suffix decoding against prompt lookup ({what}, reported, not judged)\n",
-             "| task | acceptance length suffix / lookup | decode speed-up over AR, suffix [95% CI] | lookup [95% CI] "
-             "| suffix / lookup |", "| --- " * 5 + "|"]
-    for task in TASKS:
-        s, k = suffix[task], lookup[task]
-        lines.append(f"| {task} | {s['acceptance_length']:.2f} / {k['acceptance_length']:.2f} | "
+             "| category | acceptance length suffix / lookup | decode speed-up over AR, suffix [95% CI] | "
+             "lookup [95% CI] | suffix / lookup |", "| --- " * 5 + "|"]
+    for category in ROWS:
+        s, k = suffix[category], lookup[category]
+        lines.append(f"| {category} | {s['acceptance_length']:.2f} / {k['acceptance_length']:.2f} | "
                      f"{s['decode_speedup']:.2f}× [{s['decode_speedup_ci95_lo']:.2f}, "
                      f"{s['decode_speedup_ci95_hi']:.2f}] | {k['decode_speedup']:.2f}× "
                      f"[{k['decode_speedup_ci95_lo']:.2f}, "

@@ -51,7 +51,7 @@ def main() -> None:
     print("\n".join(lines))
     cbwr_lines, default, cbwr = cbwr_table()
     print("\n".join(cbwr_lines))
-    overall: dict[str, dict[int, dict]] = {}  # run -> γ -> its "all" row of by_task
+    overall: dict[str, dict[int, dict]] = {}  # run -> γ -> its "all" row of by_category
     for run, label in RUNS.items():
         overall[run] = {}
         for gamma in GAMMAS:

@@ -38,7 +38,7 @@ class GreedyOutput:
 
     request_id: int
     prompt_id: str
-    task: str
+    category: str  # what the prompt asks for (workloads.categories)
     prompt: Sequence[int]
     output: Sequence[int]
     max_new_tokens: int
@@ -49,7 +49,7 @@ def replay(outputs: Iterable[GreedyOutput], spec: Replayable, gammas: Sequence[i
     """One row per (request, γ): the replayed cycles of the model-free draft ``spec`` at a fixed γ (each request
     replayed with chains of its own, as the engine gives each request: suffix decoding's per-request trie).
 
-    Columns: request_id, prompt_id, task, gamma, output_tokens, decode_tokens (the output after its first token),
+    Columns: request_id, prompt_id, category, gamma, output_tokens, decode_tokens (the output after its first token),
     copyable_tokens (inside an earlier match of ``COPY_N`` tokens), cycles, no_proposal (cycles that proposed
     nothing: a plain target step), drafted, accepted, verified_positions (Σ drafted + 1 over cycles), a histogram
     of drafts per cycle (``drafts_per_cycle``: counts for 0..γ), and ``search_s`` (seconds the lookups took here, in
@@ -67,7 +67,7 @@ def replay(outputs: Iterable[GreedyOutput], spec: Replayable, gammas: Sequence[i
             for drafted, _ in cycles:
                 counts[drafted] += 1
             rows.append({
-                "request_id": out.request_id, "prompt_id": out.prompt_id, "task": out.task, "gamma": gamma,
+                "request_id": out.request_id, "prompt_id": out.prompt_id, "category": out.category, "gamma": gamma,
                 "output_tokens": len(out.output), "decode_tokens": max(len(out.output) - 1, 0),
                 "copyable_tokens": copyable, "cycles": len(cycles), "no_proposal": counts[0],
                 "drafted": sum(d for d, _ in cycles), "accepted": sum(a for _, a in cycles),

