@@ -48,6 +48,10 @@ def test_a_phased_bench_runs_each_phase_at_its_concurrency_and_reports_it(harnes
     assert set(rows) == {(m, p) for m in ("ar", "fixed:gamma=2") for p in ("greedy-c1", "mixed-c2")}
     assert all(r["requests"] == 2 and r["seconds"] > 0 for r in rows.values())
     assert rows["ar", "mixed-c2"]["speedup"] == 1.0
+    # the interval on the phase's own units: two prompts at concurrency 1 are two units; two at concurrency 2, one
+    lo, hi = rows["fixed:gamma=2", "greedy-c1"]["speedup_ci"]
+    assert lo <= rows["fixed:gamma=2", "greedy-c1"]["speedup"] <= hi
+    assert "speedup_ci" not in rows["fixed:gamma=2", "mixed-c2"] and "speedup_ci" not in rows["ar", "greedy-c1"]
     metadata = json.loads((tmp_path / "metadata.json").read_text())
     assert metadata["settings"]["phases"] == {"greedy-c1": 1, "mixed-c2": 2}
     assert [p["name"] for p in metadata["workload"]["phases"]] == ["greedy-c1", "mixed-c2"]

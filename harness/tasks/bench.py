@@ -298,7 +298,7 @@ def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: A
     answers = target_answers(grid, models, workload.max_new_tokens)
     if per_category is not None:
         final["by_category"] = per_category
-    per_phase = by_phase(grid.frames()[0])
+    per_phase = by_phase(grid.frames()[0], concurrency=settings.phases)
     if per_phase:
         final["by_phase"] = per_phase
     client = client_cost(grid.frames()[0])

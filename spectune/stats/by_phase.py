@@ -11,11 +11,13 @@ table's).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from spectune.stats.compare import BASELINE
+from spectune.stats.compare import BASELINE, throughput_units
+from spectune.stats.units import speedup_interval
 
 
 def phases_of(requests: pd.DataFrame) -> list[str]:
@@ -25,9 +27,11 @@ def phases_of(requests: pd.DataFrame) -> list[str]:
     return [str(p) for p in dict.fromkeys(requests["phase"]) if p is not None and p == p]
 
 
-def by_phase(requests: pd.DataFrame, baseline: str = BASELINE) -> list[dict[str, Any]]:
+def by_phase(requests: pd.DataFrame, baseline: str = BASELINE, concurrency: Mapping[str, int] | None = None
+             ) -> list[dict[str, Any]]:
     """One row per (method, phase) of ``requests`` (columns method, repeat, phase, status, output_tokens,
-    arrival_s, finish_s), methods in their order of appearance, phases in run order."""
+    arrival_s, finish_s; request_id and e2el_ms for the intervals), methods in their order of appearance, phases in
+    run order. ``concurrency``: each phase's, for the speed-up's interval (none where it is not given)."""
     phases = phases_of(requests)
     if not phases:
         return []
@@ -53,14 +57,41 @@ def by_phase(requests: pd.DataFrame, baseline: str = BASELINE) -> list[dict[str,
     for row in rows:
         ref, mine = base.get(row["phase"]), row["output_throughput"]
         row["speedup"] = mine / ref if ref and mine is not None else None
+    for phase, size in (concurrency or {}).items():
+        intervals = phase_intervals(requests[requests["phase"] == phase], spans[spans["phase"] == phase],
+                                    int(size), baseline)
+        for row in rows:
+            if row["phase"] == phase and row["method"] in intervals:
+                row["speedup_ci"] = intervals[row["method"]]
     return rows
+
+
+def phase_intervals(requests: pd.DataFrame, spans: pd.DataFrame, size: int, baseline: str
+                    ) -> dict[str, list[float]]:
+    """Per method but the baseline, [lo, hi] of its speed-up over the baseline in one phase: request ids renumbered
+    from the phase's first so that a unit is ``size`` consecutive prompts of the phase; each (method, repeat)'s
+    duration its span in the phase. Methods without two units in common with the baseline get none."""
+    if baseline not in set(requests["method"]):
+        return {}
+    frame = requests.assign(request_id=requests["request_id"] - requests["request_id"].min())
+    durations = {(m, int(r)): float(s) for m, r, s in zip(spans["method"], spans["repeat"], spans["seconds"],
+                                                          strict=True)}
+    units = throughput_units(frame, durations, unit_size=size)
+    out: dict[str, list[float]] = {}
+    for method in dict.fromkeys(frame["method"]):
+        if method == baseline or method not in units.num or len(units.keys) < 2:
+            continue
+        interval = speedup_interval(units, str(method), baseline)
+        out[str(method)] = [float(interval.lo), float(interval.hi)]
+    return out
 
 
 def format_phase_table(rows: list[dict[str, Any]]) -> str:
     """The per-phase rows as a text table (method, phase, requests, tok/s, speed-up over the baseline)."""
-    lines = [f"{'method':<24} {'phase':<16} {'requests':>8} {'tok/s':>9} {'speedup':>8}"]
+    lines = [f"{'method':<24} {'phase':<16} {'requests':>8} {'tok/s':>9} {'speedup':>8} {'95% CI':>14}"]
     for r in rows:
         tps = "-" if r["output_throughput"] is None else f"{r['output_throughput']:.2f}"
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
-        lines.append(f"{r['method']:<24} {r['phase']:<16} {r['requests']:>8} {tps:>9} {speedup:>8}")
+        ci = f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}]" if r.get("speedup_ci") else "-"
+        lines.append(f"{r['method']:<24} {r['phase']:<16} {r['requests']:>8} {tps:>9} {speedup:>8} {ci:>14}")
     return "\n".join(lines)
