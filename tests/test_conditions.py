@@ -4,6 +4,7 @@ speed-ups pair points of the same repeat, torch's threads follow the allocation,
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -22,23 +23,53 @@ def _point(method: str, repeat: int, tp: float, others: float = 0.0, job: str = 
                            "gpu_others_util": None}}
 
 
+BURN = "import time\nt=time.time()\nwhile time.time()-t<3: pass"
+
+
+def _orphan(code: str) -> int:
+    """A process running ``code`` that is not this process's descendant (started by a parent that exits at once, so
+    it is re-parented): another job's load on the node. Its pid."""
+    spawn = ("import subprocess, sys\n"
+             f"p = subprocess.Popen([sys.executable, '-c', {code!r}], start_new_session=True, "
+             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint(p.pid)")
+    return int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True, check=True).stdout)
+
+
 def test_a_cpu_burner_beside_the_window_is_counted_as_others():
-    """One busy-looping process for ~1.5 s on a node of os.cpu_count() CPUs: at least a third of one CPU's share
-    is seen as others' (loose: a loaded machine gives the burner less and adds other processes' time)."""
-    burner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    """One busy-looping process (not ours) for ~1.5 s on a node of os.cpu_count() CPUs: at least a third of one
+    CPU's share is seen as others' (loose: a loaded machine gives the burner less and adds other processes' time)."""
+    import os
+    import signal
+    import time
+
+    burner = _orphan(BURN)
     try:
         with conditions.Window() as window:
-            import time
-
             time.sleep(1.5)
     finally:
-        burner.kill()
-        burner.wait()
-    import os
+        with contextlib.suppress(ProcessLookupError):  # it ended on its own
+            os.kill(burner, signal.SIGKILL)
 
     assert window.record["others_cpu_share"] >= 0.33 / (os.cpu_count() or 1)
     assert window.record["wall_s"] >= 1.5 and window.record["load1_end"] >= 0
     assert window.record["node"] and window.record["cpu_model"]
+
+
+def test_a_live_child_process_is_the_runs_own_work():
+    """A server engine's process is a child the harness does not wait for while it runs: its CPU time counts as the
+    run's own. A child that burns 1.0 s of CPU and then sleeps, still alive when read: the own seconds grow by at
+    least 0.9 s (its 1.0 s, less the clock's resolution)."""
+    code = ("import sys, time\nwhile time.process_time() < 1.0: pass\nprint('done', flush=True)\n"
+            "time.sleep(30)")
+    before = conditions._own_seconds()
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "done"
+        grown = conditions._own_seconds() - before
+    finally:
+        child.kill()
+        child.wait()
+    assert grown >= 0.9, grown
 
 
 def test_a_repeat_with_others_beside_it_is_flagged_and_the_quiet_one_is_not():

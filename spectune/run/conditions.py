@@ -49,11 +49,20 @@ def _cpu_ticks() -> tuple[float, float, float]:
 
 
 def _own_seconds() -> float:
-    """CPU seconds of this process (all its threads) and its waited-for children."""
+    """CPU seconds of this process (all its threads), its waited-for children, and its live descendants: a server
+    engine's llama-server or vLLM process is the run's own work, not other load on the node."""
     import psutil
 
-    t = psutil.Process().cpu_times()
-    return t.user + t.system + t.children_user + t.children_system
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except psutil.Error:  # it exited between the listing and the reading
+            continue
+        total += c.user + c.system + c.children_user + c.children_system
+    return total
 
 
 class GpuWatch:
