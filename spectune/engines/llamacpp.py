@@ -44,7 +44,7 @@ from typing import Any
 
 from spectune.config import typed
 from spectune.engines import llamacpp_build as build
-from spectune.engines.server import ServerEngine, StreamEvent
+from spectune.engines.server import ServerEngine, StreamEvent, check_server_settings
 from spectune.errors import SpectuneError
 from spectune.methods import Method
 from spectune.models import draft_vocab, gguf
@@ -195,13 +195,10 @@ def settings_of(cfg: Any) -> LlamaCppConfig:
     if s.weights not in WEIGHTS:
         raise SpectuneError(f"engine.weights={s.weights!r} is invalid: shipped (the models' GGUF as it is) or f32 "
                             "(the same weights dequantised by llama-quantize: what engine=spectune computes with)")
-    if s.port is not None and not 1024 <= s.port <= 65535:
-        raise SpectuneError(f"engine.port={s.port} is invalid: 1024..65535, or null (a free port per server)")
     if not 1 <= s.ngram_mod_n_match <= MAX_NGRAM:
         raise SpectuneError(f"engine.ngram_mod_n_match={s.ngram_mod_n_match} is invalid: 1..{MAX_NGRAM} (the n-gram "
                             "a draft is looked up by; the server warns below 16)")
-    if not s.ready_timeout_s > 0:
-        raise SpectuneError(f"engine.ready_timeout_s={s.ready_timeout_s} is invalid: seconds > 0")
+    check_server_settings(s.port, s.ready_timeout_s)
     return s
 
 

@@ -125,6 +125,15 @@ def _child_setup() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def check_server_settings(port: int | None, ready_timeout_s: float) -> None:
+    """The settings every server engine shares, one line each: ``engine.port`` (null: a free port per server) and
+    ``engine.ready_timeout_s``."""
+    if port is not None and not 1024 <= port <= 65535:
+        raise SpectuneError(f"engine.port={port} is invalid: 1024..65535, or null (a free port per server)")
+    if not ready_timeout_s > 0:
+        raise SpectuneError(f"engine.ready_timeout_s={ready_timeout_s} is invalid: seconds > 0")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))

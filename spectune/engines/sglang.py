@@ -63,7 +63,7 @@ from omegaconf import MISSING
 
 from spectune.config import typed
 from spectune.engines.prometheus import read_metrics
-from spectune.engines.server import ServerEngine, ServerFailure, StreamEvent
+from spectune.engines.server import ServerEngine, ServerFailure, StreamEvent, check_server_settings
 from spectune.errors import SpectuneError
 from spectune.methods import Method
 
@@ -155,10 +155,7 @@ class SglangFlavour:
                 raise SpectuneError(f"engine.{key}={getattr(cfg, key)} is invalid: an integer >= 1")
         if cfg.mem_fraction_static is not None and not 0 < cfg.mem_fraction_static < 1:
             raise SpectuneError(f"engine.mem_fraction_static={cfg.mem_fraction_static} is invalid: in (0, 1) or null")
-        if cfg.port is not None and not 1024 <= cfg.port <= 65535:
-            raise SpectuneError(f"engine.port={cfg.port} is invalid: 1024..65535, or null (a free port per server)")
-        if not cfg.ready_timeout_s > 0:
-            raise SpectuneError(f"engine.ready_timeout_s={cfg.ready_timeout_s} is invalid: seconds > 0")
+        check_server_settings(cfg.port, cfg.ready_timeout_s)
         if cfg.ngram.match_type not in ("BFS", "PROB"):
             raise SpectuneError(f"engine.ngram.match_type={cfg.ngram.match_type!r} is invalid: BFS or PROB")
         owned = [a for a in cfg.extra_args if a.split("=", 1)[0] in OWNED_FLAGS]

@@ -62,7 +62,7 @@ from omegaconf import MISSING
 
 from spectune.config import typed
 from spectune.engines.prometheus import read_metrics
-from spectune.engines.server import ServerEngine, ServerFailure, StreamEvent
+from spectune.engines.server import ServerEngine, ServerFailure, StreamEvent, check_server_settings
 from spectune.errors import SpectuneError
 from spectune.methods import Method
 
@@ -160,10 +160,7 @@ class VllmFlavour:
         if cfg.gpu_memory_utilization is not None and not 0 < cfg.gpu_memory_utilization <= 1:
             raise SpectuneError(f"engine.gpu_memory_utilization={cfg.gpu_memory_utilization} is invalid: in (0, 1] "
                                 "or null")
-        if cfg.port is not None and not 1024 <= cfg.port <= 65535:
-            raise SpectuneError(f"engine.port={cfg.port} is invalid: 1024..65535, or null (a free port per server)")
-        if not cfg.ready_timeout_s > 0:
-            raise SpectuneError(f"engine.ready_timeout_s={cfg.ready_timeout_s} is invalid: seconds > 0")
+        check_server_settings(cfg.port, cfg.ready_timeout_s)
         owned = [a for a in cfg.extra_args if a.split("=", 1)[0] in OWNED_FLAGS]
         if owned:
             raise SpectuneError(f"engine.extra_args={owned} sets flags spectune sets itself ({', '.join(OWNED_FLAGS)})"
