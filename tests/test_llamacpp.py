@@ -270,6 +270,13 @@ def test_a_port_in_use_fails_in_one_line(tmp_path, llama_build):
     (["engine.spec_type=ngram-cache", "gamma=[4]"], "ngram-cache"),
     (["engine.spec_type=ngram-mod", "gamma=[2000]"], "1..1024"),
     (["engine.spec_type=ngram-mod", "gamma=[4]", "engine.ngram_mod_n_min=6"], "engine.ngram_mod_n_min=6"),
+    (["engine.spec_type=ngram-simple", "gamma=[2]"], "gamma=2 is invalid for spec type ngram-simple with "
+                                                      "engine.ngram_simple_size_n=3"),
+    (["engine.spec_type=ngram-simple", "engine.ngram_simple_size_n=0"], "engine.ngram_simple_size_n=0 is invalid"),
+    (["engine.spec_type=[ngram-mod,ngram-foo]"], "engine.spec_type='ngram-foo' is invalid"),
+    (["engine.spec_type=[ngram-mod,ngram-mod]"], "each spec type may appear once"),
+    (["engine.spec_type=[]"], "engine.spec_type=[] is invalid"),
+    (["engine.spec_type=[ngram-mod,ngram-cache]", "gamma=[4]"], "ngram-cache"),
     (["models=smollm2", "engine.spec_type=draft-simple", "models.draft.name_or_path=spectune/models/tiny/draft"],
      "is not a reduced-vocabulary draft spectune exports; set engine.draft_model"),
     (["engine.weights=q8"], "engine.weights='q8' is invalid"),
@@ -318,6 +325,16 @@ def test_an_unknown_spec_type_is_one_line_and_exit_2(cli, tmp_path):
     assert not (tmp_path / "servers").exists()
 
 
+def test_a_list_of_spec_types_is_one_grid_of_every_type_at_every_length(compose_config, llama_build):
+    """engine.spec_type=[a, b]: AR and each type at each γ, one interleaved grid (one server per method)."""
+    from harness.tasks.bench import BenchSettings
+
+    cfg = compose_config("+workload=en", "models=smollm2", "engine=llamacpp", "gamma=[4,8]",
+                         "engine.spec_type=[ngram-mod,ngram-simple]")
+    labels = [m.label for m in BenchSettings.from_cfg(cfg).methods()]
+    assert labels == ["ar", "ngram-mod:gamma=4", "ngram-mod:gamma=8", "ngram-simple:gamma=4", "ngram-simple:gamma=8"]
+
+
 def test_each_draft_length_is_the_flag_of_its_spec_type(tmp_path):
     """The command that serves each method: γ lands on its type's own flag (checked against this build's
     common/arg.cpp), every server polls 0 and serves the run's slots."""
@@ -331,6 +348,8 @@ def test_each_draft_length_is_the_flag_of_its_spec_type(tmp_path):
         assert cmd[cmd.index(flag) + 1] == "5" and cmd[cmd.index("--spec-type") + 1] == name
         assert cmd[cmd.index("-np") + 1] == "4" and cmd[cmd.index("-t") + 1] == "2"
         assert cmd[cmd.index("--poll") + 1] == "0" and cmd[cmd.index("--port") + 1] == "8080"
+    simple = flavour.command(Method("ngram-simple", 5), 8080, 2, 1)
+    assert simple[simple.index("--spec-ngram-simple-size-n") + 1] == "3"  # below γ: it drafts (the server's 12 not)
     cache = flavour.command(Method("ngram-cache", 8), 8080, None, 1)
     assert "-t" not in cache and not any(f in cache for f in flags.values())
     assert "--spec-type" not in flavour.command(AR, 8080, None, 1)

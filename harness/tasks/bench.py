@@ -75,7 +75,7 @@ class BenchSettings:
     confirm_prompts: int | None = None  # confirm the top estimate against AR on this many fresh prompts
     phases: dict[str, int] | None = None  # workload.phases: each phase's concurrency, in run order (closed loop)
     engine: str = "spectune"  # what runs the methods (conf/engine/)
-    method_name: str | None = None  # what names a speculative method: a server's spec type (None: the policy's name)
+    method_names: tuple[str, ...] = ()  # what names the speculative methods: a server's spec types (none: the policy)
 
     @property
     def batch(self) -> int:
@@ -116,11 +116,11 @@ class BenchSettings:
         for g in gammas:  # an unknown policy or a bad parameter fails here, before any model loads
             make_policy(policy, g)
         engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
-        method_name = engine_class(engine).method_name(cfg)  # a bad engine setting: one line, before any model loads
+        names = engine_class(engine).method_names(cfg)  # a bad engine setting: one line, before any model loads
         if not getattr(engine_class(engine), "in_process", False) and policy["name"] != FIXED:
             raise SpectuneError(f"policy={policy['name']} is invalid with engine={engine}: a draft-length policy runs "
                                 f"on engine=spectune; engine={engine} drafts with its own type, fixed γ per server")
-        engine_class(engine).check_config(cfg, [Method(method_name, g) for g in gammas])
+        engine_class(engine).check_config(cfg, [Method(n, g) for n in names for g in gammas])
         repeats = repeats_option(t.repeats)
         if t.noise_floor and not t.baseline:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
@@ -144,15 +144,16 @@ class BenchSettings:
             raise SpectuneError("task.target_mde and task.confirm_prompts are invalid with workload.phases: each "
                                 "phase's token_budget decides its prompts (set both to null)")
         return cls(gammas, t.baseline, policy, c, rate, f.burstiness, t.warmup, repeats, t.noise_floor, slo,
-                   block_for(design, block, batch), design, target, pilot, confirm, phases, engine, method_name)
+                   block_for(design, block, batch), design, target, pilot, confirm, phases, engine, names)
 
     def methods(self) -> list[Method]:
-        """The grid's methods: AR (and its A/A duplicate) and one per γ."""
+        """The grid's methods: AR (and its A/A duplicate) and one per (name, γ): on a server engine each of its
+        speculative types at each γ, on spectune's the policy at each γ."""
         points = [AR] if self.baseline else []
         if self.baseline and self.noise_floor:
             points.append(AA)
-        name = self.method_name or str(self.policy["name"])
-        return points + [Method(name, g, settings=self.policy) for g in self.gammas]
+        names = self.method_names or (str(self.policy["name"]),)
+        return points + [Method(n, g, settings=self.policy) for n in names for g in self.gammas]
 
     def pairs(self) -> list[tuple[str, int]]:
         """(label, γ) per method: what schedules, resumes and aggregates key on."""

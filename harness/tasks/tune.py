@@ -70,7 +70,7 @@ class TuneSettings:
     block_prompts: int | None = None  # the interleaved block size given (None: one batch per block)
     design: str = "interleaved"  # "blocked": every method runs all prompts at once (spectune.measure.interleave)
     validate_prompts: int | None = None  # the map's γ against AR again on this many fresh prompts per cell
-    method_name: str | None = None  # what names the engine's speculative methods (None: the policy's name)
+    method_names: tuple[str, ...] = ()  # what names the engine's speculative methods (none: the policy's name)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
@@ -107,13 +107,13 @@ class TuneSettings:
         engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
         return cls(gammas, concurrencies, languages, repeats_option(t.repeats),
                    integer(t.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)), rate, t.burstiness,
-                   t.noise_floor, block, design, validate, engine_class(engine).method_name(cfg))
+                   t.noise_floor, block, design, validate, engine_class(engine).method_names(cfg))
 
     def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
         return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup,
                              noise_floor=self.noise_floor,
                              block_prompts=block_for(self.design, self.block_prompts, concurrency), design=self.design,
-                             method_name=self.method_name)
+                             method_names=self.method_names)
 
 
 def _slo_node(cfg: DictConfig) -> dict[str, Any] | None:

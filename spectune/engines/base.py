@@ -8,8 +8,8 @@ rows (empty where the engine reports none: a server gives per-request totals at 
 an engine cannot report is absent from its rows (a missing column, or None), never invented.
 
 Beside the protocol, each engine class gives the harness three class methods (``task=bench`` calls them through
-:func:`workloads.setup.measuring_engine`): ``method_name(cfg)`` (what names its speculative methods: the policy on
-spectune's engine, the speculative type on a server), ``check_config(cfg, methods)`` (every method valid as
+:func:`workloads.setup.measuring_engine`): ``method_names(cfg)`` (what names its speculative methods: the policy on
+spectune's engine, the speculative types on a server), ``check_config(cfg, methods)`` (every method valid as
 configured: one line before any model loads) and ``from_config(cfg, *, inprocess, make, max_context, sampling,
 slots, log_dir)`` (the engine, not yet opened). A server engine is a
 :class:`~spectune.engines.server.ServerEngine` over a small flavour (:class:`~spectune.engines.server.ServerFlavour`).

@@ -80,11 +80,12 @@ class LlamaCppConfig:
     """``engine=llamacpp``: conf/engine/llamacpp.yaml (read with :func:`spectune.config.typed`)."""
 
     name: str = "llamacpp"
-    spec_type: str = "ngram-mod"
+    spec_type: Any = "ngram-mod"  # a type, or a list of them: every γ of the grid runs on each (:func:`types_of`)
     weights: str = "shipped"
     draft_model: str | None = None
     ngram_mod_n_min: int = 1
     ngram_mod_n_match: int = 24
+    ngram_simple_size_n: int = 3
     ctx_size: int | None = None
     port: int | None = None
     ready_timeout_s: float = 120.0
@@ -124,6 +125,8 @@ class LlamaCppFlavour:
             if method.name == "ngram-mod":
                 cmd += ["--spec-ngram-mod-n-min", str(s.ngram_mod_n_min), "--spec-ngram-mod-n-match",
                         str(s.ngram_mod_n_match)]
+            if method.name == "ngram-simple":
+                cmd += ["--spec-ngram-simple-size-n", str(s.ngram_simple_size_n)]
             if method.name == "draft-simple":
                 cmd += ["-md", str(self.draft)]
                 if threads:
@@ -179,25 +182,47 @@ def check_method(method: Method, s: LlamaCppConfig) -> None:
                             f"fixed {NGRAM_CACHE_DRAFT} tokens with it (gamma={NGRAM_CACHE_DRAFT} only)")
     if name.startswith("ngram-") and name != "ngram-cache" and not 1 <= gamma <= MAX_NGRAM:
         raise SpectuneError(f"gamma={gamma} is invalid for spec type {name}: 1..{MAX_NGRAM}")
+    if name == "ngram-simple" and gamma < s.ngram_simple_size_n:
+        raise SpectuneError(f"gamma={gamma} is invalid for spec type ngram-simple with engine.ngram_simple_size_n="
+                            f"{s.ngram_simple_size_n}: llama-server drafts nothing when the draft length is below the "
+                            f"lookup n-gram's size (common/ngram-map.cpp); use gamma >= {s.ngram_simple_size_n} or a "
+                            "smaller engine.ngram_simple_size_n")
     if name == "ngram-mod" and not 0 <= s.ngram_mod_n_min <= gamma:
         raise SpectuneError(f"engine.ngram_mod_n_min={s.ngram_mod_n_min} is invalid with gamma={gamma}: "
                             f"0..{gamma} (a shorter draft is dropped)")
 
 
+def types_of(value: Any) -> tuple[str, ...]:
+    """``engine.spec_type`` as the types it names (one, or a list: every γ of the grid runs on each, all their servers
+    up together and interleaved), each valid and named once; one line otherwise."""
+    types = [value] if isinstance(value, str) else value
+    if not isinstance(types, list | tuple) or not types or not all(isinstance(t, str) for t in types):
+        raise SpectuneError(f"engine.spec_type={value!r} is invalid: a spec type or a list of them, from "
+                            f"{', '.join(spec_types())}")
+    for t in types:
+        if t == "none":
+            raise SpectuneError("engine.spec_type=none is the AR baseline (task.baseline=true runs it): choose one of "
+                                f"{', '.join(spec_types())}")
+        if t not in spec_types():
+            raise SpectuneError(f"engine.spec_type={t!r} is invalid: choose one of {', '.join(spec_types())}")
+    if len(set(types)) != len(types):
+        raise SpectuneError(f"engine.spec_type={list(types)} is invalid: each spec type may appear once")
+    return tuple(types)
+
+
 def settings_of(cfg: Any) -> LlamaCppConfig:
     """``cfg.engine`` as typed settings, each bad value one line naming its key."""
     s = typed(LlamaCppConfig, cfg.engine, "engine")
-    if s.spec_type == "none":
-        raise SpectuneError("engine.spec_type=none is the AR baseline (task.baseline=true runs it): choose one of "
-                            f"{', '.join(spec_types())}")
-    if s.spec_type not in spec_types():
-        raise SpectuneError(f"engine.spec_type={s.spec_type!r} is invalid: choose one of {', '.join(spec_types())}")
+    types_of(s.spec_type)  # one line when a type is bad
     if s.weights not in WEIGHTS:
         raise SpectuneError(f"engine.weights={s.weights!r} is invalid: shipped (the models' GGUF as it is) or f32 "
                             "(the same weights dequantised by llama-quantize: what engine=spectune computes with)")
     if not 1 <= s.ngram_mod_n_match <= MAX_NGRAM:
         raise SpectuneError(f"engine.ngram_mod_n_match={s.ngram_mod_n_match} is invalid: 1..{MAX_NGRAM} (the n-gram "
                             "a draft is looked up by; the server warns below 16)")
+    if not 1 <= s.ngram_simple_size_n <= MAX_NGRAM:
+        raise SpectuneError(f"engine.ngram_simple_size_n={s.ngram_simple_size_n} is invalid: 1..{MAX_NGRAM} (the "
+                            "n-gram ngram-simple looks its draft up by)")
     check_server_settings(s.port, s.ready_timeout_s)
     return s
 
@@ -254,9 +279,10 @@ class LlamaCppEngine(ServerEngine):
                          ready_timeout_s=settings.ready_timeout_s)
 
     @classmethod
-    def method_name(cls, cfg: Any) -> str:
-        """What names this engine's speculative methods: ``engine.spec_type`` (checked here, before any model loads)."""
-        return settings_of(cfg).spec_type
+    def method_names(cls, cfg: Any) -> tuple[str, ...]:
+        """What names this engine's speculative methods: ``engine.spec_type``'s types (checked here, before any model
+        loads)."""
+        return types_of(settings_of(cfg).spec_type)
 
     @classmethod
     def check_config(cls, cfg: Any, methods: Sequence[Method]) -> None:
@@ -279,7 +305,7 @@ class LlamaCppEngine(ServerEngine):
         build.server_binary(settings.version)  # one line naming the build command when it is not built
         model = build.f32_gguf(shipped, settings.version) if settings.weights == "f32" else shipped
         threads = cfg.hardware.get("threads")
-        draft = draft_of(cfg, settings, shipped) if settings.spec_type == "draft-simple" else None
+        draft = draft_of(cfg, settings, shipped) if "draft-simple" in types_of(settings.spec_type) else None
         return cls(settings, model=model, shipped=shipped, sampling=sampling, seed=int(cfg.seed),
                    threads=int(threads) if threads else None, slots=slots, log_dir=log_dir, draft=draft)
 

@@ -303,9 +303,9 @@ class SglangEngine(ServerEngine):
                          log_dir=log_dir, port=settings.port, ready_timeout_s=settings.ready_timeout_s)
 
     @classmethod
-    def method_name(cls, cfg: Any) -> str:
+    def method_names(cls, cfg: Any) -> tuple[str, ...]:
         """What names this engine's speculative methods: ``engine.method`` (checked here, before any model loads)."""
-        return settings_of(cfg).method
+        return (settings_of(cfg).method,)
 
     @classmethod
     def check_config(cls, cfg: Any, methods: Sequence[Method]) -> None:

@@ -40,9 +40,9 @@ class SpectuneEngine:
         self.policies: dict[str, DraftLengthPolicy | None] = {}
 
     @classmethod
-    def method_name(cls, cfg: Any) -> str:
+    def method_names(cls, cfg: Any) -> tuple[str, ...]:
         """What names this engine's speculative methods: the draft-length policy (``policy.name``)."""
-        return str(cfg.policy.name)
+        return (str(cfg.policy.name),)
 
     @classmethod
     def check_config(cls, cfg: Any, methods: Sequence[Method]) -> None:
