@@ -281,7 +281,10 @@ def test_a_port_in_use_fails_in_one_line(tmp_path, llama_build):
      "is not a reduced-vocabulary draft spectune exports; set engine.draft_model"),
     (["engine.weights=q8"], "engine.weights='q8' is invalid"),
     (["policy=confidence"], "policy=confidence is invalid with engine=llamacpp"),
-    (["task=tune"], "task=tune runs on engine=spectune only"),
+    (["task=tune", "engine.spec_type=ngram-simple", "gamma=[2,4]"], "gamma=2 is invalid for spec type ngram-simple"),
+    (["task=coverage"], "the policy pair runs a draft-length policy, on engine=spectune only"),
+    (["task=coverage", "task.pairs=[ar,fixed]", "engine.spec_type=[ngram-mod,ngram-simple]"],
+     "its fixed pair compares one method with itself"),
     (["models=tiny"], "engine=llamacpp needs a GGUF target"),
 ])
 def test_bad_llamacpp_input_fails_before_any_model_loads(harness_in_process, tmp_path, overrides, phrase,
@@ -357,3 +360,51 @@ def test_each_draft_length_is_the_flag_of_its_spec_type(tmp_path):
     assert path == "/completion" and body["prompt"] == [5, 6, 7] and body["cache_prompt"] is False
     assert body["return_tokens"] is True and body["stream"] is True and body["temperature"] == 0.0
     assert os.path.basename(str(flavour.server)) == "llama-server"
+
+
+@pytest.mark.llamacpp
+@pytest.mark.real_model
+@pytest.mark.slow(reason="starts llama-servers for a tune grid and its validation")
+def test_tune_runs_its_grid_and_validates_its_map_on_llama_server(cli, tmp_path, llama_build):
+    """task=tune on engine=llamacpp: AR and two spec types at one length, one concurrency; the cell's pick names its
+    type and length, and the map's pick runs again against AR on prompts the grid never saw, on fresh servers."""
+    proc = cli("task=tune", *[o for o in SMOKE if not o.startswith(("engine.spec_type", "gamma", "task."))],
+               "engine.spec_type=[ngram-mod,ngram-simple]", "gamma=[8]", "task.repeats=1", "task.warmup=1",
+               "task.concurrency=[1]", "task.validate_prompts=2", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    req = pd.read_parquet(tmp_path / "requests.parquet")
+    assert set(req["method"]) == {"ar", NGRAM, "ngram-simple:gamma=8"} and len(req) == 3 * 3
+    assert (req["engine_prompt_tokens"] == req["prompt_tokens"]).all()
+    rec = json.loads((tmp_path / "recommendation.json").read_text())
+    (row,) = rec["recommendations"]
+    assert row["status"] == "ok" and row["best_method"] in {"ar", NGRAM, "ngram-simple:gamma=8"}
+    assert rec["vllm"] == {}  # a llama.cpp map is a spec type and a length per cell, not vLLM's table
+    servers = json.loads((tmp_path / "metadata.json").read_text())["engines"]["en_c1"]["servers"]
+    assert set(servers) == {"ar", NGRAM, "ngram-simple:gamma=8"}  # each cell's servers, commands recorded
+    (cell,) = rec["validation"]["cells"]
+    if row["best_gamma"]:
+        fresh = pd.read_parquet(tmp_path / "validate" / "en_c1" / "requests.parquet")
+        assert set(fresh["method"]) == {"ar", row["best_method"]}
+        assert set(fresh["prompt_id"]).isdisjoint(req["prompt_id"])  # prompts the grid never saw
+        assert cell["status"] == "ok" and cell["held"] in {"faster than AR", "not resolved", "slower than AR", None}
+    else:
+        assert cell["status"].startswith("speculation off")
+
+
+@pytest.mark.llamacpp
+@pytest.mark.real_model
+@pytest.mark.slow(reason="two coverage workers, each with four llama-servers")
+def test_coverage_checks_the_intervals_on_llama_server(cli, tmp_path, llama_build):
+    """task=coverage on engine=llamacpp: AR against a second AR server and ngram-mod γ 8 against a second server of
+    the same command, in worker processes; the report counts the intervals that contain 1."""
+    keep = [o for o in SMOKE if not o.startswith(("engine.spec_type", "gamma", "task.", "workload.num_prompts"))]
+    proc = cli("task=coverage", *keep, "engine.spec_type=ngram-mod", "task.pairs=[ar,fixed]", "task.gamma=8",
+               "task.comparisons=2", "task.repeats=1", "task.warmup=0", "workload.num_prompts=3",
+               f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = pd.read_parquet(tmp_path / "records.parquet")
+    assert set(records["method"]) == {"ar", "ar#2", NGRAM, f"{NGRAM}#2"}
+    assert set(records["comparison"]) == {0, 1}
+    worker = next(p for p in tmp_path.rglob("metadata.json") if "coverage-worker" in p.read_text())
+    servers = json.loads(worker.read_text())["engine"]["servers"]
+    assert set(servers) == {"ar", "ar#2", NGRAM, f"{NGRAM}#2"}

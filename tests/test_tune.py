@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from harness.tasks.tune import TuneSettings, _workload_cfgs
 from spectune.engine.proposers import vllm_method
 from spectune.errors import SpectuneError
+from spectune.methods import Method
 from spectune.run import cli
 from spectune.vllm_export import VLLM_VERSION, VllmMethod, vllm_form, vllm_schedule
 from tests.conftest import REPO
@@ -255,11 +256,12 @@ def test_the_maps_gamma_is_validated_against_ar_on_prompts_the_grid_never_saw(co
     assert len(fresh_ids) == 4 and not set(grid_ids) & set(fresh_ids)
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     inner = engine_of(cfg, models, workload.sampling)
-    rows = [{"language": "en", "workload": "en", "concurrency": c, "status": "ok", "best_gamma": g}
+    rows = [{"language": "en", "workload": "en", "concurrency": c, "status": "ok", "best_gamma": g,
+             "best_method": Method.fixed(g).label}
             for c, g in ((1, 2), (2, 1), (4, 0))]  # the γ 0 row is never measured, so no grid at 4 is needed
     rows.append({"language": "en", "workload": "en", "concurrency": 8, "status": "failed", "best_gamma": None})
     out = validate_map(rows, settings, policy, {"en": workload}, {"en": fresh},
-                       lambda w: SpectuneEngine(inner, lambda m: make_policy(policy, m.gamma), models.max_context),
+                       lambda w, c: SpectuneEngine(inner, lambda m: make_policy(policy, m.gamma), models.max_context),
                        models.max_context, tmp_path)
     assert out["prompts"] == 4 and out["repeats"] == 1 and out["against"] == "ar"
     by_c = {cell["concurrency"]: cell for cell in out["cells"]}

@@ -96,12 +96,14 @@ def models_of(cfg: Any) -> Models:
     return load_models(cfg.models, cfg.hardware, draft=entry.needs_draft_model and in_process(cfg))
 
 
-def measuring_engine(cfg: Any, models: Models, sampling: Any, make: Any, *, slots: int, log_dir: Any) -> Any:
+def measuring_engine(cfg: Any, models: Models, sampling: Any, make: Any, *, slots: int, log_dir: Any,
+                     inprocess: Any = None) -> Any:
     """The configured :class:`~spectune.engines.base.MeasuringEngine`, not yet opened: spectune's own on
-    ``models`` (its speculative methods' policies from ``make``), or a server engine serving ``slots`` requests
-    at once, its servers' logs in ``log_dir``."""
+    ``models`` (its speculative methods' policies from ``make``; ``inprocess()``, where given, the in-process engine
+    to measure on, else a new one), or a server engine serving ``slots`` requests at once, its servers' logs in
+    ``log_dir``."""
     cls = engine_class(engine_name(cfg))
-    return cls.from_config(cfg, inprocess=lambda: engine_of(cfg, models, sampling), make=make,
+    return cls.from_config(cfg, inprocess=inprocess or (lambda: engine_of(cfg, models, sampling)), make=make,
                            max_context=models.max_context, sampling=sampling, slots=slots, log_dir=log_dir)
 
 

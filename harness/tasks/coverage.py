@@ -12,6 +12,10 @@ of the K estimates beyond what their own intervals expect, which no single run c
 
 The policy pair is identical work through another code path: an interval that excludes 1 there is the
 policy's own overhead (it reads q(x) every step), not necessarily a failure of the interval.
+
+On a server engine (``engine=llamacpp task.pairs=[ar,fixed]``) the fixed γ is the engine's speculative type at
+``task.gamma`` and a duplicate is a second server of the same command: the intervals are checked on the engine
+users deploy. The policy pair needs spectune's own engine.
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ from scipy import stats
 from harness.tasks.schemas import CoverageFile
 from spectune import hardware as hw
 from spectune.config import typed
-from spectune.engines.spectune import SpectuneEngine
+from spectune.engines import engine_class
 from spectune.errors import SpectuneError
 from spectune.io import write_json
-from spectune.measure.interleave import as_method, block_for, block_size, design_option, run_design
+from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.measure.point import requests_of
 from spectune.measure.repeats import pooled, repeats_option
-from spectune.methods import AA, AR, BASELINE, FIXED, Method, label_gammas
+from spectune.methods import AA, AR, BASELINE, FIXED, Method
 from spectune.options import integer
 from spectune.run import conditions, resume, rundir
 from spectune.run.metadata import base_metadata
@@ -67,6 +71,7 @@ class CoverageSettings:
     design: str
     block_prompts: int | None  # the block size the runs use (None: the blocked design)
     worker: int | None
+    fixed_name: str = FIXED  # what the fixed γ is called on the engine: spectune's fixed policy, or a server's type
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> CoverageSettings:
@@ -81,9 +86,11 @@ class CoverageSettings:
         c = integer(f.concurrency, "concurrency", lo=1)
         block = block_size(t.block_prompts, "task.block_prompts", [c], f"concurrency={c}")
         design = design_option(t.design, "task.design", block, None)
-        return cls(integer(t.comparisons, "task.comparisons", lo=1), pairs, integer(t.gamma, "task.gamma", lo=1),
+        gamma = integer(t.gamma, "task.gamma", lo=1)
+        return cls(integer(t.comparisons, "task.comparisons", lo=1), pairs, gamma,
                    repeats_option(t.repeats), integer(t.warmup, "task.warmup", lo=0), c, design,
-                   block_for(design, block, c), None if t.worker is None else integer(t.worker, "task.worker", lo=0))
+                   block_for(design, block, c), None if t.worker is None else integer(t.worker, "task.worker", lo=0),
+                   _fixed_name(cfg, pairs, gamma))
 
     @property
     def unit_size(self) -> int:
@@ -91,7 +98,7 @@ class CoverageSettings:
 
     def pair(self, pair: str) -> tuple[Method, Method]:
         """(compared, reference) methods of a pair; a method's settings are its policy node."""
-        fixed = Method(FIXED, self.gamma, {"name": FIXED})
+        fixed = Method(self.fixed_name, self.gamma, {"name": FIXED})
         return {BASELINE: (AA, AR), "fixed": (fixed.duplicate(), fixed),
                 "policy": (Method("confidence-0", self.gamma, dict(POLICY)), fixed)}[pair]
 
@@ -101,7 +108,8 @@ class CoverageSettings:
         return compared.label, reference.label
 
     def methods(self) -> list[Method]:
-        """Every method a worker runs, once each, in the order of the first repeat."""
+        """Every method a worker runs, once each, in the order of the first repeat (a server engine: one server
+        each, the duplicate a second server of the same command)."""
         out: dict[str, Method] = {}
         for pair in self.pairs:
             compared, reference = self.pair(pair)
@@ -110,13 +118,30 @@ class CoverageSettings:
         return list(out.values())
 
 
+def _fixed_name(cfg: DictConfig, pairs: tuple[str, ...], gamma: int) -> str:
+    """The fixed γ's method name on the configured engine: spectune's fixed policy, or a server engine's one
+    speculative type (checked as configured: one line, before any model loads). The policy pair needs spectune's
+    own engine (a server runs no draft-length policy)."""
+    from workloads.setup import engine_name, in_process
+
+    if in_process(cfg):
+        return FIXED
+    engine = engine_class(engine_name(cfg))
+    if "policy" in pairs:
+        raise SpectuneError(f"task.pairs={list(pairs)} is invalid with engine={engine.engine}: the policy pair runs "
+                            "a draft-length policy, on engine=spectune only; use task.pairs=[ar,fixed]")
+    names = engine.method_names(cfg)
+    if len(names) != 1:
+        raise SpectuneError(f"the engine's speculative methods {list(names)} are invalid for task=coverage: its fixed "
+                            "pair compares one method with itself; name one")
+    engine.check_config(cfg, [Method(names[0], gamma)])
+    return names[0]
+
+
 def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
-    settings = CoverageSettings.from_cfg(cfg)
-    from workloads.setup import require_in_process
-
-    require_in_process(cfg, "coverage")  # before any model loads
+    settings = CoverageSettings.from_cfg(cfg)  # the engine's method and settings too, before any model loads
     refuse_phases(cfg.workload, "task=coverage")
     if settings.worker is not None:
         return _worker(cfg, run_dir, settings)
@@ -127,22 +152,28 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     from policies.registry import make_policy
     from workloads.loader import load_workload
-    from workloads.setup import engine_of, models_of
+    from workloads.setup import measuring_engine, models_of
 
     models = models_of(cfg)
     workload = load_workload(cfg.workload, models.tokenizer)
     requests = requests_of(workload.prompts, workload.max_new_tokens)
-    engine = engine_of(cfg, models, workload.sampling)
-    nodes = {m.label: dict(m.settings) if m.speculative else None for m in s.methods()}
-    order = label_gammas(s.methods())
-    rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,
-                                    "models": models.pair.metadata, "hardware": hw.describe(cfg.hardware,
-                                                                                            models.device),
-                                    "workload": workload.describe(), "sampling": vars(workload.sampling),
-                                    "config": OmegaConf.to_container(cfg, resolve=True)})
-    measured = SpectuneEngine(engine, lambda m: make_policy(nodes[m.label], m.gamma), models.max_context)
-    grid = run_design(measured, requests, [as_method(label, gamma, nodes[label]) for label, gamma in order],
-                      s.repeats, block_prompts=s.block_prompts, concurrency=s.concurrency, warmup=s.warmup)
+    methods = s.methods()
+    nodes = {m.label: dict(m.settings) if m.speculative else None for m in methods}
+    measured = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(nodes[m.label], m.gamma),
+                                slots=s.concurrency, log_dir=run_dir / "servers")
+    measured.check(methods)
+    try:
+        measured.open(methods)
+        rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,
+                                        "models": models.pair.metadata, "hardware": hw.describe(cfg.hardware,
+                                                                                                models.device),
+                                        "workload": workload.describe(), "sampling": vars(workload.sampling),
+                                        "engine": measured.describe(),
+                                        "config": OmegaConf.to_container(cfg, resolve=True)})
+        grid = run_design(measured, requests, methods, s.repeats, block_prompts=s.block_prompts,
+                          concurrency=s.concurrency, warmup=s.warmup)
+    finally:
+        measured.close()
     req, cyc = grid.frames()
     rundir.REQUESTS.write(run_dir, req)
     rundir.CYCLES.write(run_dir, cyc)

@@ -15,6 +15,12 @@ repeats, on the N prompts that follow the grid's (never one it measured): a pick
 estimates, so its own estimate flatters it. The speed-up on fresh prompts, its paired 95% CI and whether the choice
 held (faster than AR / not resolved / slower) go into ``recommendation.json`` under ``validation``; each cell's run
 is ``RUN/validate/<workload>_c<concurrency>/``.
+
+On a server engine (``engine=llamacpp``, ``vllm``, ``sglang``) each cell starts its own servers (a server's slots
+are set when it starts: one per method at that concurrency, logs in ``RUN/servers/<workload>_c<concurrency>/``), a
+method is the engine's speculative type at a length, and each cell's pick is ``best_method`` (with
+``engine.spec_type`` listing several types, the type and the length together); the vLLM form is written for
+spectune's own engine only.
 """
 
 from __future__ import annotations
@@ -37,12 +43,11 @@ from spectune.config import typed
 from spectune.engine import proposers
 from spectune.engine.records import Request
 from spectune.engines import engine_class
-from spectune.engines.spectune import SpectuneEngine
 from spectune.errors import SpectuneError
 from spectune.measure.confirm import against_ar
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
 from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option
-from spectune.methods import BASELINE, FIXED
+from spectune.methods import BASELINE, FIXED, Method
 from spectune.options import as_list, fresh_prompts, integer
 from spectune.run import conditions, rundir
 from spectune.run.metadata import base_metadata
@@ -71,6 +76,7 @@ class TuneSettings:
     design: str = "interleaved"  # "blocked": every method runs all prompts at once (spectune.measure.interleave)
     validate_prompts: int | None = None  # the map's γ against AR again on this many fresh prompts per cell
     method_names: tuple[str, ...] = ()  # what names the engine's speculative methods (none: the policy's name)
+    engine: str = "spectune"  # what runs the methods (conf/engine/): spectune's own, or a server per method
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> TuneSettings:
@@ -105,9 +111,11 @@ class TuneSettings:
             raise SpectuneError(f"task.validate_prompts={validate} is invalid with workload.num_prompts=null: the "
                                 "grid takes every prompt and leaves none fresh; set workload.num_prompts")
         engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
+        names = engine_class(engine).method_names(cfg)  # a bad engine setting: one line, before any model loads
+        engine_class(engine).check_config(cfg, [Method(n, g) for n in names for g in gammas])
         return cls(gammas, concurrencies, languages, repeats_option(t.repeats),
                    integer(t.warmup, "task.warmup", lo=0), parse_slo(_slo_node(cfg)), rate, t.burstiness,
-                   t.noise_floor, block, design, validate, engine_class(engine).method_names(cfg))
+                   t.noise_floor, block, design, validate, names, engine)
 
     def bench(self, policy: dict[str, Any], concurrency: int) -> BenchSettings:
         return BenchSettings(self.gammas, True, policy, concurrency, self.request_rate, self.burstiness, self.warmup,
@@ -136,14 +144,11 @@ def _workload_cfgs(cfg: DictConfig, languages: tuple[str, ...] | None) -> list[D
 def run(cfg: DictConfig, run_dir: Path) -> int:
     if "workload" not in cfg:
         raise SpectuneError("no workload selected: add +workload=NAME (it, en, zh, es or mix)")
-    from workloads.setup import require_in_process
-
-    require_in_process(cfg, "tune")  # before any model loads
-    settings = TuneSettings.from_cfg(cfg)
+    settings = TuneSettings.from_cfg(cfg)  # the engine's methods and settings too: one line, before any model loads
     refuse_phases(cfg.workload, "task=tune")
     policy = OmegaConf.to_container(cfg.policy, resolve=True)
     from workloads.loader import load_workload  # heavy imports only once the config is valid
-    from workloads.setup import engine_of, models_of
+    from workloads.setup import engine_of, measuring_engine, models_of
 
     models = models_of(cfg)
     pair = models.pair
@@ -152,17 +157,29 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     max_context = models.max_context
     fresh = {w.name: fresh_prompts_after(node, w, settings.validate_prompts, pair.tokenizer)
              for node, w in zip(workload_cfgs, workloads, strict=True)} if settings.validate_prompts else {}
-    engine = engine_of(cfg, models, workloads[0].sampling)
+    inner: list[Any] = []  # spectune's in-process engine, built once on the loaded models (a server engine: none)
+
+    def engine_for(workload: Any, concurrency: int, log_dir: Path) -> Any:
+        """The configured engine for one cell, not yet opened: a server engine's slots are set when it starts."""
+        def inprocess() -> Any:
+            if not inner:
+                inner.append(engine_of(cfg, models, workload.sampling))
+            inner[0].sampling = workload.sampling
+            return inner[0]
+
+        return measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(policy, m.gamma),
+                                slots=concurrency, log_dir=log_dir, inprocess=inprocess)
+
     metadata = {**base_metadata(), "task": "tune", "models": pair.metadata,
                 "hardware": hw.describe(cfg.hardware, models.device), "workloads": [w.describe() for w in workloads],
                 "sampling": vars(workloads[0].sampling), "sampler": cfg.sampler, "settings": vars(settings),
-                "config": OmegaConf.to_container(cfg, resolve=True)}
+                "engine": settings.engine, "config": OmegaConf.to_container(cfg, resolve=True)}
     rundir.METADATA.write(run_dir, metadata)
 
     cells: list[dict[str, Any]] = []
     frames: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    engines: dict[str, Any] = {}
     for workload in workloads:
-        engine.sampling = workload.sampling
         for c in settings.concurrencies:
             bench = settings.bench(policy, c)
             requests = build_requests(workload, bench, max_context)
@@ -173,10 +190,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             def write(grid: Grid, tag: dict[str, Any] = tag) -> None:
                 _write(run_dir, frames, grid, tag, cells)
 
-            measured = SpectuneEngine(engine, lambda m, b=bench: make_policy(b.policy, m.gamma), max_context)
-            grid = run_design(measured, requests, bench.methods(), settings.repeats,
-                              block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup, on_point=write,
-                              what=f"tune {workload.name} c={c}")
+            measured = engine_for(workload, c, run_dir / "servers" / f"{workload.name}_c{c}")
+            measured.check(bench.methods())
+            try:
+                measured.open(bench.methods())
+                engines[f"{workload.name}_c{c}"] = measured.describe()
+                grid = run_design(measured, requests, bench.methods(), settings.repeats,
+                                  block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
+                                  on_point=write, what=f"tune {workload.name} c={c}")
+            finally:
+                measured.close()
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             per_category = category_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
@@ -191,14 +214,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
             if per_category:
                 log.info("\n" + format_category_table(per_category))
             conditions.warn_flagged(cells[-1]["conditions"])
+    metadata["engines"] = engines  # each cell's engine as it ran (a server's exact commands and build)
+    rundir.METADATA.write(run_dir, metadata)
 
     recommendation = recommend(cells, settings, pair.metadata, metadata)
     rundir.RECOMMENDATION.write(run_dir, recommendation)
     log.info("\n" + format_recommendation(recommendation))
     if settings.validate_prompts is not None:
-        def measuring(workload: Any) -> SpectuneEngine:
-            engine.sampling = workload.sampling
-            return SpectuneEngine(engine, lambda m: make_policy(policy, m.gamma), max_context)
+        def measuring(workload: Any, concurrency: int) -> Any:
+            return engine_for(workload, concurrency, run_dir / "validate" / f"{workload.name}_c{concurrency}" /
+                              "servers")
 
         recommendation["validation"] = validate_map(recommendation["recommendations"], settings, policy,
                                                     {w.name: w for w in workloads}, fresh, measuring, max_context,
@@ -241,10 +266,12 @@ def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[
         best = by_name[rank["best"]]
         row = {
             "language": cell["language"], "workload": cell["workload"], "concurrency": cell["concurrency"],
-            "status": "ok", "chosen_by": metric, "best_gamma": int(best["gamma"]), "speculation": best["gamma"] > 0,
+            "status": "ok", "chosen_by": metric, "best_method": rank["best"], "best_gamma": int(best["gamma"]),
+            "speculation": best["gamma"] > 0,
             metric: best.get(metric), "speedup": best.get("speedup"),
             "speedup_ci95_lo": best.get("speedup_ci95_lo"), "speedup_ci95_hi": best.get("speedup_ci95_hi"),
-            "indistinguishable_gammas": sorted(int(by_name[m]["gamma"]) for m in rank["indistinguishable"]),
+            "indistinguishable_gammas": sorted({int(by_name[m]["gamma"]) for m in rank["indistinguishable"]}),
+            "indistinguishable_methods": sorted(rank["indistinguishable"]),
             "mad_rule_gamma": int(by_name[rank["mad_pick"]]["gamma"]) if rank.get("mad_pick") else None,
             "noise_floor_pct": cell["ranking"]["output_throughput"].get("noise_floor_pct"),
             "statistics": rank["statistics"],
@@ -254,7 +281,10 @@ def recommend(cells: list[dict[str, Any]], settings: TuneSettings, models: dict[
                                                  "request_goodput_ratio_ci95_hi", "slo_p99_pass")})
         rows.append(row)
     vllm = {}
-    for lang in dict.fromkeys(r["language"] for r in rows):
+    # vLLM's per-batch-size lengths, for what spectune's proposers drafted; on a server engine the map is each cell's
+    # best_method (its speculative type and length: a server setting, one server per concurrency)
+    exportable = settings.engine == "spectune"
+    for lang in dict.fromkeys(r["language"] for r in rows if exportable):
         best_k = {r["concurrency"]: r["best_gamma"] for r in rows if r["language"] == lang and r["status"] == "ok"}
         if best_k:
             drafted = proposers.vllm_method(metadata["config"].get("proposer"),
@@ -278,6 +308,7 @@ def format_recommendation(rec: dict[str, Any]) -> str:
             continue
         lo, hi = r.get("speedup_ci95_lo"), r.get("speedup_ci95_hi")
         rows.append({"language": r["language"], "concurrency": r["concurrency"],
+                     "best method": r.get("best_method", "-"),
                      "best γ": r["best_gamma"] if r["best_gamma"] else "0 (off)",
                      "speedup": f"{r['speedup']:.2f}" if r.get("speedup") is not None else "-",
                      "95% CI": f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "-",
@@ -313,7 +344,7 @@ def validate_map(rows: list[dict[str, Any]], settings: TuneSettings, policy: dic
                  workloads: dict[str, Any], fresh: dict[str, list[Any]], engine_for: Any, max_context: int | None,
                  run_dir: Path) -> dict[str, Any]:
     """Per cell of the map, its γ against AR on the workload's fresh prompts (:func:`against_ar`, the mechanism
-    of task=bench's confirmation), in the grid's design and repeats, on the engine ``engine_for(workload)`` gives
+    of task=bench's confirmation), in the grid's design and repeats, on the engine ``engine_for(workload, c)`` gives
     (any :class:`~spectune.engines.base.MeasuringEngine`; on a server engine the γ is its speculative method at
     that length). Each cell's run is written to ``RUN/validate/<workload>_c<concurrency>/``."""
     out = []
@@ -326,16 +357,21 @@ def validate_map(rows: list[dict[str, Any]], settings: TuneSettings, policy: dic
             continue
         workload, c = workloads[row["workload"]], row["concurrency"]
         bench = settings.bench(policy, c)
-        method = next(m for m in bench.methods() if m.gamma == gamma)
+        method = next(m for m in bench.methods() if m.label == row["best_method"])
         requests = build_requests(replace(workload, prompts=fresh[workload.name]), bench, max_context)
-        engine = engine_for(workload)
+        engine = engine_for(workload, c)
         where = run_dir / "validate" / f"{workload.name}_c{c}"
 
         def measure(part: list[Request], methods: list[Any], bench: Any = bench, c: int = c, engine: Any = engine,
                     where: Path = where, name: str = workload.name) -> Grid:
-            return run_design(engine, part, methods, settings.repeats, block_prompts=bench.block_prompts,
-                              concurrency=c, warmup=bench.warmup, on_point=lambda g: _write_validation(where, g),
-                              what=f"validate {name} c={c}")
+            engine.check(methods)
+            try:
+                engine.open(methods)  # a server engine: only the methods compared (AR and the map's), fresh
+                return run_design(engine, part, methods, settings.repeats, block_prompts=bench.block_prompts,
+                                  concurrency=c, warmup=bench.warmup, on_point=lambda g: _write_validation(where, g),
+                                  what=f"validate {name} c={c}")
+            finally:
+                engine.close()
 
         result = against_ar(measure, method, requests, unit_size=bench.unit_size,
                             what=f"validation {workload.name} c={c}")
