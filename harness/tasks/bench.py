@@ -28,6 +28,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.bench_table import bench_table, format_category_table, format_ranking, format_table
+from harness.tasks.compared import Compared, compared_methods, compared_policies
 from harness.tasks.schemas import BenchFile, BenchTask
 from policies.registry import make_policy
 from spectune import hardware as hw
@@ -76,6 +77,7 @@ class BenchSettings:
     phases: dict[str, int] | None = None  # workload.phases: each phase's concurrency, in run order (closed loop)
     engine: str = "spectune"  # what runs the methods (conf/engine/)
     method_names: tuple[str, ...] = ()  # what names the speculative methods: a server's spec types (none: the policy)
+    compare: Compared = ()  # task.compare: more policies (node, γ values) in the same interleaved grid
 
     @property
     def batch(self) -> int:
@@ -120,7 +122,11 @@ class BenchSettings:
         if not getattr(engine_class(engine), "in_process", False) and policy["name"] != FIXED:
             raise SpectuneError(f"policy={policy['name']} is invalid with engine={engine}: a draft-length policy runs "
                                 f"on engine=spectune; engine={engine} drafts with its own type, fixed γ per server")
+        if t.compare and not getattr(engine_class(engine), "in_process", False):
+            raise SpectuneError(f"task.compare is invalid with engine={engine}: draft-length policies run on "
+                                "engine=spectune (list a server's types in its engine settings)")
         engine_class(engine).check_config(cfg, [Method(n, g) for n in names for g in gammas])
+        compare = compared_policies(t.compare, gammas, [Method(n, g).label for n in names for g in gammas])
         repeats = repeats_option(t.repeats)
         if t.noise_floor and not t.baseline:
             raise SpectuneError("task.noise_floor=true is invalid with task.baseline=false: the noise floor is "
@@ -144,16 +150,18 @@ class BenchSettings:
             raise SpectuneError("task.target_mde and task.confirm_prompts are invalid with workload.phases: each "
                                 "phase's token_budget decides its prompts (set both to null)")
         return cls(gammas, t.baseline, policy, c, rate, f.burstiness, t.warmup, repeats, t.noise_floor, slo,
-                   block_for(design, block, batch), design, target, pilot, confirm, phases, engine, names)
+                   block_for(design, block, batch), design, target, pilot, confirm, phases, engine, names, compare)
 
     def methods(self) -> list[Method]:
         """The grid's methods: AR (and its A/A duplicate) and one per (name, γ): on a server engine each of its
-        speculative types at each γ, on spectune's the policy at each γ."""
+        speculative types at each γ, on spectune's the policy at each γ, then ``task.compare``'s policies. A
+        method's settings are its policy's node (what :func:`make_policy` builds it from)."""
         points = [AR] if self.baseline else []
         if self.baseline and self.noise_floor:
             points.append(AA)
         names = self.method_names or (str(self.policy["name"]),)
-        return points + [Method(n, g, settings=self.policy) for n in names for g in self.gammas]
+        return (points + [Method(n, g, settings=self.policy) for n in names for g in self.gammas]
+                + compared_methods(self.compare))
 
     def pairs(self) -> list[tuple[str, int]]:
         """(label, γ) per method: what schedules, resumes and aggregates key on."""
@@ -247,7 +255,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     workload = load_workload(_workload_cfg(cfg, settings), models.tokenizer)
     max_context = models.max_context
     requests = build_requests(workload, settings, max_context)
-    engine = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(settings.policy, m.gamma),
+    engine = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(dict(m.settings), m.gamma),
                               slots=settings.concurrency, log_dir=run_dir / "servers")
     engine.check(settings.methods())  # before any server starts
     try:

@@ -43,6 +43,7 @@ class BenchTask:
     target_mde: float | None = MISSING
     pilot_prompts: int | None = MISSING
     confirm_prompts: int | None = MISSING
+    compare: Any = None  # more policies in the grid: a list of {name, gamma, parameters} (harness/tasks/compared.py)
     workload_defaults: WorkloadDefaults = field(default_factory=WorkloadDefaults)
 
 
