@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info(f"memory bandwidth: read {bw.read / gb:.1f} GB/s, copy {bw.copy / gb:.1f}, triad {bw.triad / gb:.1f} "
              f"({bw.array_bytes >> 20} MiB arrays, {bw.threads} threads, best of {bw.runs}; {bw.cpu_model})")
     for row in rows:
-        if args.json:
-            log.info(json.dumps({**row, "bandwidth": bw.describe()}))
+        if args.json:  # the data on stdout (`> rows.jsonl`), the progress and summary lines on stderr
+            sys.stdout.write(json.dumps({**row, "bandwidth": bw.describe()}) + "\n")
             continue
         log.info(f"{row['engine']:9s} {row['model']}  c={row['concurrency']}: AR {row['ar_decode_tok_s']:.1f} tok/s x "
                  f"{row['bytes_per_token'] / 1e6:.1f} MB/token = {row['bytes_per_s'] / gb:.2f} GB/s, "

@@ -9,6 +9,8 @@ Compacting drops the per-token lists no page reads — each request's token time
 time (``start_s``) — and rewrites every Parquet file losslessly (zstd, byte-stream split for floats): each file is
 read back and compared with the original, column by column, values and dtypes exact, before it replaces it. What
 the pages, tests and replays read stays: the output ids (greedy exactness), the cycles' counts and costs, traces.
+A server engine's logs (``servers/*.log``: each server's own output) are gzipped, losslessly (read back and compared
+byte for byte first): ``zcat RUN/servers/ar.log.gz`` reads one.
 
 Archiving an entry records its line of ``archive/README.md`` and the commit that holds it in
 ``archive/removed.json``; ``git checkout <commit> -- bench/results/archive/NAME`` restores it. Run
@@ -18,6 +20,7 @@ Archiving an entry records its line of ``archive/README.md`` and the commit that
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import logging
@@ -86,6 +89,18 @@ def compact(path: Path) -> tuple[int, int]:
     return size, len(data)
 
 
+def gzip_log(path: Path) -> tuple[int, int]:
+    """A server's log gzipped beside it (``<name>.log.gz``), after checking that it reads back byte for byte; the
+    plain file is removed. (bytes before, after)"""
+    raw = path.read_bytes()
+    packed = gzip.compress(raw, compresslevel=9, mtime=0)
+    if gzip.decompress(packed) != raw:
+        raise SystemExit(f"{path}: the gzipped log does not read back equal; left as it is")
+    path.with_name(path.name + ".gz").write_bytes(packed)
+    path.unlink()
+    return len(raw), len(packed)
+
+
 def archive(names: list[str], commit: str) -> None:
     """Take ``archive/NAME`` out of the tree, keeping its line (and ``commit``, which holds it)."""
     from analysis.results_archive import REMOVED, removed, what
@@ -126,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: %d -> %d bytes", path, before, after)
     if args.folders:
         log.info("Parquet files: %d -> %d bytes", total_before, total_after)
+    logs = sorted(p for folder in args.folders for p in folder.rglob("servers/*.log"))
+    if logs:
+        sizes = [gzip_log(p) for p in logs]
+        log.info("server logs: %d -> %d bytes (gzipped)", sum(b for b, _ in sizes), sum(a for _, a in sizes))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 
@@ -87,6 +88,10 @@ def test_the_bench_script_prints_one_line_per_run_and_bad_input_in_one_line(tmp_
     assert lines[0].startswith("memory bandwidth: read")
     assert [line.split()[0] for line in lines[1:]] == ["spectune", "spectune"]
     assert "c=1:" in lines[1] and "c=2:" in lines[2] and "50.0 tok/s x 4.0 MB/token" in lines[1]
+    capsys.readouterr()
+    assert script.main([str(tmp_path / "sweep"), "--mib", "1", "--runs", "1", "--threads", "1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # the data alone on stdout
+    assert [r["concurrency"] for r in rows] == [1, 2] and all(r["bandwidth"]["array_bytes"] == 1 << 20 for r in rows)
     assert script.main([str(tmp_path / "nothing"), "--mib", "1"]) == 2
     assert script.main([str(tmp_path / "sweep"), "--runs", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
