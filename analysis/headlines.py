@@ -100,7 +100,11 @@ def machine(hardware: dict[str, Any], host: dict[str, Any], short: bool = False)
 
 
 def draft_of(meta: dict[str, Any]) -> str:
-    """What drafted, in a word or two: the configured proposer, else the draft model's kind."""
+    """What drafted, in a word or two: a server engine's name (its methods name their types), the configured
+    proposer, else the draft model's kind."""
+    engine = (meta.get("engine") or {}).get("engine")
+    if engine and engine != "spectune":
+        return {"llamacpp": "llama.cpp", "vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
     name = ((meta.get("config") or {}).get("proposer") or {}).get("name")
     if name in {"lookup", "suffix"}:
         return {"lookup": "prompt lookup", "suffix": "suffix decoding"}[name]
@@ -163,7 +167,9 @@ def speculation(runs: list[Path], root: Path) -> tuple[str, str, str]:
         for r in rows:
             if not is_label(r["method"]) or not Method.parse(r["method"]).speculative:
                 continue
-            key = f"{draft_of(meta)} γ {Method.parse(r['method']).gamma}"
+            method = Method.parse(r["method"])
+            kind = draft_of(meta) if method.is_fixed else f"{draft_of(meta)} {method.name}"
+            key = f"{kind} γ {method.gamma}"
             groups.setdefault(key, []).append(Ratio(_language(meta), r["decode_speedup"],
                                                     r.get("decode_speedup_ci95_lo"), r.get("decode_speedup_ci95_hi")))
     every = [r for ratios in groups.values() for r in ratios]
@@ -281,6 +287,7 @@ class Question:
     runs: tuple[str, ...]
 
 
+LLAMACPP_GRID = "llamacpp-grid-smollm2-quiet-cpu-20261207"  # its language tables: ngram-t<T>-<language>, concurrency 1
 QUESTIONS = (
     Question("Does a draft without a model pay on real tasks?", speculation,
              ("lookup-timed-smollm2-cpu-20261205/greedy-*", "suffix-timed-smollm2-cpu-20261206/greedy-*")),
@@ -288,6 +295,8 @@ QUESTIONS = (
              ("lookup-timed-smollm2-cpu-20261205/t1-*", "suffix-timed-smollm2-cpu-20261206/t1-*")),
     Question("Does a draft model pay on the same tasks?", speculation,
              ("model-drafts-tasks-smollm2-cpu-20261206/*-*",)),
+    Question("Does it pay on llama.cpp (its n-gram drafts)?", speculation, (f"{LLAMACPP_GRID}/ngram-t0-??",)),
+    Question("And on llama.cpp when sampling?", speculation, (f"{LLAMACPP_GRID}/ngram-t1-??",)),
     Question("Which γ at which load?", load_map, ("gamma-map-tasks-tiny-cpu-20261205/en",)),
     Question("Does an adaptive γ beat the best fixed γ?", adaptive,
              ("adaptive-lookup-smollm2-cpu-20261206/evaluate-*", "adaptive-suffix-smollm2-cpu-20261206/evaluate-*",
