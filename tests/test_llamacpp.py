@@ -408,3 +408,20 @@ def test_coverage_checks_the_intervals_on_llama_server(cli, tmp_path, llama_buil
     worker = next(p for p in tmp_path.rglob("metadata.json") if "coverage-worker" in p.read_text())
     servers = json.loads(worker.read_text())["engine"]["servers"]
     assert set(servers) == {"ar", "ar#2", NGRAM, f"{NGRAM}#2"}
+
+
+@pytest.mark.llamacpp
+@pytest.mark.real_model
+@pytest.mark.slow(reason="starts two llama-servers for an open-loop bench")
+def test_an_open_loop_sends_each_request_at_its_arrival_time(cli, tmp_path, llama_build):
+    """request_rate: arrivals drawn as spectune's engine draws them (Gamma gaps, seeded); each request is sent at
+    its scheduled time, not when a slot frees, and its arrival is recorded."""
+    proc = cli(*SMOKE, "request_rate=4", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    req = pd.read_parquet(tmp_path / "requests.parquet")
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["load"] == "open loop" and len(req) == 2 * 3
+    for _, rows in req.groupby("method"):
+        arrivals = rows.sort_values("request_id")["arrival_s"].tolist()
+        assert arrivals[0] == 0.0 and arrivals == sorted(arrivals) and len(set(arrivals)) == 3
+        assert (rows["admitted_s"] >= rows["arrival_s"] - 1e-3).all()  # never sent before its time
