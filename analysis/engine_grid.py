@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from spectune.engine.records import per_request_acceptance
 from spectune.methods import BASELINE, Method
 from spectune.run import rundir
 from spectune.stats.by_category import ALL, by_category, durations_of
@@ -104,8 +105,8 @@ def read_cell(path: Path, *, only: list[str] | None = None, source: str = "") ->
         requests = requests[requests["prompt_id"].isin(only)]
         cycles = cycles[cycles["request_id"].isin(set(requests["request_id"]))] if cycles is not None else None
     rows = by_category(requests, cycles, durations, unit_size=1)
-    rows["acceptance"] = [_acceptance(requests, cycles, m, c) for m, c in zip(rows["method"], rows["category"],
-                                                                               strict=True)]
+    requests = _with_drafts(requests, cycles)
+    rows["acceptance"] = [_acceptance(requests, m, c) for m, c in zip(rows["method"], rows["category"], strict=True)]
     ar = rows[(rows["method"] == BASELINE) & (rows["category"] == ALL)]
     config = meta.get("config") or {}
     drafter = str((config.get("proposer") or {}).get("name") or "") if engine_label(meta).startswith("spectune") else ""
@@ -132,19 +133,23 @@ def _scaled(requests: pd.DataFrame, durations: dict[tuple[str, int], float],
     return out
 
 
-def _acceptance(requests: pd.DataFrame, cycles: pd.DataFrame | None, method: str, category: str) -> float | None:
-    """Accepted over drafted tokens: the server's per-request counters, else spectune's cycle rows."""
+def _with_drafts(requests: pd.DataFrame, cycles: pd.DataFrame | None) -> pd.DataFrame:
+    """Each request's drafted and accepted tokens: as recorded (a server's counters; spectune's engine records them
+    too), or for an older run that did not, from its cycle rows (:func:`per_request_acceptance`)."""
+    if "drafted_tokens" in requests or cycles is None:
+        return requests
+    keys = ["method", "repeat", "request_id"]
+    counts = per_request_acceptance(cycles, tuple(keys))[[*keys, "drafted_tokens", "accepted_tokens"]]
+    return requests.merge(counts, on=keys, how="left")
+
+
+def _acceptance(requests: pd.DataFrame, method: str, category: str) -> float | None:
+    """Accepted over drafted tokens of ``method``'s requests (in ``category``, or all)."""
     mine = requests[requests["method"] == method]
     if category != ALL:
         mine = mine[mine["category"] == category]
-    if "drafted_tokens" in mine and mine["drafted_tokens"].notna().any():
-        drafted = float(mine["drafted_tokens"].sum())
-        return float(mine["accepted_tokens"].sum()) / drafted if drafted else None
-    if cycles is None or not len(cycles) or "num_drafts" not in cycles:
-        return None
-    spec = cycles[(cycles["method"] == method) & cycles["request_id"].isin(set(mine["request_id"]))]
-    drafted = float(spec["num_drafts"].sum())
-    return float(spec["accepted"].sum()) / drafted if drafted else None
+    drafted = float(mine["drafted_tokens"].sum())
+    return float(mine["accepted_tokens"].sum()) / drafted if drafted else None
 
 
 def judged(lo: float | None, hi: float | None) -> str:

@@ -26,13 +26,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from spectune.config import typed
 from spectune.engine.policy import DraftLengthPolicy, FixedGamma
 from spectune.errors import SpectuneError
 
 HERE = Path(__file__).resolve().parent
+POLICY_CONF = HERE.parent / "conf" / "policy"  # one file per policy: its parameters' defaults
 
 
 @cache
@@ -73,6 +74,19 @@ class Catalogue(Mapping[str, type[DraftLengthPolicy]]):
 
 
 POLICIES = Catalogue()
+
+
+def config_names() -> list[str]:
+    """Every policy a config names (``conf/policy/*.yaml``)."""
+    return sorted(p.stem for p in POLICY_CONF.glob("*.yaml"))
+
+
+def policy_config(name: str, key: str = "policy") -> dict[str, Any]:
+    """``conf/policy/<name>.yaml`` as a plain node, the policy's defaults; an unknown name is one line naming ``key``
+    and the choices."""
+    if name not in config_names():
+        raise SpectuneError(f"{key}={name!r} is invalid: choose one of {', '.join(config_names())}")
+    return OmegaConf.to_container(OmegaConf.load(POLICY_CONF / f"{name}.yaml"), resolve=True)
 
 
 def make_policy(node: Mapping[str, Any], gamma: int) -> DraftLengthPolicy:

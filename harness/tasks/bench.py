@@ -35,6 +35,7 @@ from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engine.records import Request
 from spectune.engines import engine_class
+from spectune.engines.base import opened
 from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
 from spectune.measure.confirm import against_ar
@@ -119,10 +120,11 @@ class BenchSettings:
             make_policy(policy, g)
         engine = str(cfg.engine.name) if cfg.get("engine") else "spectune"
         names = engine_class(engine).method_names(cfg)  # a bad engine setting: one line, before any model loads
-        if not getattr(engine_class(engine), "in_process", False) and policy["name"] != FIXED:
+        server = not getattr(engine_class(engine), "in_process", False)  # a server per method, its own drafts
+        if server and policy["name"] != FIXED:
             raise SpectuneError(f"policy={policy['name']} is invalid with engine={engine}: a draft-length policy runs "
                                 f"on engine=spectune; engine={engine} drafts with its own type, fixed γ per server")
-        if t.compare and not getattr(engine_class(engine), "in_process", False):
+        if t.compare and server:
             raise SpectuneError(f"task.compare is invalid with engine={engine}: draft-length policies run on "
                                 "engine=spectune (list a server's types in its engine settings)")
         engine_class(engine).check_config(cfg, [Method(n, g) for n in names for g in gammas])
@@ -136,7 +138,7 @@ class BenchSettings:
         if phases and rate is not None:
             raise SpectuneError(f"request_rate={rate} is invalid with workload.phases: phases run in a closed loop "
                                 "(request_rate=null)")
-        if phases and not getattr(engine_class(engine), "in_process", False):
+        if phases and server:
             raise SpectuneError(f"workload.phases is invalid with engine={engine}: phases run on engine=spectune (a "
                                 "server's slots are set when it starts)")
         batch = math.lcm(*phases.values()) if phases else c
@@ -257,12 +259,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     requests = build_requests(workload, settings, max_context)
     engine = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(dict(m.settings), m.gamma),
                               slots=settings.concurrency, log_dir=run_dir / "servers")
-    engine.check(settings.methods())  # before any server starts
-    try:
-        engine.open(settings.methods())
+    with opened(engine, settings.methods()):
         return _measured(cfg, run_dir, settings, models, workload, requests, engine, keys, done)
-    finally:
-        engine.close()
 
 
 def _measured(cfg: DictConfig, run_dir: Path, settings: BenchSettings, models: Any, workload: Any,

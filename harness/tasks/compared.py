@@ -14,31 +14,14 @@ any of its parameters, on top of that file's values; every (policy, γ) is one m
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from policies.registry import make_policy
+from policies.registry import make_policy, policy_config
 from spectune.errors import SpectuneError
 from spectune.methods import Method
 from spectune.options import check_gamma
 
-POLICY_CONF = Path(__file__).resolve().parents[2] / "conf" / "policy"
-
 Compared = tuple[tuple[dict[str, Any], tuple[int, ...]], ...]  # (policy node, its γ values) per entry
-
-
-def policy_names() -> list[str]:
-    """Every policy a config names (``conf/policy/*.yaml``)."""
-    return sorted(p.stem for p in POLICY_CONF.glob("*.yaml"))
-
-
-def policy_defaults(name: str, key: str) -> dict[str, Any]:
-    """``conf/policy/<name>.yaml`` as a plain node; an unknown name is one line naming ``key`` and the choices."""
-    if name not in policy_names():
-        raise SpectuneError(f"{key}.name={name!r} is invalid: choose one of {', '.join(policy_names())}")
-    return OmegaConf.to_container(OmegaConf.load(POLICY_CONF / f"{name}.yaml"), resolve=True)
 
 
 def compared_policies(entries: Any, grid: Iterable[int], taken: Iterable[str]) -> Compared:
@@ -57,7 +40,7 @@ def compared_policies(entries: Any, grid: Iterable[int], taken: Iterable[str]) -
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
             raise SpectuneError(f"{key}={entry!r} is invalid: a mapping with a policy name, e.g. "
                                 "{name: match-length, gamma: 8}")
-        node = {**policy_defaults(entry["name"], key), **{k: v for k, v in entry.items() if k != "gamma"}}
+        node = {**policy_config(entry["name"], f"{key}.name"), **{k: v for k, v in entry.items() if k != "gamma"}}
         given = entry.get("gamma", list(grid))
         gammas = tuple(given) if isinstance(given, list | tuple) else (given,)
         if not gammas:

@@ -37,6 +37,7 @@ from harness.tasks.schemas import CoverageFile
 from spectune import hardware as hw
 from spectune.config import typed
 from spectune.engines import engine_class
+from spectune.engines.base import opened
 from spectune.errors import SpectuneError
 from spectune.io import write_json
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
@@ -161,9 +162,7 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
     nodes = {m.label: dict(m.settings) if m.speculative else None for m in methods}
     measured = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(nodes[m.label], m.gamma),
                                 slots=s.concurrency, log_dir=run_dir / "servers")
-    measured.check(methods)
-    try:
-        measured.open(methods)
+    with opened(measured, methods):
         rundir.METADATA.write(run_dir, {**base_metadata(), "task": "coverage-worker", "comparison": s.worker,
                                         "models": models.pair.metadata, "hardware": hw.describe(cfg.hardware,
                                                                                                 models.device),
@@ -172,8 +171,6 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
                                         "config": OmegaConf.to_container(cfg, resolve=True)})
         grid = run_design(measured, requests, methods, s.repeats, block_prompts=s.block_prompts,
                           concurrency=s.concurrency, warmup=s.warmup)
-    finally:
-        measured.close()
     req, cyc = grid.frames()
     rundir.REQUESTS.write(run_dir, req)
     rundir.CYCLES.write(run_dir, cyc)

@@ -43,6 +43,7 @@ from spectune.config import typed
 from spectune.engine import proposers
 from spectune.engine.records import Request
 from spectune.engines import engine_class
+from spectune.engines.base import opened
 from spectune.errors import SpectuneError
 from spectune.measure.confirm import against_ar
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
@@ -191,15 +192,11 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
                 _write(run_dir, frames, grid, tag, cells)
 
             measured = engine_for(workload, c, run_dir / "servers" / f"{workload.name}_c{c}")
-            measured.check(bench.methods())
-            try:
-                measured.open(bench.methods())
+            with opened(measured, bench.methods()):
                 engines[f"{workload.name}_c{c}"] = measured.describe()
                 grid = run_design(measured, requests, bench.methods(), settings.repeats,
                                   block_prompts=bench.block_prompts, concurrency=c, warmup=bench.warmup,
                                   on_point=write, what=f"tune {workload.name} c={c}")
-            finally:
-                measured.close()
             methods, ranking = aggregate(grid, seed=int(cfg.seed), slo=settings.slo, unit_size=bench.unit_size)
             per_category = category_breakdown(grid, bench.unit_size)
             cells.append({**tag, "methods": methods, **conditions.summary_fields(grid.points), "points": grid.points,
@@ -364,14 +361,10 @@ def validate_map(rows: list[dict[str, Any]], settings: TuneSettings, policy: dic
 
         def measure(part: list[Request], methods: list[Any], bench: Any = bench, c: int = c, engine: Any = engine,
                     where: Path = where, name: str = workload.name) -> Grid:
-            engine.check(methods)
-            try:
-                engine.open(methods)  # a server engine: only the methods compared (AR and the map's), fresh
+            with opened(engine, methods):  # a server engine: only the methods compared (AR and the map's), fresh
                 return run_design(engine, part, methods, settings.repeats, block_prompts=bench.block_prompts,
                                   concurrency=c, warmup=bench.warmup, on_point=lambda g: _write_validation(where, g),
                                   what=f"validate {name} c={c}")
-            finally:
-                engine.close()
 
         result = against_ar(measure, method, requests, unit_size=bench.unit_size,
                             what=f"validation {workload.name} c={c}")

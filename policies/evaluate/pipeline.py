@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from analysis.policy_table import AA_POLICY, BEST_FIXED, comparison_frame, comparison_rows, format_comparison
 from policies.evaluate.schema import EvaluateConfig
-from policies.registry import POLICIES, make_policy
+from policies.registry import POLICIES, make_policy, policy_config
 from policies.train.schema import TrainConfig
 from policies.train.tuning import tunable
 from spectune.config import typed
@@ -59,7 +59,6 @@ from spectune.stats.compare import decode_rates
 from spectune.stats.units import unit_size_of
 
 log = logging.getLogger("policies.evaluate")
-CONF = Path(__file__).resolve().parents[2] / "conf"
 LEARNED = ("ppo", "ppo-distilled", "ppo-cycle", "acceptance-classifier")  # their files come from the training stage
 
 
@@ -158,8 +157,7 @@ def grid_option(value: Any, max_gamma: int) -> tuple[int, ...] | None:
 
 def policy_node(name: str, params: dict[str, Any] | None = None, **files: Any) -> dict[str, Any]:
     """A policy's config: conf/policy/<name>.yaml, then ``evaluate.params.<name>``, then the files given."""
-    node = OmegaConf.to_container(OmegaConf.load(CONF / "policy" / f"{name}.yaml"), resolve=True)
-    return {**node, **(params or {}), **files}
+    return {**policy_config(name), **(params or {}), **files}
 
 
 # -- learned policies -------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ slots, log_dir)`` (the engine, not yet opened). A server engine is a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pandas as pd
@@ -57,3 +58,15 @@ class MeasuringEngine(Protocol):
 
     def close(self) -> None:
         """Release everything :meth:`open` took (stop servers); safe to call twice, and on failure."""
+
+
+@contextmanager
+def opened(engine: MeasuringEngine, methods: Sequence[Method]) -> Iterator[MeasuringEngine]:
+    """``engine`` checked for ``methods`` (one line before any server starts), opened for them, and closed however
+    the block ends (its servers stopped on success, failure and Ctrl-C alike)."""
+    engine.check(methods)
+    try:
+        engine.open(methods)
+        yield engine
+    finally:
+        engine.close()
