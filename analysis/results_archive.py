@@ -16,12 +16,13 @@ from spectune.run import rundir
 logger = logging.getLogger(__name__)
 
 PAGE = "README.md"
-REMOVED = "removed.json"  # {"commit": the commit that holds them, "entries": [{"name", "what"}]}
+REMOVED = "removed.json"  # {"commit": the commit that holds them, "entries": [{"name", "what", "commit"?}]}
 PROBES = "probes.json"  # the scripts of bench/ that answered a question and left the tree
 
 
 def removed(archive: Path) -> tuple[str, list[dict[str, str]]]:
-    """The commit that still holds the entries that left the tree, and those entries (none: no file)."""
+    """The commit that still holds the entries that left the tree, and those entries (none: no file). An entry that
+    left later names its own ``commit``; the others are held by the file's."""
     path = archive / REMOVED
     if not path.is_file():
         return "", []
@@ -45,8 +46,8 @@ def archive_page(archive: Path) -> str:
     commit, gone = removed(archive)
     entries = {p.name: f"[`{p.name}`]({p.name}{'/' if p.is_dir() else ''}): {what(p)}"
                for p in archive.iterdir() if p.name not in {PAGE, REMOVED, PROBES}}
-    entries.update({e["name"]: f"`{e['name']}`: {e['what']} (left the tree: `git checkout {commit[:7]} -- "
-                                f"bench/results/archive/{e['name']}`)" for e in gone})
+    entries.update({e["name"]: f"`{e['name']}`: {e['what']} (left the tree: `git checkout "
+                                f"{e.get('commit', commit)[:7]} -- bench/results/archive/{e['name']}`)" for e in gone})
     lines += [f"- {entries[name]}" for name in sorted(entries)]
     return "\n".join(lines + probe_lines(archive)) + "\n"
 

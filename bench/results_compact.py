@@ -102,23 +102,22 @@ def gzip_log(path: Path) -> tuple[int, int]:
 
 
 def archive(names: list[str], commit: str) -> None:
-    """Take ``archive/NAME`` out of the tree, keeping its line (and ``commit``, which holds it)."""
+    """Take ``archive/NAME`` out of the tree, keeping its line (and ``commit``, which holds it: the file's commit, or
+    the entry's own where it differs)."""
     from analysis.results_archive import REMOVED, removed, what
 
     held, entries = removed(ARCHIVE)
-    if held and held != commit:
-        raise SystemExit(f"archive/{REMOVED} names commit {held}; archive with --commit {held} (it must hold the file)")
     for name in names:
         path = ARCHIVE / name
         rel = path.relative_to(REPO).as_posix()
         if subprocess.run(["git", "cat-file", "-e", f"{commit}:{rel}"], cwd=REPO, check=False).returncode != 0:
             raise SystemExit(f"{commit} does not hold {rel}: it could not be restored from there")
-        entries.append({"name": name, "what": what(path)})
+        entries.append({"name": name, "what": what(path)} | ({"commit": commit} if held and held != commit else {}))
         subprocess.run(["git", "rm", "-r", "-q", rel], cwd=REPO, check=True)
         log.info("archive/%s left the tree (git checkout %s -- %s restores it)", name, commit[:7], rel)
     entries.sort(key=lambda e: e["name"])
-    (ARCHIVE / REMOVED).write_text(json.dumps({"commit": commit, "entries": entries}, indent=1, ensure_ascii=False)
-                                   + "\n", encoding="utf-8")
+    data = {"commit": held or commit, "entries": entries}
+    (ARCHIVE / REMOVED).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ RESULTS = REPO / "bench" / "results"
 SCRIPTS = ("judge.py", "tables.py", "spread.py")
 PAIRS = ("adaptive-tiny-cpu-20261204/en ppo step-thresholds", "adaptive-tiny-cpu-20261204/zh ppo step-thresholds")
 ACCEPTANCE_PAIRS = [(f"{folder}/smollm2-eagle-{lang}", f"{folder}/smollm2-{lang}") for lang in ("en", "it")
-                    for folder in ("alpha-tasks-cpu-20261204", "alpha-tasks-smollm2-cpu-20261205")]
+                    for folder in ("alpha-tasks-smollm2-cpu-20261205",)]
 
 WRITTEN = re.compile(r"written \d{4}-\d\d-\d\dT[\d:]+(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
 
