@@ -104,6 +104,8 @@ def _workload(meta: dict[str, Any]) -> str:
     sampling = wl.get("sampling") or meta.get("sampling") or {}
     temp = sampling.get("temperature")
     mode = "greedy" if temp == 0 else f"T = {temp:g}" if isinstance(temp, int | float) else "T ?"
+    if wl.get("phases"):  # each phase samples its own way: name the phases instead
+        mode = f"phases {', '.join(str(p.get('name')) for p in wl['phases'])}"
     names = [w.get("name", "?") for w in meta.get("workloads", [])] or [wl.get("name", "?")]
     return f"{','.join(names)}, {wl.get('num_prompts', '?')} prompts, {mode}"
 
@@ -132,6 +134,8 @@ def _bench(run: Path) -> tuple[str, str]:
 
 
 def _ratio(method: dict[str, Any]) -> str:
+    if method.get("speedup") is None:  # a grid run without its own AR (task.baseline=false)
+        return f"{method['output_throughput']:.1f} tok/s (no AR in this run)"
     return f"{speedup(method['speedup'], method.get('speedup_ci95_lo'), method.get('speedup_ci95_hi'))} AR"
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spectune.stats.by_phase import by_phase, format_phase_table
+from spectune.stats.by_phase import by_phase, format_phase_table, phase_spans, workload_units
+from spectune.stats.units import speedup_interval
 
 
 def _requests(speed: dict[str, float], seed: int, noise: float) -> pd.DataFrame:
@@ -53,3 +54,22 @@ def test_with_noise_the_interval_holds_the_estimate_and_needs_the_concurrency():
     assert "[" in format_phase_table(rows)
     bare = by_phase(frame)
     assert all("speedup_ci" not in r for r in bare) and "[" not in format_phase_table(bare)
+
+
+def test_the_workload_units_keep_each_phase_s_own_units_and_weigh_phases_by_their_spans():
+    """Over both phases: p1's four prompts and p2's two blocks of two are six units; a method's rate is its tokens
+    over its phases' summed spans; an exact twofold speed-up everywhere has the interval [2, 2]; with seeded noise
+    the paired interval holds the pooled ratio."""
+    exact = _requests({"ar": 1.0, "fixed:gamma=4": 2.0}, seed=0, noise=0.0)
+    units = workload_units(exact, {"p1": 1, "p2": 2})
+    assert units.n == 6
+    interval = speedup_interval(units, "fixed:gamma=4", "ar")
+    assert (interval.lo, interval.hi) == pytest.approx((2.0, 2.0))
+    noisy = _requests({"ar": 1.0, "fixed:gamma=4": 1.5}, seed=11, noise=0.2)
+    units = workload_units(noisy, {"p1": 1, "p2": 2})
+    spans = phase_spans(noisy).groupby("method")[["output_tokens", "seconds"]].sum()
+    for method in ("ar", "fixed:gamma=4"):
+        assert units.rate(method) == pytest.approx(spans.loc[method, "output_tokens"] / spans.loc[method, "seconds"])
+    ratio = units.rate("fixed:gamma=4") / units.rate("ar")
+    interval = speedup_interval(units, "fixed:gamma=4", "ar")
+    assert interval.lo < ratio < interval.hi

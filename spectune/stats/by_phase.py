@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from spectune.stats.compare import BASELINE, throughput_units
-from spectune.stats.units import speedup_interval
+from spectune.stats.compare import BASELINE, throughput_terms, throughput_units
+from spectune.stats.units import Units, speedup_interval, units_of
 
 
 def phases_of(requests: pd.DataFrame) -> list[str]:
@@ -35,11 +35,7 @@ def by_phase(requests: pd.DataFrame, baseline: str = BASELINE, concurrency: Mapp
     phases = phases_of(requests)
     if not phases:
         return []
-    ok = requests[requests["status"] == "ok"]
-    spans = ok.groupby(["method", "phase", "repeat"], sort=False).agg(
-        requests=("request_id", "size"), output_tokens=("output_tokens", "sum"), first=("arrival_s", "min"),
-        last=("finish_s", "max")).reset_index()
-    spans["seconds"] = spans["last"] - spans["first"]
+    spans = phase_spans(requests)
     rows: list[dict[str, Any]] = []
     for method in dict.fromkeys(requests["method"]):
         for phase in phases:
@@ -64,6 +60,38 @@ def by_phase(requests: pd.DataFrame, baseline: str = BASELINE, concurrency: Mapp
             if row["phase"] == phase and row["method"] in intervals:
                 row["speedup_ci"] = intervals[row["method"]]
     return rows
+
+
+def phase_spans(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, phase, repeat): requests, output tokens and ``seconds``, the span from the phase's first arrival
+    to its last finish (its completed requests)."""
+    ok = requests[requests["status"] == "ok"]
+    spans = ok.groupby(["method", "phase", "repeat"], sort=False).agg(
+        requests=("request_id", "size"), output_tokens=("output_tokens", "sum"), first=("arrival_s", "min"),
+        last=("finish_s", "max")).reset_index()
+    spans["seconds"] = spans["last"] - spans["first"]
+    return spans
+
+
+def workload_units(requests: pd.DataFrame, concurrency: Mapping[str, int]) -> Units:
+    """The whole workload's units, for comparing two methods over every phase at once: each phase keeps its own
+    units (a prompt alone, or a block of the phase's concurrency of its consecutive prompts, never spanning phases)
+    and each request's time is its share of its phase's span. A method's rate over these units is its tokens over
+    its phases' summed spans, the phases weighed as the workload weighs them (``policies.static_answers`` ranks
+    settings by the same rate), and :func:`~spectune.stats.units.speedup_interval` on them is paired unit by unit."""
+    spans = phase_spans(requests)
+    terms, offset = [], 0
+    for phase, size in concurrency.items():
+        part = requests[requests["phase"] == phase]
+        if not len(part):
+            continue
+        local = (part["request_id"] - part["request_id"].min()) // max(1, int(size))
+        mine = spans[spans["phase"] == phase]
+        durations = {(m, int(r)): float(s) for m, r, s in zip(mine["method"], mine["repeat"], mine["seconds"],
+                                                              strict=True)}
+        terms.append(throughput_terms(part.assign(request_id=offset + local), durations))
+        offset += int(local.max()) + 1
+    return units_of(pd.concat(terms), 1)
 
 
 def phase_intervals(requests: pd.DataFrame, spans: pd.DataFrame, size: int, baseline: str
