@@ -77,6 +77,28 @@ def test_the_verification_line_is_fitted_from_measured_sizes():
     assert np.isclose(policy.costs_at(1).cycle_s(2), 2e-3 + 0.012)
 
 
+def test_a_plain_step_is_priced_from_plain_steps_not_from_the_line_through_verifications():
+    """The verification times of prompt lookup on smollm2 at T = 1 alone on a 2-vCPU CPU (the means by drafted
+    tokens in bench/results/adaptive-regimes-smollm2-cpu-20261207/held-out-en/cycles.parquet, ms): a plain step 74,
+    one drafted token 124, two 164, three to seven 112-127 — not a line. With a 0.11 acceptance rate, one draft's
+    expected speed-up E(1) · cycle(0) / cycle(1) is 1.11 · 74 / 124 = 0.66 on the measured prices; the line through
+    every width (what priced it before: 112 and 114 ms) puts it at 1.09, a gain, which kept a controller on."""
+    policy = _policy(gamma=8)
+    times = {0: 0.0741, 1: 0.1238, 2: 0.1638, 3: 0.1140, 4: 0.1171, 5: 0.1123, 6: 0.1271, 7: 0.1132}
+    for _ in range(20):
+        for drafts, verify in times.items():
+            _cycle(policy, [drafts], [0], step_s=0.0, verify_s=verify)
+    measured = policy.costs[1]
+    assert measured.verify_s(np.array([1.0]))[0] == pytest.approx(0.0741, rel=1e-9)
+    assert measured.verify_s(np.array([2.0]))[0] > 0.11  # the line over the drafted widths
+    cycle = policy.costs_at(1).cycle_s(np.arange(2))
+    assert 1.11 * cycle[0] / cycle[1] < 0.95 * 0.75
+    n = np.arange(1.0, 9.0)
+    slope, intercept = np.polyfit(n, list(times.values()), 1)
+    old = intercept + slope * n
+    assert 1.11 * old[0] / old[1] > 0.95
+
+
 def test_the_policys_costs_are_the_library_cycle_and_its_old_arithmetic_bit_for_bit():
     """The model-based policy charges through :class:`spectune.costmodel.profile.CycleCosts` built from its
     measurements; its seconds per γ are, bit for bit, what its own formula gave (γ × step + the verification line at γ
