@@ -81,7 +81,7 @@ class MeasuredCosts:
         measured means of the drafted widths (2 positions or more; slope ≥ 0); with one width measured, the prior
         slope as a fraction of that time per position. A plain step (1 position) is left out of the fit where a
         width was drafted: it is another computation (smollm2 on a 2-vCPU CPU: 74 ms, against 124 ms to verify
-        one drafted token and 112-127 ms for four to eight), and a line through both prices the plain step too
+        one drafted token and 112-127 ms for three to seven), and a line through both prices the plain step too
         high and a short verification too low. Fitted once per observation, not per decision."""
         if self._line is None:
             drafted = sorted(k for k in self.verify if k >= 2)
