@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spectune.run import rundir
 from spectune.stats.by_phase import phase_intervals, phase_spans, workload_units
 from spectune.stats.units import speedup_interval
 
@@ -79,9 +80,9 @@ def per_phase(requests: pd.DataFrame, concurrency: dict[str, int], methods: list
 
 def judge(write: bool) -> str:
     answers = json.loads((HERE / "map-en.json").read_text())
-    metadata = json.loads((RUN / "metadata.json").read_text())
+    metadata = rundir.METADATA.read(RUN)
     concurrency = {str(k): int(v) for k, v in metadata["settings"]["phases"].items()}
-    requests = pd.read_parquet(RUN / "requests.parquet")
+    requests = rundir.REQUESTS.read(RUN)
     methods = list(dict.fromkeys(requests["method"]))
     static = static_label(answers)
     units = workload_units(requests, concurrency)
