@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from spectune.stats.compare import BASELINE, throughput_terms, throughput_units
+from spectune.stats.compare import BASELINE, throughput_terms
 from spectune.stats.units import Units, speedup_interval, units_of
 
 
@@ -85,13 +85,20 @@ def workload_units(requests: pd.DataFrame, concurrency: Mapping[str, int]) -> Un
         part = requests[requests["phase"] == phase]
         if not len(part):
             continue
-        local = (part["request_id"] - part["request_id"].min()) // max(1, int(size))
-        mine = spans[spans["phase"] == phase]
-        durations = {(m, int(r)): float(s) for m, r, s in zip(mine["method"], mine["repeat"], mine["seconds"],
-                                                              strict=True)}
-        terms.append(throughput_terms(part.assign(request_id=offset + local), durations))
-        offset += int(local.max()) + 1
+        mine = phase_terms(part, spans[spans["phase"] == phase], size)
+        terms.append(mine.assign(request_id=offset + mine["request_id"]))
+        offset += int(mine["request_id"].max()) + 1
     return units_of(pd.concat(terms), 1)
+
+
+def phase_terms(requests: pd.DataFrame, spans: pd.DataFrame, size: int) -> pd.DataFrame:
+    """One phase's throughput terms (:func:`~spectune.stats.compare.throughput_terms`), each (method, repeat)'s
+    duration its span in the phase, ``request_id`` replaced by the request's unit in the phase: ``size``
+    consecutive prompts counted from the phase's first."""
+    unit = (requests["request_id"] - requests["request_id"].min()) // max(1, int(size))
+    durations = {(m, int(r)): float(s) for m, r, s in zip(spans["method"], spans["repeat"], spans["seconds"],
+                                                          strict=True)}
+    return throughput_terms(requests.assign(request_id=unit), durations)
 
 
 def phase_intervals(requests: pd.DataFrame, spans: pd.DataFrame, size: int, baseline: str
@@ -101,12 +108,9 @@ def phase_intervals(requests: pd.DataFrame, spans: pd.DataFrame, size: int, base
     duration its span in the phase. Methods without two units in common with the baseline get none."""
     if baseline not in set(requests["method"]):
         return {}
-    frame = requests.assign(request_id=requests["request_id"] - requests["request_id"].min())
-    durations = {(m, int(r)): float(s) for m, r, s in zip(spans["method"], spans["repeat"], spans["seconds"],
-                                                          strict=True)}
-    units = throughput_units(frame, durations, unit_size=size)
+    units = units_of(phase_terms(requests, spans, size), 1)
     out: dict[str, list[float]] = {}
-    for method in dict.fromkeys(frame["method"]):
+    for method in dict.fromkeys(requests["method"]):
         if method == baseline or method not in units.num or len(units.keys) < 2:
             continue
         interval = speedup_interval(units, str(method), baseline)

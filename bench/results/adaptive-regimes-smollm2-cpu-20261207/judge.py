@@ -49,12 +49,19 @@ def static_label(answers: dict) -> str:
     return str(answers["best_static"]["method"])
 
 
-def per_phase(requests: pd.DataFrame, concurrency: dict[str, int], methods: list[str], static: str) -> list[str]:
-    spans = phase_spans(requests)
+def _phase(requests: pd.DataFrame, spans: pd.DataFrame, phase: str
+           ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
+    """One phase's requests, spans, and each method's rate in it (tokens over its span)."""
+    mine = spans[spans["phase"] == phase]
+    rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
+    return requests[requests["phase"] == phase], mine, rate
+
+
+def per_phase(requests: pd.DataFrame, spans: pd.DataFrame, concurrency: dict[str, int], methods: list[str],
+              static: str) -> list[str]:
     lines = []
     for phase, size in concurrency.items():
-        part, mine = requests[requests["phase"] == phase], spans[spans["phase"] == phase]
-        rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
+        part, mine, rate = _phase(requests, spans, phase)
         over_ar = phase_intervals(part, mine, size, AR)
         over_static = phase_intervals(part, mine, size, static)
         over_controller = phase_intervals(part, mine, size, CONTROLLER)
@@ -85,7 +92,7 @@ def judge(write: bool) -> str:
     requests = rundir.REQUESTS.read(RUN)
     methods = list(dict.fromkeys(requests["method"]))
     static = static_label(answers)
-    units = workload_units(requests, concurrency)
+    units, spans = workload_units(requests, concurrency), phase_spans(requests)
     out = ["# Tables: adaptive length across regimes, held-out English prompts", "",
            f"Written by `judge.py` from `held-out-en/` ({units.n} units over four phases) and `map-en.json`. "
            f"Best single static setting on the training prompts: `{static}`; the map's gain over it there "
@@ -96,18 +103,16 @@ def judge(write: bool) -> str:
         ci = speedup_interval(units, m, AR) if m != AR else None
         rows.append([m, f"{units.rate(m):.1f}", _ratio(point, ci.lo, ci.hi) if ci else "1"])
     out += [*_table(["method", "tok/s (tokens over the phases' summed spans)", "over AR [95% CI]"], rows), ""]
-    out += ["## Per phase", "", *per_phase(requests, concurrency, methods, static)]
+    out += ["## Per phase", "", *per_phase(requests, spans, concurrency, methods, static)]
 
     def ratio(a: str, b: str) -> tuple[float, float, float]:
         ci = speedup_interval(units, a, b)
         return units.rate(a) / units.rate(b), float(ci.lo), float(ci.hi)
 
-    spans = phase_spans(requests)
     verdicts = ["## Registered goals (English only; each is registered for English and Italian)", ""]
     for phase, size in concurrency.items():
-        part, mine = requests[requests["phase"] == phase], spans[spans["phase"] == phase]
+        part, mine, rate = _phase(requests, spans, phase)
         lo, hi = phase_intervals(part, mine, size, AR)[CONTROLLER]
-        rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
         verdicts.append(f"- Goal 1, {phase}: controller over AR {_ratio(rate[CONTROLLER] / rate[AR], lo, hi)}; "
                         f"lower bound ≥ {NON_INFERIOR}: **{'met' if lo >= NON_INFERIOR else 'not met'}**")
     gain, glo, ghi = ratio(CONTROLLER, static) if static != CONTROLLER else (1.0, 1.0, 1.0)
@@ -129,9 +134,8 @@ def judge(write: bool) -> str:
                             f"{share:.0%} (controller over the map {_ratio(mp, mlo, mhi)}): "
                             f"**{'met' if met3 else 'not met'}**")
     if RULE in methods:
-        part, mine = requests[requests["phase"] == "greedy-c1"], spans[spans["phase"] == "greedy-c1"]
+        part, mine, rate = _phase(requests, spans, "greedy-c1")
         lo, hi = phase_intervals(part, mine, 1, RULE)[CONTROLLER]
-        rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
         verdicts.append(f"- Goal 4, greedy-c1: controller over `{RULE}` {_ratio(rate[CONTROLLER] / rate[RULE], lo, hi)}"
                         f"; lower bound ≥ {NON_INFERIOR}: **{'met' if lo >= NON_INFERIOR else 'not met'}**")
     if PPO in methods:
