@@ -77,12 +77,12 @@ class MeasuredCosts:
         self._line = None
 
     def line(self) -> tuple[float, float]:
-        """(intercept, slope) of the verification time against positions verified: least squares through the
-        measured means of the drafted widths (2 positions or more; slope ≥ 0); with one width measured, the prior
-        slope as a fraction of that time per position. A plain step (1 position) is left out of the fit where a
-        width was drafted: it is another computation (smollm2 on a 2-vCPU CPU: 74 ms, against 124 ms to verify
-        one drafted token and 112-127 ms for three to seven), and a line through both prices the plain step too
-        high and a short verification too low. Fitted once per observation, not per decision."""
+        """(intercept, slope) of the verification time against positions verified, for the widths not measured yet:
+        least squares through the measured means of the drafted widths (2 positions or more; slope ≥ 0); with one
+        width measured, the prior slope as a fraction of that time per position. A plain step (1 position) is left
+        out of the fit where a width was drafted: it is another computation (smollm2 on a 2-vCPU CPU: 74 ms, against
+        124 ms to verify one drafted token), and a line through both prices a short verification too low. Fitted
+        once per observation, not per decision."""
         if self._line is None:
             drafted = sorted(k for k in self.verify if k >= 2)
             n = np.array(drafted or sorted(self.verify), dtype=float)
@@ -100,17 +100,21 @@ class MeasuredCosts:
         return self._line
 
     def verify_s(self, positions: np.ndarray) -> np.ndarray:
-        """Verification time at each number of positions: :meth:`line`, and at 1 position the plain steps' own
-        measured mean where there is one (the line's value until then)."""
+        """Verification time at each number of positions: a width measured at its own measured mean, a width not
+        measured yet on :meth:`line`. Why not the line everywhere: the times are not linear in the width. On smollm2
+        on a 2-vCPU CPU, verifying one or two drafted tokens took 126 and 145 ms and eight 120 ms (the output
+        projection's matrix product takes a slower path for two and three rows than for four or more), so a line
+        prices the short verifications too low and a controller drafts one or two tokens where eight cost less."""
         intercept, slope = self.line()
+        positions = np.asarray(positions, dtype=float)
         times = np.maximum(intercept + slope * positions, 1e-9)
-        if 1 in self.verify and len(self.verify) > 1:  # plain steps and some drafted width measured
-            times = np.where(np.asarray(positions) == 1, self.verify[1].mean, times)
+        for width, mean in self.verify.items():
+            times = np.where(positions == width, mean.mean, times)
         return times
 
     def costs(self, step_s: float, max_drafts: int) -> CycleCosts:
         """The cycle's costs for 0..``max_drafts`` drafts: draft steps of ``step_s`` (measured here or at another
-        batch size), the verification line at 1..``max_drafts`` + 1 positions, the rest as the overhead."""
+        batch size), :meth:`verify_s` at 1..``max_drafts`` + 1 positions, the rest as the overhead."""
         return CycleCosts(step_s, self.verify_s(np.arange(1.0, max_drafts + 2.0)), self.rest.mean)
 
 

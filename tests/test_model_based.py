@@ -99,6 +99,27 @@ def test_a_plain_step_is_priced_from_plain_steps_not_from_the_line_through_verif
     assert 1.11 * old[0] / old[1] > 0.95
 
 
+def test_a_measured_width_is_priced_at_its_own_mean_where_the_times_are_not_a_line():
+    """Prompt lookup greedy on smollm2 alone on a 2-vCPU CPU (the controller's means by drafted tokens in the same
+    committed run's cycles, ms): one and two drafted tokens cost more to verify than three to eight. Priced by what
+    each width measured, no γ pays at acceptance 0.3 and one or two drafts are never best; a line through every
+    width (the old pricing) drafts two at 0.3."""
+    policy = _policy(gamma=8)
+    times = {0: 0.0729, 1: 0.1263, 2: 0.1447, 3: 0.1119, 4: 0.1079, 5: 0.1216, 6: 0.1474, 7: 0.1144, 8: 0.1206}
+    for _ in range(20):
+        for drafts, verify in times.items():
+            _cycle(policy, [drafts], [0], step_s=0.0, verify_s=verify)
+    priced = policy.costs[1].verify_s(np.arange(1.0, 10.0))
+    assert np.allclose(priced, list(times.values()), rtol=1e-9)
+    n = np.arange(1.0, 10.0)
+    slope, intercept = np.polyfit(n, list(times.values()), 1)
+    for alpha, best_measured in ((0.3, 0), (0.5, 4), (0.7, 7)):
+        expected = (1 - alpha ** (n)) / (1 - alpha)  # E(γ) for γ = 0..8
+        assert int(np.argmax(expected * times[0] / priced)) == best_measured
+    expected = (1 - 0.3 ** n) / 0.7
+    assert int(np.argmax(expected * (intercept + slope) / (intercept + slope * n))) == 2
+
+
 def test_the_policys_costs_are_the_library_cycle_and_its_old_arithmetic_bit_for_bit():
     """The model-based policy charges through :class:`spectune.costmodel.profile.CycleCosts` built from its
     measurements; its seconds per γ are, bit for bit, what its own formula gave (γ × step + the verification line at γ
