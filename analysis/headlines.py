@@ -181,24 +181,6 @@ def speculation(runs: list[Path], root: Path) -> tuple[str, str, str]:
     return _setting(metas), text, sentence
 
 
-def load_map(runs: list[Path], root: Path) -> tuple[str, str, str]:
-    """task=tune runs: the best γ per concurrency with its speed-up over AR (throughput)."""
-    cells, metas = [], []
-    for run in runs:
-        metas.append(rundir.METADATA.read(run))
-        for r in rundir.RECOMMENDATION.read(run).get("recommendations", []):
-            if r.get("status") != "ok":
-                cells.append(f"c{r['concurrency']} {r.get('status')}")
-                continue
-            what = "AR" if r["best_gamma"] == 0 else (
-                f"γ {r['best_gamma']} {speedup(r['speedup'], r.get('speedup_ci95_lo'), r.get('speedup_ci95_hi'))}")
-            like = [g for g in r.get("indistinguishable_gammas") or [] if g != r["best_gamma"]]
-            tie = f" (indistinguishable: γ {', '.join(map(str, like))})" if like else ""
-            cells.append(f"c{r['concurrency']} {what}{tie}")
-    text = "; ".join(cells) + " (throughput speed-up over AR)"
-    return _setting(metas), text, f"{_setting(metas, True)}, the best γ by concurrency is {'; '.join(cells)}."
-
-
 def adaptive(runs: list[Path], root: Path) -> tuple[str, str, str]:
     """policies.evaluate runs: per run and concurrency, the adaptive policy with the highest decode rate against the
     grid's best fixed γ, with its paired interval and verdict."""
@@ -225,6 +207,49 @@ def adaptive(runs: list[Path], root: Path) -> tuple[str, str, str]:
                 f"interval in {len(won)} of {total} comparisons" + (f" ({', '.join(names)})" if names else "")
                 + f"; in the other {len(lost)} none was resolved faster.")
     return _setting(metas), text, sentence
+
+
+def _phase_regime(phase: dict[str, Any]) -> tuple[float, int]:
+    """A phase's (temperature, concurrency): its one sampling setting and its rows."""
+    mix = phase.get("sampling_mix") or []
+    if len(mix) != 1:
+        raise SpectuneError(f"phase {phase.get('name')!r} mixes {len(mix)} sampling settings: no single regime")
+    return float(mix[0]["temperature"]), int(phase["concurrency"])
+
+
+def regime_map(runs: list[Path], root: Path) -> tuple[str, str, str]:
+    """Held-out runs of a phased workload beside a per-regime map (``policy=regime-map`` in ``task.compare``, its
+    JSON next to the run, chosen on training prompts by ``policies.static_answers``): per phase, what the map runs
+    (a fixed γ or off) and its held-out throughput speed-up over AR with the 95% interval."""
+    cells, metas = [], []
+    for run in runs:
+        meta = rundir.METADATA.read(run)
+        metas.append(meta)
+        entry = next((e for e in (meta.get("config") or {}).get("task", {}).get("compare") or []
+                      if e.get("name") == "regime-map"), None)
+        if entry is None:
+            raise SpectuneError(f"{run} compares no regime-map: not a held-out run of a per-regime map")
+        chosen = {(float(r["temperature"]), int(r["concurrency"])): int(r["gamma"])
+                  for r in rundir.read_json(run.parent / Path(entry["path"]).name)["regimes"]}
+        rows = {r["phase"]: r for r in rundir.SUMMARY.read(run).get("by_phase", [])
+                if is_label(r["method"]) and Method.parse(r["method"]).name == "regime-map"}
+        parts = []
+        for phase in meta["workload"]["phases"]:
+            temperature, rows_at_once = _phase_regime(phase)
+            gamma = chosen[(temperature, rows_at_once)]
+            row = rows[phase["name"]]
+            lo, hi = row.get("speedup_ci") or (None, None)
+            mode = "greedy" if temperature == 0 else f"T = {temperature:g}"
+            parts.append(f"{mode} c{rows_at_once} {'off' if gamma == 0 else f'γ {gamma}'} "
+                         f"{speedup(row['speedup'], lo, hi)}")
+        cells.append(f"{_language(meta)}: " + "; ".join(parts))
+    text = "; ".join(cells) + (" (the map chosen on training prompts; its held-out throughput speed-up over AR, "
+                               f"{draft_of(metas[0])})")
+    pairs = ", ".join(dict.fromkeys(str((m.get("models") or {}).get("name", "?")) for m in metas))
+    langs = ", ".join(dict.fromkeys(_language(m) for m in metas))
+    sentence = (f"With {pairs} ({langs}; {draft_of(metas[0])}), the best fixed γ chosen per temperature and "
+                f"concurrency on training prompts gave, held out: {'; '.join(cells)}.")
+    return f"{pairs}; {langs}; greedy, T = 1", text, sentence
 
 
 def _coverage_counts(runs: list[Path], name: str) -> tuple[int, int, bool]:
@@ -297,7 +322,7 @@ QUESTIONS = (
              ("model-drafts-tasks-smollm2-cpu-20261206/*-*",)),
     Question("Does it pay on llama.cpp (its n-gram drafts)?", speculation, (f"{LLAMACPP_GRID}/ngram-t0-??",)),
     Question("And on llama.cpp when sampling?", speculation, (f"{LLAMACPP_GRID}/ngram-t1-??",)),
-    Question("Which γ at which load?", load_map, ("gamma-map-tasks-tiny-cpu-20261205/en",)),
+    Question("Which γ at which load and temperature?", regime_map, ("adaptive-regimes-*/held-out-*",)),
     Question("Does an adaptive γ beat the best fixed γ?", adaptive,
              ("adaptive-lookup-smollm2-cpu-20261206/evaluate-*", "adaptive-suffix-smollm2-cpu-20261206/evaluate-*",
               "shadow-trials-suffix-smollm2-cpu-20261206/evaluate-*", "adaptive-tiny-cpu-20261204/*")),
