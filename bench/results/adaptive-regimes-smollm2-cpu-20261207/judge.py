@@ -1,5 +1,5 @@
 """The registered readings of the adaptive-regimes runs (docs/registration/adaptive-regimes.md and its amendments),
-printed from the run directories beside this file:
+printed from the run directories beside this file (:func:`analysis.regimes.judge`):
 
     python bench/results/adaptive-regimes-smollm2-cpu-20261207/judge.py [--write]
 
@@ -7,147 +7,17 @@ printed from the run directories beside this file:
 all methods interleaved in one grid) and ``map-en.json`` (the static answers chosen on the training runs).
 """
 
-from __future__ import annotations
-
 import argparse
-import json
 from pathlib import Path
 
-import pandas as pd
-
-from spectune.run import rundir
-from spectune.stats.by_phase import phase_intervals, phase_spans, workload_units
-from spectune.stats.units import speedup_interval
+from analysis.regimes import judge
 
 HERE = Path(__file__).resolve().parent
-RUN = HERE / "held-out-en"
-CONTROLLER = "hysteresis:gamma=8"
-MAP = "regime-map:gamma=8"
-PPO = "ppo:gamma=8"
-RULE = "match-length:gamma=8"
-AR = "ar"
-NON_INFERIOR = 0.97  # goals 1, 3 and 4: lower 95% bound of the ratio
-GAIN = 0.10  # goal 2: the controller's whole-workload gain over the best single static setting
-PILOT_CUT = 12.0  # goal 3 takes its first form when the pilot's map gain is at least this (%)
-SHARE = 0.8  # goal 3's second form: this share of the map's gain
-
-
-def _pct(lo: float, hi: float) -> str:
-    return f"[{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
-
-
-def _ratio(point: float, lo: float, hi: float) -> str:
-    return f"{point:.2f}x [{lo:.2f}, {hi:.2f}]"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def static_label(answers: dict) -> str:
-    """The best single static setting's label as the held-out run names it."""
-    return str(answers["best_static"]["method"])
-
-
-def _phase(requests: pd.DataFrame, spans: pd.DataFrame, phase: str
-           ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
-    """One phase's requests, spans, and each method's rate in it (tokens over its span)."""
-    mine = spans[spans["phase"] == phase]
-    rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
-    return requests[requests["phase"] == phase], mine, rate
-
-
-def per_phase(requests: pd.DataFrame, spans: pd.DataFrame, concurrency: dict[str, int], methods: list[str],
-              static: str) -> list[str]:
-    lines = []
-    for phase, size in concurrency.items():
-        part, mine, rate = _phase(requests, spans, phase)
-        over_ar = phase_intervals(part, mine, size, AR)
-        over_static = phase_intervals(part, mine, size, static)
-        over_controller = phase_intervals(part, mine, size, CONTROLLER)
-        units = part["request_id"].nunique() // size
-        rows = []
-        for m in methods:
-            drafted = part[part["method"] == m]["drafted_tokens"].sum()
-            accepted = part[part["method"] == m]["accepted_tokens"].sum()
-            tokens = part[part["method"] == m]["output_tokens"].sum()
-            ci_ar = _ratio(rate[m] / rate[AR], *over_ar[m]) if m in over_ar else "1"
-            ci_static = _ratio(rate[m] / rate[static], *over_static[m]) if m in over_static else "–"
-            ci_ctl = _ratio(rate[m] / rate[CONTROLLER], *over_controller[m]) if m in over_controller else "–"
-            acc = f"{accepted / drafted:.2f}" if drafted else "–"
-            rows.append([m, f"{rate[m]:.1f}", ci_ar, ci_static, ci_ctl, f"{drafted / tokens:.2f}", acc])
-        best = max((m for m in methods), key=lambda m: rate[m])
-        lines += [f"### {phase} (concurrency {size}; {units} units of {size} prompt{'s' if size > 1 else ''})", ""]
-        lines += _table(["method", "tok/s", "over AR [95% CI]", f"over {static}", f"over {CONTROLLER}",
-                         "drafted per output token", "accepted per drafted"], rows)
-        lines += ["", f"Best measured in this phase (the hindsight oracle among these methods): `{best}`, "
-                      f"{rate[best] / rate[CONTROLLER]:.2f}x the controller.", ""]
-    return lines
-
-
-def judge(write: bool) -> str:
-    answers = json.loads((HERE / "map-en.json").read_text())
-    metadata = rundir.METADATA.read(RUN)
-    concurrency = {str(k): int(v) for k, v in metadata["settings"]["phases"].items()}
-    requests = rundir.REQUESTS.read(RUN)
-    methods = list(dict.fromkeys(requests["method"]))
-    static = static_label(answers)
-    units, spans = workload_units(requests, concurrency), phase_spans(requests)
-    out = ["# Tables: adaptive length across regimes, held-out English prompts", "",
-           f"Written by `judge.py` from `held-out-en/` ({units.n} units over four phases) and `map-en.json`. "
-           f"Best single static setting on the training prompts: `{static}`; the map's gain over it there "
-           f"(the pilot): {answers['map_vs_static_pct']:+.1f}%.", "", "## The whole workload", ""]
-    rows = []
-    for m in methods:
-        point = units.rate(m) / units.rate(AR)
-        ci = speedup_interval(units, m, AR) if m != AR else None
-        rows.append([m, f"{units.rate(m):.1f}", _ratio(point, ci.lo, ci.hi) if ci else "1"])
-    out += [*_table(["method", "tok/s (tokens over the phases' summed spans)", "over AR [95% CI]"], rows), ""]
-    out += ["## Per phase", "", *per_phase(requests, spans, concurrency, methods, static)]
-
-    def ratio(a: str, b: str) -> tuple[float, float, float]:
-        ci = speedup_interval(units, a, b)
-        return units.rate(a) / units.rate(b), float(ci.lo), float(ci.hi)
-
-    verdicts = ["## Registered goals (English only; each is registered for English and Italian)", ""]
-    for phase, size in concurrency.items():
-        part, mine, rate = _phase(requests, spans, phase)
-        lo, hi = phase_intervals(part, mine, size, AR)[CONTROLLER]
-        verdicts.append(f"- Goal 1, {phase}: controller over AR {_ratio(rate[CONTROLLER] / rate[AR], lo, hi)}; "
-                        f"lower bound ≥ {NON_INFERIOR}: **{'met' if lo >= NON_INFERIOR else 'not met'}**")
-    gain, glo, ghi = ratio(CONTROLLER, static) if static != CONTROLLER else (1.0, 1.0, 1.0)
-    met2 = gain >= 1 + GAIN and glo > 1
-    verdicts.append(f"- Goal 2: controller over `{static}` {100 * (gain - 1):+.1f}% {_pct(glo, ghi)}; ≥ +10% with the "
-                    f"interval above 0: **{'met' if met2 else 'not met'}**")
-    if MAP in methods:
-        mp, mlo, mhi = ratio(CONTROLLER, MAP)
-        if answers["map_vs_static_pct"] >= PILOT_CUT:
-            verdicts.append(f"- Goal 3 (pilot {answers['map_vs_static_pct']:+.1f}% ≥ +{PILOT_CUT:g}%: non-inferior to "
-                            f"the map): controller over the map {_ratio(mp, mlo, mhi)}; lower bound ≥ {NON_INFERIOR}: "
-                            f"**{'met' if mlo >= NON_INFERIOR else 'not met'}**")
-        else:
-            map_gain = ratio(MAP, static)[0] - 1 if static != MAP else 0.0
-            share = (gain - 1) / map_gain if map_gain > 0 else float("nan")
-            met3 = map_gain > 0 and gain - 1 >= SHARE * map_gain and glo > 1
-            verdicts.append(f"- Goal 3 (pilot {answers['map_vs_static_pct']:+.1f}% < +{PILOT_CUT:g}%: ≥ 80% of the "
-                            f"map's gain): the map over `{static}` {100 * map_gain:+.1f}%, the controller's share "
-                            f"{share:.0%} (controller over the map {_ratio(mp, mlo, mhi)}): "
-                            f"**{'met' if met3 else 'not met'}**")
-    if RULE in methods:
-        part, mine, rate = _phase(requests, spans, "greedy-c1")
-        lo, hi = phase_intervals(part, mine, 1, RULE)[CONTROLLER]
-        verdicts.append(f"- Goal 4, greedy-c1: controller over `{RULE}` {_ratio(rate[CONTROLLER] / rate[RULE], lo, hi)}"
-                        f"; lower bound ≥ {NON_INFERIOR}: **{'met' if lo >= NON_INFERIOR else 'not met'}**")
-    if PPO in methods:
-        pp, plo, phi = ratio(PPO, CONTROLLER)
-        verdicts.append(f"- PPO (reported, no goal): over the controller on the whole workload {_ratio(pp, plo, phi)}")
-    text = "\n".join(out + verdicts) + "\n"
-    if write:
-        (HERE / "TABLES.md").write_text(text)
-    return text
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="also write TABLES.md beside this file")
-    print(judge(parser.parse_args().write))
+    text = judge(HERE / "held-out-en", HERE / "map-en.json", "English")
+    if parser.parse_args().write:
+        (HERE / "TABLES.md").write_text(text)
+    print(text)
