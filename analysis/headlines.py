@@ -325,7 +325,7 @@ QUESTIONS = (
     Question("Which γ at which load and temperature?", regime_map, ("adaptive-regimes-*/held-out-*",)),
     Question("Does an adaptive γ beat the best fixed γ?", adaptive,
              ("adaptive-lookup-smollm2-cpu-20261206/evaluate-*", "adaptive-suffix-smollm2-cpu-20261206/evaluate-*",
-              "shadow-trials-suffix-smollm2-cpu-20261206/evaluate-*", "adaptive-tiny-cpu-20261204/*")),
+              "shadow-trials-suffix-smollm2-cpu-20261206/evaluate-*")),
     Question("Do the 95% intervals keep their promise?", coverage,
              ("coverage-tiny-cpu-20261204/*", "coverage-tiny-r3-cpu-20261204/*")),
 )

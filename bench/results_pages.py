@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 SCRIPTS = ("judge.py", "tables.py", "spread.py")
-PAIRS = ("adaptive-tiny-cpu-20261204/en ppo step-thresholds", "adaptive-tiny-cpu-20261204/zh ppo step-thresholds")
+PAIRS: tuple[str, ...] = ()  # "<run> <policy> <policy>": the --pair comparisons a page shows (none now)
 ACCEPTANCE_PAIRS = [(f"{folder}/smollm2-eagle-{lang}", f"{folder}/smollm2-{lang}") for lang in ("en", "it")
                     for folder in ("alpha-tasks-smollm2-cpu-20261205",)]
 
