@@ -242,11 +242,10 @@ def regime_map(runs: list[Path], root: Path) -> tuple[str, str, str]:
             mode = "greedy" if temperature == 0 else f"T = {temperature:g}"
             parts.append(f"{mode} c{rows_at_once} {'off' if gamma == 0 else f'γ {gamma}'} "
                          f"{speedup(row['speedup'], lo, hi)}")
-        cells.append(f"{_language(meta)}: " + "; ".join(parts))
-    text = "; ".join(cells) + (" (the map chosen on training prompts; its held-out throughput speed-up over AR, "
-                               f"{draft_of(metas[0])})")
+        cells.append(f"{meta['workload'].get('language', _language(meta))}: " + "; ".join(parts))
+    text = "; ".join(cells) + f" (map chosen on training prompts; held-out speed-up over AR, {draft_of(metas[0])})"
     pairs = ", ".join(dict.fromkeys(str((m.get("models") or {}).get("name", "?")) for m in metas))
-    langs = ", ".join(dict.fromkeys(_language(m) for m in metas))
+    langs = ", ".join(dict.fromkeys(str(m["workload"].get("language", _language(m))) for m in metas))
     sentence = (f"With {pairs} ({langs}; {draft_of(metas[0])}), the best fixed γ chosen per temperature and "
                 f"concurrency on training prompts gave, held out: {'; '.join(cells)}.")
     return f"{pairs}; {langs}; greedy, T = 1", text, sentence
