@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spectune.methods import BASELINE
 from spectune.run import rundir
 from spectune.stats.by_phase import phase_intervals, phase_spans, workload_units
 from spectune.stats.units import speedup_interval
@@ -22,7 +23,7 @@ CONTROLLER = "hysteresis:gamma=8"
 MAP = "regime-map:gamma=8"
 PPO = "ppo:gamma=8"
 RULE = "match-length:gamma=8"
-AR = "ar"
+AR = BASELINE
 NON_INFERIOR = 0.97  # goals 1, 3 and 4: lower 95% bound of the ratio
 GAIN = 0.10  # goal 2: the controller's whole-workload gain over the best single static setting
 PILOT_CUT = 12.0  # goal 3 takes its first form when the pilot's map gain is at least this (%)
