@@ -2,14 +2,16 @@
 and adaptive-regimes-priced.md): the whole workload and each phase against AR, the best single static setting and
 the controller, and the four goals, from the run directory and the static answers chosen on training prompts.
 
-Each results folder's ``judge.py`` calls :func:`judge` on its own run: every number comes from the held-out run's
-``requests.parquet`` (all methods interleaved in one grid) and the ``map-<language>.json`` of
-``python -m policies.static_answers``.
+Each results folder's ``judge.py`` calls :func:`main` on its folder: every number comes from the held-out run's
+``requests.parquet`` (``held-out-<language>/``, all methods interleaved in one grid) and the ``map-<language>.json``
+of ``python -m policies.static_answers`` beside it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -47,29 +49,44 @@ def static_label(answers: dict) -> str:
     return str(answers["best_static"]["method"])
 
 
-def _phase(requests: pd.DataFrame, spans: pd.DataFrame, phase: str
-           ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
-    """One phase's requests, spans, and each method's rate in it (tokens over its span)."""
-    mine = spans[spans["phase"] == phase]
-    rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
-    return requests[requests["phase"] == phase], mine, rate
+@dataclass(frozen=True)
+class PhaseView:
+    """One phase's requests, spans, each method's rate in it (tokens over its span) and its concurrency."""
+
+    requests: pd.DataFrame
+    spans: pd.DataFrame
+    rate: dict[str, float]
+    size: int
+
+    def over(self, baseline: str) -> dict[str, list[float]]:
+        """Each other method's [lo, hi] speed-up over ``baseline`` in this phase."""
+        return phase_intervals(self.requests, self.spans, self.size, baseline)
 
 
-def per_phase(requests: pd.DataFrame, spans: pd.DataFrame, concurrency: dict[str, int], methods: list[str],
+def phase_views(requests: pd.DataFrame, concurrency: dict[str, int]) -> dict[str, PhaseView]:
+    """Every phase's view, the spans computed once."""
+    spans = phase_spans(requests)
+    views = {}
+    for phase, size in concurrency.items():
+        mine = spans[spans["phase"] == phase]
+        rate = {m: float(r.output_tokens.sum() / r.seconds.sum()) for m, r in mine.groupby("method")}
+        views[phase] = PhaseView(requests[requests["phase"] == phase], mine, rate, size)
+    return views
+
+
+def per_phase(views: dict[str, PhaseView], over_ar: dict[str, dict[str, list[float]]], methods: list[str],
               static: str) -> list[str]:
     lines = []
-    for phase, size in concurrency.items():
-        part, mine, rate = _phase(requests, spans, phase)
-        over_ar = phase_intervals(part, mine, size, AR)
-        over_static = phase_intervals(part, mine, size, static)
-        over_controller = phase_intervals(part, mine, size, CONTROLLER)
+    for phase, view in views.items():
+        part, rate, size = view.requests, view.rate, view.size
+        over_static, over_controller = view.over(static), view.over(CONTROLLER)
         units = part["request_id"].nunique() // size
         rows = []
         for m in methods:
             drafted = part[part["method"] == m]["drafted_tokens"].sum()
             accepted = part[part["method"] == m]["accepted_tokens"].sum()
             tokens = part[part["method"] == m]["output_tokens"].sum()
-            ci_ar = _ratio(rate[m] / rate[AR], *over_ar[m]) if m in over_ar else "1"
+            ci_ar = _ratio(rate[m] / rate[AR], *over_ar[phase][m]) if m in over_ar[phase] else "1"
             ci_static = _ratio(rate[m] / rate[static], *over_static[m]) if m in over_static else "–"
             ci_ctl = _ratio(rate[m] / rate[CONTROLLER], *over_controller[m]) if m in over_controller else "–"
             acc = f"{accepted / drafted:.2f}" if drafted else "–"
@@ -91,7 +108,8 @@ def judge(run: Path, answers_path: Path, language: str) -> str:
     requests = rundir.REQUESTS.read(run)
     methods = list(dict.fromkeys(requests["method"]))
     static = static_label(answers)
-    units, spans = workload_units(requests, concurrency), phase_spans(requests)
+    units, views = workload_units(requests, concurrency), phase_views(requests, concurrency)
+    over_ar = {phase: view.over(AR) for phase, view in views.items()}
     out = [f"# Tables: adaptive length across regimes, held-out {language} prompts", "",
            f"Written by `judge.py` from `{run.name}/` ({units.n} units over four phases) and `{answers_path.name}`. "
            f"Best single static setting on the training prompts: `{static}`; the map's gain over it there "
@@ -102,16 +120,16 @@ def judge(run: Path, answers_path: Path, language: str) -> str:
         ci = speedup_interval(units, m, AR) if m != AR else None
         rows.append([m, f"{units.rate(m):.1f}", _ratio(point, ci.lo, ci.hi) if ci else "1"])
     out += [*_table(["method", "tok/s (tokens over the phases' summed spans)", "over AR [95% CI]"], rows), ""]
-    out += ["## Per phase", "", *per_phase(requests, spans, concurrency, methods, static)]
+    out += ["## Per phase", "", *per_phase(views, over_ar, methods, static)]
 
     def ratio(a: str, b: str) -> tuple[float, float, float]:
         ci = speedup_interval(units, a, b)
         return units.rate(a) / units.rate(b), float(ci.lo), float(ci.hi)
 
     verdicts = [f"## Registered goals ({language} only; each is registered for English and Italian)", ""]
-    for phase, size in concurrency.items():
-        part, mine, rate = _phase(requests, spans, phase)
-        lo, hi = phase_intervals(part, mine, size, AR)[CONTROLLER]
+    for phase, view in views.items():
+        lo, hi = over_ar[phase][CONTROLLER]
+        rate = view.rate
         verdicts.append(f"- Goal 1, {phase}: controller over AR {_ratio(rate[CONTROLLER] / rate[AR], lo, hi)}; "
                         f"lower bound ≥ {NON_INFERIOR}: **{'met' if lo >= NON_INFERIOR else 'not met'}**")
     gain, glo, ghi = ratio(CONTROLLER, static) if static != CONTROLLER else (1.0, 1.0, 1.0)
@@ -133,8 +151,9 @@ def judge(run: Path, answers_path: Path, language: str) -> str:
                             f"{share:.0%} (controller over the map {_ratio(mp, mlo, mhi)}): "
                             f"**{'met' if met3 else 'not met'}**")
     if RULE in methods:
-        part, mine, rate = _phase(requests, spans, "greedy-c1")
-        lo, hi = phase_intervals(part, mine, 1, RULE)[CONTROLLER]
+        greedy_alone = views["greedy-c1"]
+        rate = greedy_alone.rate
+        lo, hi = greedy_alone.over(RULE)[CONTROLLER]
         verdicts.append(f"- Goal 4, greedy-c1: controller over `{RULE}` {_ratio(rate[CONTROLLER] / rate[RULE], lo, hi)}"
                         f"; lower bound ≥ {NON_INFERIOR}: **{'met' if lo >= NON_INFERIOR else 'not met'}**")
     if PPO in methods:
@@ -142,3 +161,25 @@ def judge(run: Path, answers_path: Path, language: str) -> str:
         verdicts.append(f"- PPO (reported, no goal): over the controller on the whole workload {_ratio(pp, plo, phi)}")
     return "\n".join(out + verdicts) + "\n"
 
+
+LANGUAGES = {"en": "English", "it": "Italian"}
+
+
+def judge_folder(folder: Path) -> str:
+    """:func:`judge` on a results folder's one held-out run and the map beside it (the language from the run's
+    name: ``held-out-<code>``)."""
+    runs = sorted(folder.glob("held-out-*"))
+    if len(runs) != 1:
+        raise SystemExit(f"{folder} holds {len(runs)} held-out-<language> runs: one expected")
+    code = runs[0].name.removeprefix("held-out-")
+    return judge(runs[0], folder / f"map-{code}.json", LANGUAGES.get(code, code))
+
+
+def main(folder: Path, argv: list[str] | None = None) -> None:
+    """A results folder's ``judge.py``: print the readings, and with ``--write`` also write its TABLES.md."""
+    parser = argparse.ArgumentParser(description=f"The registered readings of {folder.name}")
+    parser.add_argument("--write", action="store_true", help="also write TABLES.md beside the runs")
+    text = judge_folder(folder)
+    if parser.parse_args(argv).write:
+        (folder / "TABLES.md").write_text(text)
+    print(text)
