@@ -37,6 +37,7 @@ class Stream:
     request_id: int
     sampling: SamplingParams
     alphas: list[float]
+    matches: list[int] | None = None  # each cycle's chain match length (None: 3 throughout, lookup's longest)
 
 
 def simulate(streams_by_slot: list[list[Stream]], rng: np.random.Generator, first_cycle: int = 0) -> pd.DataFrame:
@@ -49,13 +50,14 @@ def simulate(streams_by_slot: list[list[Stream]], rng: np.random.Generator, firs
         for slot in busy:
             stream, k = queues[slot].pop(0)
             alpha = stream.alphas[k]
+            match = 3.0 if stream.matches is None else float(stream.matches[k])
             accepted = rng.random(CEILING) < alpha
             for position in range(1, CEILING + 1):
                 rows.append({"cycle": cycle, "row": slot, "request_id": stream.request_id, "batch_size": len(busy),
                              "position": position, "context_length": 32 + 4 * k, "token_prob": 1.0,
                              "entropy": 0.0, "margin": 1.0, "cum_prob": 1.0, "accept_prob": alpha,
                              "accepted": bool(accepted[position - 1]), "recent_acceptance": 0.5, "drafted": True,
-                             "match_length": 3.0, "matches": 1.0, "suffix_score": 1.0, "suffix_prob": 1.0})
+                             "match_length": match, "matches": 1.0, "suffix_score": 1.0, "suffix_prob": 1.0})
         cycle += 1
     return pd.DataFrame(rows)
 
@@ -165,9 +167,10 @@ def _profile(tmp_path, verify_at_four: list[float]) -> str:
 def test_the_batch_prices_the_cycle_the_same_acceptance_speculates_alone_and_not_four_to_a_batch(tmp_path):
     """α 0.3 for every request (its pool told 200 row-cycles at that rate): at one row (verification +2% a position) the
     controller drafts; at four rows where verifying a second position costs 1.5 AR steps it does not, at once from
-    its pooled estimate, without being told the concurrency's regime."""
+    its pooled estimate, without being told the concurrency's regime. Decided before drafting (match_buckets 0: one
+    estimate whatever the match, as under a draft model)."""
     path = _profile(tmp_path, [1.0 + 0.5 * n for n in range(9)])
-    policy = Hysteresis(CEILING, profile=path)
+    policy = Hysteresis(CEILING, profile=path, match_buckets=0)
     for _ in range(200):
         policy.pool((1.0, 0, 1.0)).add(0.3, 1)
     policy.before_cycle([0], [1], sampling=[HOT])
@@ -176,11 +179,68 @@ def test_the_batch_prices_the_cycle_the_same_acceptance_speculates_alone_and_not
     assert policy.begin_cycle(4) == 0
 
 
+def test_estimates_per_match_length_verify_long_matches_and_skip_short_ones():
+    """One greedy request of 300 cycles whose chain matches 1 or 3 tokens (seeded draw, seed 3), α 0.05 after a
+    1-token match and 0.85 after a 3-token one (an average ≈ 0.45, above the tiny profile's break-even 0.19), ceiling
+    8, the shipped tiny profile, seed 7 for the outcomes. Per match length (the config's match_buckets) the
+    controller drafts on every 3-token cycle after its first 20 cycles and verifies nothing on at least 90% of the
+    1-token ones; with one estimate (match_buckets 0) it drafts on more than half of the 1-token cycles. Replay
+    tok/s per match length beats one estimate on the same traces."""
+    matches = np.random.default_rng(3).choice([1, 3], size=300).tolist()
+    alphas = [0.85 if m == 3 else 0.05 for m in matches]
+    traces = TraceSet(simulate([[Stream(0, GREEDY, alphas, matches)]], np.random.default_rng(7)), {}, "simulated")
+    profile = load_profile(PROFILE)
+    long_match = np.array(matches) == 3
+    per_match = replay_gammas(Hysteresis(CEILING, profile=PROFILE), traces, CEILING, profile, {0: GREEDY})
+    single = replay_gammas(Hysteresis(CEILING, profile=PROFILE, match_buckets=0), traces, CEILING, profile,
+                           {0: GREEDY})
+    late = np.arange(300) >= 20
+    assert (per_match[late & long_match] >= 1).all(), per_match
+    assert (per_match[late & ~long_match] == 0).mean() >= 0.9, per_match
+    assert (single[late & ~long_match] >= 1).mean() > 0.5, single
+    rate = {name: replay_scores(traces, profile, CEILING, gammas, oracles=False)["policy_tok_s"]
+            for name, gammas in (("per_match", per_match), ("single", single))}
+    assert rate["per_match"] > rate["single"], rate
+
+
+def test_the_batch_drafts_only_where_its_rows_tokens_together_pay_for_its_cycle(tmp_path):
+    """Four rows at a profile whose four-row verification costs 0.25 AR steps a position (drafting free): greedy rows
+    at α 0.6 (their pool told 200 row-cycles), T = 1 rows at α 0.02. Each greedy row alone at those prices would
+    draft (E(1) / 1.25 ≈ 1.28). One greedy row among three T = 1 rows: with per_batch the batch drafts nothing
+    (its best depth gives (1.6 + 3) / 4 / 1.25 ≈ 0.92 of a plain step, below the band's 0.95), without it that row
+    drafts; two greedy rows among two T = 1 rows: the batch drafts ((3.2 + 2) / 4 / 1.25 ≈ 1.04), and the T = 1 rows
+    do not. An off row's probe interval K at four rows is the busy rows times K per row (ceil(0.25 · 4 / 0.02) = 50
+    against 13). Decided before drafting (match_buckets 0)."""
+    path = _profile(tmp_path, [1.0 + 0.25 * n for n in range(9)])
+    greedy_key, hot_key = (0.0, 0, 1.0), (1.0, 0, 1.0)
+
+    def told(per_batch: bool) -> Hysteresis:
+        policy = Hysteresis(CEILING, profile=path, match_buckets=0, per_batch=per_batch)
+        for _ in range(200):
+            policy.pool(greedy_key).add(0.6, 1)
+            policy.pool(hot_key).add(0.02, 1)
+        return policy
+
+    lone = [GREEDY, HOT, HOT, HOT]
+    for per_batch, drafts in ((True, False), (False, True)):
+        policy = told(per_batch)
+        policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=lone)
+        assert (policy.begin_cycle(4) >= 1) == drafts
+        assert (policy.limits[0] >= 1) == drafts and policy.limits[1] == policy.limits[2] == policy.limits[3] == 0
+    policy = told(True)
+    policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=[GREEDY, GREEDY, HOT, HOT])
+    assert policy.limits[0] >= 1 and policy.limits[1] >= 1 and policy.limits[2] == policy.limits[3] == 0
+    seconds = np.asarray(load_profile(path).costs(4).cycle_s(np.arange(CEILING + 1)))
+    assert told(True).probe_every(seconds, 4) == 50 and told(False).probe_every(seconds, 4) == 13
+
+
 def test_bad_parameters_fail_in_one_line():
     with pytest.raises(SpectuneError, match=r"policy.margin=0.7 is invalid: must be a finite number in \[0, 0.5\]"):
         Hysteresis(4, margin=0.7)
     with pytest.raises(SpectuneError, match="verifies up to 13 positions: gamma=16 needs 17"):
         Hysteresis(16, profile=PROFILE)
+    with pytest.raises(SpectuneError, match=r"policy.match_buckets=-1 is invalid: must be an integer >= 0"):
+        Hysteresis(4, match_buckets=-1)
 
 
 class RecordingHysteresis(Hysteresis):
@@ -190,9 +250,10 @@ class RecordingHysteresis(Hysteresis):
         super().reset()
         self.choices: list[dict[int, int]] = []
 
-    def before_cycle(self, rows, request_ids, context_lengths=None, sampling=None) -> None:
-        super().before_cycle(rows, request_ids, context_lengths, sampling)
-        self.choices.append({request: self.limits[row] for row, request in zip(rows, request_ids, strict=True)})
+    def observe(self, feedback) -> None:  # the limits are final once drafting ended (taken at its first step)
+        self.choices.append({request: self.limits[row] for row, request in zip(self.slot_states, self.slot_requests,
+                                                                                strict=True)})
+        super().observe(feedback)
 
 
 @torch.inference_mode()
@@ -200,7 +261,8 @@ def test_a_run_on_a_mixed_temperature_batch_records_the_controllers_gamma_for_ev
     """The tiny pair, 8 requests alternating greedy and T = 1 (24 new tokens each) at concurrency 4, seed 5, ceiling
     4, priced by the shipped tiny profile (so its choices do not depend on this machine's clock). Every cycle record
     carries, per row, the γ the controller chose for that request (its drafts) and the cycle's ceiling (their
-    largest); the controller chose different γ for rows of one cycle at least once and γ 0 at least once; the
+    largest, from the second cycle on: the first drafts to the ceiling until its first step shows whether the draft
+    reports a match, which a draft model does not); the controller chose different γ for rows of one cycle at least once and γ 0 at least once; the
     greedy requests emit what autoregressive greedy decoding emits (the controller only picks γ)."""
     target, draft = pair
     requests = [replace(r, sampling=GREEDY if r.request_id % 2 == 0 else HOT)
@@ -212,7 +274,7 @@ def test_a_run_on_a_mixed_temperature_batch_records_the_controllers_gamma_for_ev
     for record in result.cycles:
         chosen = policy.choices[record.cycle]
         assert record.num_drafts == chosen[record.request_id], record
-        assert record.gamma == max(chosen.values()), record
+        assert record.gamma == max(chosen.values()) or record.cycle == 0, record
     assert any(len(set(c.values())) > 1 for c in policy.choices)
     assert any(0 in c.values() for c in policy.choices)
     engine.sampling = GREEDY
