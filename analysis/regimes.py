@@ -166,13 +166,14 @@ LANGUAGES = {"en": "English", "it": "Italian"}
 
 
 def judge_folder(folder: Path) -> str:
-    """:func:`judge` on a results folder's one held-out run and the map beside it (the language from the run's
-    name: ``held-out-<code>``)."""
+    """:func:`judge` on each of a results folder's held-out runs and the map beside it (the language from the run's
+    name: ``held-out-<code>``), one after another in the order of their codes."""
     runs = sorted(folder.glob("held-out-*"))
-    if len(runs) != 1:
-        raise SystemExit(f"{folder} holds {len(runs)} held-out-<language> runs: one expected")
-    code = runs[0].name.removeprefix("held-out-")
-    return judge(runs[0], folder / f"map-{code}.json", LANGUAGES.get(code, code))
+    if not runs:
+        raise SystemExit(f"{folder} holds no held-out-<language> run")
+    codes = [run.name.removeprefix("held-out-") for run in runs]
+    return "\n".join(judge(run, folder / f"map-{code}.json", LANGUAGES.get(code, code))
+                     for run, code in zip(runs, codes, strict=True))
 
 
 def main(folder: Path, argv: list[str] | None = None) -> None:

@@ -262,8 +262,9 @@ def test_a_run_on_a_mixed_temperature_batch_records_the_controllers_gamma_for_ev
     4, priced by the shipped tiny profile (so its choices do not depend on this machine's clock). Every cycle record
     carries, per row, the γ the controller chose for that request (its drafts) and the cycle's ceiling (their
     largest, from the second cycle on: the first drafts to the ceiling until its first step shows whether the draft
-    reports a match, which a draft model does not); the controller chose different γ for rows of one cycle at least once and γ 0 at least once; the
-    greedy requests emit what autoregressive greedy decoding emits (the controller only picks γ)."""
+    reports a match, which a draft model does not); the controller chose different γ for rows of one cycle at least
+    once and γ 0 at least once; the greedy requests emit what autoregressive greedy decoding emits (the controller
+    only picks γ)."""
     target, draft = pair
     requests = [replace(r, sampling=GREEDY if r.request_id % 2 == 0 else HOT)
                 for r in random_requests(8, max_new=24)]
