@@ -321,7 +321,7 @@ QUESTIONS = (
              ("model-drafts-tasks-smollm2-cpu-20261206/*-*",)),
     Question("Does it pay on llama.cpp (its n-gram drafts)?", speculation, (f"{LLAMACPP_GRID}/ngram-t0-??",)),
     Question("And on llama.cpp when sampling?", speculation, (f"{LLAMACPP_GRID}/ngram-t1-??",)),
-    Question("Which γ at which load and temperature?", regime_map, ("adaptive-regimes-*/held-out-*",)),
+    Question("Which γ at which load and temperature?", regime_map, ("adaptive-regimes-select-*/held-out-*",)),
     Question("Does an adaptive γ beat the best fixed γ?", adaptive,
              ("adaptive-lookup-smollm2-cpu-20261206/evaluate-*", "adaptive-suffix-smollm2-cpu-20261206/evaluate-*",
               "shadow-trials-suffix-smollm2-cpu-20261206/evaluate-*")),

@@ -20,13 +20,14 @@ def test_the_committed_tables_recompute_from_the_runs(folder: str) -> None:
 
 
 def test_both_languages_tables_are_committed() -> None:
-    assert FOLDERS == ["adaptive-regimes-it-smollm2-cpu-20261207", "adaptive-regimes-smollm2-cpu-20261207"]
+    assert FOLDERS == ["adaptive-regimes-it-smollm2-cpu-20261207", "adaptive-regimes-select-smollm2-cpu-20261207",
+                       "adaptive-regimes-smollm2-cpu-20261207"]
 
 
 def test_the_front_pages_regime_row_reads_each_phases_map_entry_and_its_held_out_speedup() -> None:
     """The headline's per-regime answer joins three files: the phases (metadata), the map's γ for each phase's
     temperature and concurrency (map-<language>.json) and the map's held-out speed-up in that phase (summary)."""
-    runs = sorted(RESULTS.glob("adaptive-regimes-*/held-out-*"))
+    runs = sorted(RESULTS.glob("adaptive-regimes-select-*/held-out-*"))
     assert runs
     _, text, _ = regime_map(runs, RESULTS)
     for run in runs:
