@@ -79,7 +79,7 @@ def test_the_verification_line_is_fitted_from_measured_sizes():
 
 def test_a_plain_step_is_priced_from_plain_steps_not_from_the_line_through_verifications():
     """The verification times of prompt lookup on smollm2 at T = 1 alone on a 2-vCPU CPU (the means by drafted
-    tokens in bench/results/adaptive-regimes-smollm2-cpu-20261207/held-out-en/cycles.parquet, ms): a plain step 74,
+    tokens in held-out-en/cycles.parquet of the archived adaptive-regimes-smollm2-cpu-20261207, ms): a plain step 74,
     one drafted token 124, two 164, three to seven 112-127 — not a line. With a 0.11 acceptance rate, one draft's
     expected speed-up E(1) · cycle(0) / cycle(1) is 1.11 · 74 / 124 = 0.66 on the measured prices; the line through
     every width (what priced it before: 112 and 114 ms) puts it at 1.09, a gain, which kept a controller on."""
