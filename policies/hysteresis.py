@@ -181,8 +181,7 @@ class Hysteresis(RowLimits):
         self.measured: dict[int, MeasuredCosts] = {}
         self.set_limits({})  # slot -> γ this cycle
         self.busy = 0
-        self.slot_states: dict[int, RequestState] = {}  # slot -> the request it serves this cycle
-        self.slot_requests: list[int] = []  # the request of each slot in slot_states, in its order
+        self.serving: dict[int, int] = {}  # slot -> the request it serves this cycle (its state in self.requests)
         self.buckets: dict[int, Bucket] = {}  # request -> its chain's match bucket this cycle (seen at step 0)
         self.sees_match: bool | None = None  # whether the draft reports a match (None: no draft step seen yet)
         self.decided = False  # this cycle's limits are final (taken at step 0, or before drafting)
@@ -213,12 +212,12 @@ class Hysteresis(RowLimits):
             return self.profile.costs(busy)
         return nearest_costs(self.measured, busy, self.ceiling)
 
-    def speedups(self, alphas: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """[rows, ceiling + 1] expected speed-up over an AR step of each γ: E(γ) · cycle(0) / cycle(γ), E the cost
-        model's (:func:`~spectune.costmodel.cycle.expected_tokens_from_rates` at a constant rate α, the closed form's
-        series)."""
+    def expected_tokens(self, alphas: np.ndarray) -> np.ndarray:
+        """[rows, ceiling + 1] E(γ), the tokens a cycle of γ drafts emits: the cost model's
+        (:func:`~spectune.costmodel.cycle.expected_tokens_from_rates` at a constant rate α, the closed form's series).
+        A row's expected speed-up over an AR step is E(γ) · cycle(0) / cycle(γ)."""
         expected = np.array([expected_tokens_from_rates(np.full(self.ceiling, alpha)) for alpha in alphas])
-        return expected.reshape(len(alphas), self.ceiling + 1) * seconds[0] / seconds[None, :]
+        return expected.reshape(len(alphas), self.ceiling + 1)
 
     def probe_every(self, seconds: np.ndarray, busy: int = 1) -> int:
         """K: cycles between probes of an off row, so that a probe's worst loss (one draft emitting one token, an
@@ -234,8 +233,8 @@ class Hysteresis(RowLimits):
             return [self.ceiling] * len(states)
         buckets = buckets if buckets is not None else [None] * len(states)
         seconds = np.asarray(costs.cycle_s(np.arange(self.ceiling + 1)), dtype=float)
-        gains = self.speedups(np.array([self.acceptance(s, b) for s, b in zip(states, buckets, strict=True)]),
-                              seconds)
+        expected = self.expected_tokens(np.array([self.acceptance(s, b) for s, b in zip(states, buckets, strict=True)]))
+        gains = expected * seconds[0] / seconds[None, :]
         probe = self.probe_every(seconds, busy)
         wanted, probes = [], []
         for state, bucket, gain in zip(states, buckets, gains, strict=True):
@@ -251,14 +250,13 @@ class Hysteresis(RowLimits):
             wanted.append(best if on else 0)
             probes.append(not on and state.since_test >= probe)
         if self.per_batch and any(wanted):
-            wanted = self.batch_depths(wanted, gains, seconds)
+            wanted = self.batch_depths(wanted, expected, seconds)
         return [1 if probe_due and g == 0 else g for g, probe_due in zip(wanted, probes, strict=True)]
 
-    def batch_depths(self, wanted: list[int], gains: np.ndarray, seconds: np.ndarray) -> list[int]:
+    def batch_depths(self, wanted: list[int], expected: np.ndarray, seconds: np.ndarray) -> list[int]:
         """The rows' γ once the batch's cycle is priced: the depth d maximising the rows' expected tokens together
-        over cycle(d), each row drafting min(d, its γ); none if even that is below the band's lower edge of a plain
-        step. A row's expected tokens are its gain times cycle(γ) / cycle(0) (gain = E · cycle(0) / cycle(γ))."""
-        expected = gains * seconds[None, :] / seconds[0]
+        (``expected``: each row's E(γ)) over cycle(d), each row drafting min(d, its γ); none if even that is below the
+        band's lower edge of a plain step."""
         limits = np.asarray(wanted)
         depths = np.arange(1, self.ceiling + 1)
         tokens = np.array([expected[np.arange(len(wanted)), np.minimum(d, limits)].sum() for d in depths])
@@ -279,8 +277,7 @@ class Hysteresis(RowLimits):
                 state = RequestState(setting_key(setting), self.halflife)
             states.append(state)
         self.requests = dict(zip(request_ids, states, strict=True))  # every busy slot is in every cycle: the rest ended
-        self.slot_states = dict(zip(rows, states, strict=True))
-        self.slot_requests = list(request_ids)
+        self.serving = dict(zip(rows, request_ids, strict=True))
         self.busy, self.buckets = len(rows), {}
         if self.match_buckets and self.sees_match is not False and self.costs(self.busy) is not None:
             # a model-free draft shows its match at the first step: draft it (a chain search), decide there
@@ -293,17 +290,15 @@ class Hysteresis(RowLimits):
     def decide_at_match(self, step: DraftStep) -> None:
         """At the cycle's first draft step: each row's γ from its estimate at its chain's match bucket."""
         self.decided = True
-        if step.match_length is None:  # a draft model: no match, one estimate (decided before drafting from now on)
-            self.sees_match = False
-            self.set_limits(dict(zip(self.slot_states, self.decide(list(self.slot_states.values()), self.busy),
-                                     strict=True)))
-            return
-        self.sees_match = True
-        matches = step.match_length.tolist()
-        buckets = [self.bucket(matches[row]) for row in self.slot_states]
-        self.buckets = dict(zip(self.slot_requests, buckets, strict=True))
-        self.set_limits(dict(zip(self.slot_states, self.decide(list(self.slot_states.values()), self.busy, buckets),
-                                 strict=True)))
+        # a draft model reports no match: one estimate, decided before drafting from now on
+        self.sees_match = step.match_length is not None
+        buckets = None
+        if self.sees_match:
+            matches = step.match_length.tolist()
+            buckets = [self.bucket(matches[row]) for row in self.serving]
+            self.buckets = dict(zip(self.serving.values(), buckets, strict=True))
+        states = [self.requests[request] for request in self.serving.values()]
+        self.set_limits(dict(zip(self.serving, self.decide(states, self.busy, buckets), strict=True)))
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
         if not self.decided:

@@ -251,8 +251,7 @@ class RecordingHysteresis(Hysteresis):
         self.choices: list[dict[int, int]] = []
 
     def observe(self, feedback) -> None:  # the limits are final once drafting ended (taken at its first step)
-        self.choices.append({request: self.limits[row] for row, request in zip(self.slot_states, self.slot_requests,
-                                                                                strict=True)})
+        self.choices.append({request: self.limits[row] for row, request in self.serving.items()})
         super().observe(feedback)
 
 
