@@ -207,17 +207,19 @@ def test_the_batch_drafts_only_where_its_rows_tokens_together_pay_for_its_cycle(
     """Four rows at a profile whose four-row verification costs 0.25 AR steps a position (drafting free): greedy rows
     at α 0.6 (their pool told 200 row-cycles), T = 1 rows at α 0.02. Each greedy row alone at those prices would
     draft (E(1) / 1.25 ≈ 1.28). One greedy row among three T = 1 rows: with per_batch the batch drafts nothing
-    (its best depth gives (1.6 + 3) / 4 / 1.25 ≈ 0.92 of a plain step, below the band's 0.95), without it that row
-    drafts; two greedy rows among two T = 1 rows: the batch drafts ((3.2 + 2) / 4 / 1.25 ≈ 1.04), and the T = 1 rows
-    do not. An off row's probe interval K at four rows is the busy rows times K per row (ceil(0.25 · 4 / 0.02) = 50
-    against 13). Decided before drafting (match_buckets 0)."""
+    (its best depth gives (1.6 + 3) / 4 / 1.25 ≈ 0.92 of a plain step), without it that row drafts. Where a row is
+    off the batch must clear the band's upper edge (1.05): two greedy rows among two T = 1 rows draft nothing
+    ((3.2 + 2) / 4 / 1.25 ≈ 1.04), three among one do ((4.8 + 1) / 4 / 1.25 ≈ 1.16), and the T = 1 row does not.
+    Where every row is on, the lower edge (0.95) holds: four rows at α 0.26 draw 1.008 and draft. An off row's probe
+    interval K at four rows is the busy rows times K per row (ceil(0.25 · 4 / 0.02) = 50 against 13). Decided before
+    drafting (match_buckets 0)."""
     path = _profile(tmp_path, [1.0 + 0.25 * n for n in range(9)])
     greedy_key, hot_key = (0.0, 0, 1.0), (1.0, 0, 1.0)
 
-    def told(per_batch: bool) -> Hysteresis:
+    def told(per_batch: bool, greedy_alpha: float = 0.6) -> Hysteresis:
         policy = Hysteresis(CEILING, profile=path, match_buckets=0, per_batch=per_batch)
         for _ in range(200):
-            policy.pool(greedy_key).add(0.6, 1)
+            policy.pool(greedy_key).add(greedy_alpha, 1)
             policy.pool(hot_key).add(0.02, 1)
         return policy
 
@@ -229,7 +231,13 @@ def test_the_batch_drafts_only_where_its_rows_tokens_together_pay_for_its_cycle(
         assert (policy.limits[0] >= 1) == drafts and policy.limits[1] == policy.limits[2] == policy.limits[3] == 0
     policy = told(True)
     policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=[GREEDY, GREEDY, HOT, HOT])
-    assert policy.limits[0] >= 1 and policy.limits[1] >= 1 and policy.limits[2] == policy.limits[3] == 0
+    assert policy.begin_cycle(4) == 0 and all(policy.limits[row] == 0 for row in range(4)), policy.limits
+    policy = told(True)
+    policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=[GREEDY, GREEDY, GREEDY, HOT])
+    assert all(policy.limits[row] >= 1 for row in range(3)) and policy.limits[3] == 0, policy.limits
+    policy = told(True, greedy_alpha=0.26)
+    policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=[GREEDY] * 4)
+    assert all(policy.limits[row] >= 1 for row in range(4)), policy.limits
     seconds = np.asarray(load_profile(path).costs(4).cycle_s(np.arange(CEILING + 1)))
     assert told(True).probe_every(seconds, 4) == 50 and told(False).probe_every(seconds, 4) == 13
 
