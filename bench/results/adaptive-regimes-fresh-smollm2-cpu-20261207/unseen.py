@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from harness.tasks import schemas
 from spectune.models.gguf import materialise
+from spectune.run import rundir
 from workloads.loader import load_workload
 
 HERE = Path(__file__).resolve().parent
@@ -34,7 +35,7 @@ def main() -> None:
     ids = {p.id for p in prompts}
     log.info("%d prompts, per phase %s", len(ids), dict(Counter(p.phase for p in prompts)))
     drawn = Counter()
-    for path in sorted((ROOT / "bench" / "results").rglob("requests.parquet")):
+    for path in sorted((ROOT / "bench" / "results").rglob(rundir.REQUESTS.name)):
         if HERE in path.parents:
             continue
         seen = ids & set(pd.read_parquet(path, columns=["prompt_id"])["prompt_id"].astype(str))
