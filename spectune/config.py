@@ -70,6 +70,7 @@ class WorkloadConfig:
     prompt_tokens: list[int] | None = MISSING
     chat_template: str | bool = MISSING  # auto, true or false
     max_new_tokens: int = MISSING
+    ignore_eos: bool = MISSING
     categories: Any = MISSING  # a prompt category or a list of them (workloads/categories.py)
     profile: str = MISSING
     splits: Any = MISSING  # a split or a list of them

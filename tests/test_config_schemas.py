@@ -144,6 +144,8 @@ def test_each_application_registers_its_schemas_at_import_and_fails_in_one_line(
 @pytest.mark.parametrize(("overrides", "message"), [
     (["seed=abc"], "error: seed='abc' is invalid: must be an integer"),
     (["resume=maybe"], "error: resume='maybe' is invalid: must be true or false"),
+    (["+workload=en", "workload.ignore_eos=maybe"],
+     "error: workload.ignore_eos='maybe' is invalid: must be true or false"),
     (["slo.ttft_ms=x"], "error: slo.ttft_ms='x' is invalid: must be a number or null"),
     (["sampler=[1]"], "error: sampler=[1] is invalid: must be a string"),
     (["models=smollm2", "models.weights_note=[1]"], "error: models.weights_note=[1] is invalid: must be a string"),

@@ -3,6 +3,7 @@ token (every γ, every concurrency), and under sampling the law of the generated
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -112,6 +113,11 @@ def test_eos_and_max_new_tokens_end_requests(pair):
         for rec, ref in zip(sorted(result.requests, key=lambda r: r.request_id), free, strict=True):
             cut = ref.output_ids.index(eos) + 1 if eos in ref.output_ids else len(ref.output_ids)
             assert rec.output_ids == ref.output_ids[:cut]
+    # workload.ignore_eos: the same requests run to max_new_tokens through the EOS, token for token as before
+    fixed = [dataclasses.replace(r, ignore_eos=True) for r in requests]
+    for result in (engine.run(fixed, None, 1), engine.run(fixed, FixedGamma(4), 3)):
+        assert [r.output_ids for r in sorted(result.requests, key=lambda r: r.request_id)] == \
+            [r.output_ids for r in free]
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])

@@ -359,6 +359,7 @@ def test_each_draft_length_is_the_flag_of_its_spec_type(tmp_path):
     path, body = flavour.request([5, 6, 7], 16, GREEDY, 3)
     assert path == "/completion" and body["prompt"] == [5, 6, 7] and body["cache_prompt"] is False
     assert body["return_tokens"] is True and body["stream"] is True and body["temperature"] == 0.0
+    assert body["ignore_eos"] is False and flavour.request([5], 16, GREEDY, 3, ignore_eos=True)[1]["ignore_eos"] is True
     assert os.path.basename(str(flavour.server)) == "llama-server"
 
 

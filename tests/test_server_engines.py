@@ -162,6 +162,8 @@ def test_a_vllm_request_streams_token_ids_with_usage_and_the_sampling_law(vllm):
     assert body == {"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": [1, 2, 3], "max_tokens": 64,
                     "temperature": 0.7, "top_p": 0.9, "top_k": 0, "seed": 5, "ignore_eos": False, "stream": True,
                     "stream_options": {"include_usage": True}, "return_token_ids": True}
+    fixed = vllm.request([1], 8, SamplingParams(), seed=0, ignore_eos=True)[1]  # workload.ignore_eos=true
+    assert fixed["ignore_eos"] is True and fixed["max_tokens"] == 8
 
 
 def test_the_vllm_stream_gives_each_chunks_tokens_and_the_requests_acceptance_at_the_end(vllm):
@@ -276,6 +278,7 @@ def test_an_sglang_request_streams_token_ids_and_maps_top_k_off_to_minus_one(sgl
                     "sampling_params": {"max_new_tokens": 32, "temperature": 0.0, "top_p": 1.0, "top_k": -1,
                                         "ignore_eos": False, "sampling_seed": 9}}
     assert sglang.request([1], 1, SamplingParams(top_k=20), seed=0)[1]["sampling_params"]["top_k"] == 20
+    assert sglang.request([1], 1, SamplingParams(), seed=0, ignore_eos=True)[1]["sampling_params"]["ignore_eos"] is True
 
 
 def test_the_sglang_stream_gives_each_increment_and_the_verification_counters_at_the_end(sglang):

@@ -22,7 +22,9 @@ each shuffled with the seed (with several categories, each group is cut to the s
 Built categories' prompts are cut to ``task_prompt_tokens`` counted on what the target is fed (rendered through its chat
 template when it has one; null = the profile's band) and answer up to ``task_max_new_tokens`` tokens (null =
 the profile's budget: 256 long, 128 short); ``max_new_tokens`` is the chat lines' own (a workload with any built
-category uses that budget for every prompt).
+category uses that budget for every prompt). ``ignore_eos: true`` runs every answer to that budget, as vLLM's and
+SGLang's serving benchmarks can: under sampling each method draws its own answers, and at concurrency above one a
+batch's time follows its longest answer, so fixed lengths measure the computation rather than the lengths drawn.
 
 JSONL files are read line by line with the standard library: a malformed line, bytes that are not UTF-8, a
 record without its text or an empty text are reported by file and line number (Arrow's JSON reader, used here
@@ -80,6 +82,7 @@ class Workload:
     max_new_tokens: int
     sampling: SamplingParams
     seed: int
+    ignore_eos: bool = False  # every answer runs to max_new_tokens (a fixed length: throughput without length luck)
     source: dict[str, Any] = field(default_factory=dict)
     chat_template: dict[str, Any] = field(default_factory=dict)  # the setting and whether it was applied
     regimes: Regimes = field(default_factory=Regimes)  # per-request sampling mix and phases (workloads.regimes)
@@ -88,7 +91,7 @@ class Workload:
         """Metadata for result files: source, settings and the prompt-length distribution in tokens."""
         out: dict[str, Any] = {
             "name": self.name, "language": self.language, "source": self.source,
-            "num_prompts": len(self.prompts), "max_new_tokens": self.max_new_tokens,
+            "num_prompts": len(self.prompts), "max_new_tokens": self.max_new_tokens, "ignore_eos": self.ignore_eos,
             "sampling": {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
                          "top_p": self.sampling.top_p},
             "seed": self.seed, "prompt_tokens": length_stats([len(p.input_ids) for p in self.prompts]),
@@ -283,6 +286,9 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     shuffle = _require(spec, "shuffle")
     if not isinstance(shuffle, bool):
         raise SpectuneError(f"workload.shuffle={shuffle!r} is invalid: must be true or false")
+    ignore_eos = spec.get("ignore_eos", False)  # optional: a hand-built spec may leave it out
+    if not isinstance(ignore_eos, bool):
+        raise SpectuneError(f"workload.ignore_eos={ignore_eos!r} is invalid: must be true or false")
     sampling = _sampling(spec)
     band = _band(spec)
     source = _require(spec, "source")
@@ -341,8 +347,8 @@ def load_workload(workload_cfg: DictConfig | dict, tokenizer: Any) -> Workload:
     chosen = [replace(merged[a.index], sampling=a.sampling, phase=a.phase)
               for a in assign([p.category for p in merged], regimes, int(max_new), seed, num)]
     return Workload(name=name, language=language, prompts=chosen, max_new_tokens=int(max_new), sampling=sampling,
-                    seed=seed, source=src, chat_template={"setting": template_setting, "applied": templated},
-                    regimes=regimes)
+                    seed=seed, ignore_eos=ignore_eos, source=src,
+                    chat_template={"setting": template_setting, "applied": templated}, regimes=regimes)
 
 
 @dataclass

@@ -223,7 +223,7 @@ def build_requests(workload: Any, settings: BenchSettings, max_context: int | No
                                 f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
                                 "shorten the prompt or lower max_new_tokens")
         requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                arrival, prompt.category, prompt.sampling, prompt.phase))
+                                arrival, prompt.category, prompt.sampling, prompt.phase, workload.ignore_eos))
     if settings.phases:  # a unit of the intervals never spans two phases
         for name, count in Counter(r.phase for r in requests).items():
             if count % settings.unit_size:

@@ -157,7 +157,7 @@ def _worker(cfg: DictConfig, run_dir: Path, s: CoverageSettings) -> int:
 
     models = models_of(cfg)
     workload = load_workload(cfg.workload, models.tokenizer)
-    requests = requests_of(workload.prompts, workload.max_new_tokens)
+    requests = requests_of(workload.prompts, workload.max_new_tokens, workload.ignore_eos)
     methods = s.methods()
     nodes = {m.label: dict(m.settings) if m.speculative else None for m in methods}
     measured = measuring_engine(cfg, models, workload.sampling, lambda m: make_policy(nodes[m.label], m.gamma),

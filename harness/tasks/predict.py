@@ -60,7 +60,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     profile = load_profile(task.profile) if task.profile else None
     setup = open_setup(cfg, "predict")
     synthetic = check_profile(profile, setup.metadata, bool(task.allow_profile_mismatch)) if profile else None
-    requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
+    requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens, setup.workload.ignore_eos)
     engine = setup.engine
     log.info("decoding %d prompts greedily (autoregressive, one at a time)", len(requests))
     with RunProgress("greedy", len(requests)) as progress:

@@ -46,7 +46,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 
     settings = TraceSettings.from_cfg(cfg)
     setup = open_setup(cfg, "trace")
-    requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens)
+    requests = requests_of(setup.workload.prompts, setup.workload.max_new_tokens, setup.workload.ignore_eos)
     check_context_fits(requests, settings.max_gamma, setup.max_context)
     engine = setup.engine
     if settings.warmup:

@@ -348,7 +348,8 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     with open_dict(cfg):
         cfg.workload.num_prompts = settings.train_prompts + settings.heldout_prompts
     setup = open_setup(cfg, "evaluate")
-    train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
+    workload = setup.workload
+    train, heldout = split_requests(requests_of(workload.prompts, workload.max_new_tokens, workload.ignore_eos),
                                     settings.train_prompts, settings.heldout_prompts)
     check_context_fits(train + heldout, settings.max_gamma, setup.max_context)
     language = str(cfg.workload.get("language") or setup.workload.name)

@@ -150,7 +150,8 @@ def split_setup(cfg: DictConfig, settings: TrainSettings, task: str) -> tuple[An
                             f"{settings.heldout_prompts} is invalid: {err}") from None
     from spectune.measure.point import requests_of
 
-    train, heldout = split_requests(requests_of(setup.workload.prompts, setup.workload.max_new_tokens),
+    workload = setup.workload
+    train, heldout = split_requests(requests_of(workload.prompts, workload.max_new_tokens, workload.ignore_eos),
                                     settings.train_prompts, settings.heldout_prompts)
     return setup, train, heldout
 

@@ -30,6 +30,7 @@ class Request:
     into its record so that a run's tables can be broken down per category.
     ``sampling`` is the request's own temperature, top-k and top-p (None: the engine's, a workload's settings), and
     ``phase`` the workload phase it belongs to (None: a workload without phases); both go into its record.
+    ``ignore_eos``: the answer runs to ``max_new_tokens`` whatever it emits (EOS does not end it).
     """
 
     request_id: int
@@ -41,6 +42,7 @@ class Request:
     category: str = DEFAULT_CATEGORY
     sampling: SamplingParams | None = None
     phase: str | None = None
+    ignore_eos: bool = False
 
 
 @dataclass

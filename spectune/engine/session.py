@@ -175,7 +175,7 @@ class Session:
             record.output_ids.append(token)
             record.token_times_s.append(when)
             count += 1
-            if token in self.engine.eos or record.output_tokens >= request.max_new_tokens:
+            if (token in self.engine.eos and not request.ignore_eos) or record.output_tokens >= request.max_new_tokens:
                 self._finish(row, when)
                 break
         return count

@@ -133,8 +133,10 @@ class LlamaCppFlavour:
                     cmd += ["-td", str(threads)]
         return [*cmd, *map(str, s.server_args)]
 
-    def request(self, prompt_ids: list[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
-        body = {"prompt": list(prompt_ids), "n_predict": int(max_tokens), "stream": True, "cache_prompt": False,
+    def request(self, prompt_ids: list[int], max_tokens: int, sampling: Any, seed: int,
+                ignore_eos: bool = False) -> tuple[str, dict]:
+        body = {"prompt": list(prompt_ids), "n_predict": int(max_tokens), "ignore_eos": bool(ignore_eos),
+                "stream": True, "cache_prompt": False,
                 "return_tokens": True, "temperature": float(sampling.temperature), "top_k": int(sampling.top_k),
                 "top_p": float(sampling.top_p), "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
                 "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,

@@ -96,8 +96,10 @@ class ServerFlavour(Protocol):
     def command(self, method: Method, port: int, threads: int | None, slots: int) -> list[str]:
         """The exact command that serves ``method`` on ``port`` with ``threads`` and ``slots`` parallel requests."""
 
-    def request(self, prompt_ids: list[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
-        """(path, JSON body) of a streaming completion of ``prompt_ids`` that reports token ids."""
+    def request(self, prompt_ids: list[int], max_tokens: int, sampling: Any, seed: int,
+                ignore_eos: bool = False) -> tuple[str, dict]:
+        """(path, JSON body) of a streaming completion of ``prompt_ids`` that reports token ids (``ignore_eos``: it
+        runs to ``max_tokens``, EOS or not)."""
 
     def parse_event(self, event: dict) -> StreamEvent:
         """One streamed JSON event."""
@@ -519,7 +521,8 @@ class ServerEngine:
             if open_loop:
                 time.sleep(max(0.0, (request.arrival_s or 0.0) - clock()))
             seed = (self.seed + abs(request.request_id)) % (2**31)
-            path, body = self.flavour.request(list(request.input_ids), request.max_new_tokens, self.sampling, seed)
+            path, body = self.flavour.request(list(request.input_ids), request.max_new_tokens, self.sampling, seed,
+                                              ignore_eos=request.ignore_eos)
             return record_of(request, stream(server, path, body, clock, self.request_timeout_s))
 
         workers = len(requests) if open_loop else concurrency

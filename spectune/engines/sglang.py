@@ -223,15 +223,17 @@ class SglangFlavour:
                 cmd += [flag, str(value)]
         return [*cmd, *map(str, cfg.extra_args)]
 
-    def request(self, prompt_ids: Sequence[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
+    def request(self, prompt_ids: Sequence[int], max_tokens: int, sampling: Any, seed: int,
+                ignore_eos: bool = False) -> tuple[str, dict]:
         """``POST /generate`` with the prompt as token ids, streamed. ``sampling`` has ``temperature``, ``top_p``
-        and ``top_k`` (spectune's 0 = off is SGLang's -1); EOS ends a request as it would for a user."""
+        and ``top_k`` (spectune's 0 = off is SGLang's -1); EOS ends a request as it would for a user, unless
+        ``ignore_eos``."""
         top_k = int(sampling.top_k)
         return "/generate", {
             "input_ids": [int(t) for t in prompt_ids], "stream": True,
             "sampling_params": {"max_new_tokens": int(max_tokens), "temperature": float(sampling.temperature),
                                 "top_p": float(sampling.top_p), "top_k": top_k if top_k > 0 else -1,
-                                "ignore_eos": False, "sampling_seed": int(seed)}}
+                                "ignore_eos": bool(ignore_eos), "sampling_seed": int(seed)}}
 
     def parse_event(self, event: Mapping[str, Any]) -> StreamEvent:
         """One event of the stream: its new ``output_ids`` (the server streams increments), and on the last

@@ -217,15 +217,16 @@ class VllmFlavour:
                 cmd += ["--per-request-spec-decode-metrics", "summary"]
         return [*cmd, *map(str, cfg.extra_args)]
 
-    def request(self, prompt_ids: Sequence[int], max_tokens: int, sampling: Any, seed: int) -> tuple[str, dict]:
+    def request(self, prompt_ids: Sequence[int], max_tokens: int, sampling: Any, seed: int,
+                ignore_eos: bool = False) -> tuple[str, dict]:
         """``POST /v1/completions``: the prompt as token ids, streamed, every chunk with its token ids, usage (and
         the per-request acceptance) in the last chunk. ``sampling`` has ``temperature``, ``top_p`` and ``top_k``
-        (0: off, as vLLM reads it); EOS ends a request as it would for a user."""
+        (0: off, as vLLM reads it); EOS ends a request as it would for a user, unless ``ignore_eos``."""
         return "/v1/completions", {
             "model": self.config.model, "prompt": [int(t) for t in prompt_ids], "max_tokens": int(max_tokens),
             "temperature": float(sampling.temperature), "top_p": float(sampling.top_p), "top_k": int(sampling.top_k),
-            "seed": int(seed), "ignore_eos": False, "stream": True, "stream_options": {"include_usage": True},
-            "return_token_ids": True}
+            "seed": int(seed), "ignore_eos": bool(ignore_eos), "stream": True,
+            "stream_options": {"include_usage": True}, "return_token_ids": True}
 
     def parse_event(self, event: Mapping[str, Any]) -> StreamEvent:
         """One chunk of the stream: its token ids (and its ``finish_reason`` on the last one with a choice), or on

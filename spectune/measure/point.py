@@ -41,11 +41,11 @@ def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: in
                   path=models.path, vocab_size=models.pair.vocab_size)
 
 
-def requests_of(prompts: Iterable[Any], max_new_tokens: int) -> list[Request]:
+def requests_of(prompts: Iterable[Any], max_new_tokens: int, ignore_eos: bool = False) -> list[Request]:
     """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``category``, and its own ``sampling``
-    and ``phase`` where it has them), in order."""
+    and ``phase`` where it has them), in order; ``ignore_eos``: each runs to ``max_new_tokens``."""
     return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, category=p.category,
-                    sampling=getattr(p, "sampling", None), phase=getattr(p, "phase", None))
+                    sampling=getattr(p, "sampling", None), phase=getattr(p, "phase", None), ignore_eos=ignore_eos)
             for i, p in enumerate(prompts)]
 
 

@@ -1,0 +1,104 @@
+"""Where a phase's time went, by the rows busy in each cycle: per method, the cycles run with b busy rows, their
+seconds, the tokens they emitted and their rate; and each method's rate at the baseline's mix of batch sizes.
+
+Why: at concurrency above one, a block of prompts runs until its longest answer ends, and the cycles after its
+first answer ends run with fewer rows at nearly the same price. A method's rate over a phase therefore mixes how fast
+its cycles are with how long the answers it drew are. Under sampling each method draws its own answers (a
+speculative method's rejections draw from the residual, so its answers differ from AR's while their law is the same),
+and AR's answers are the same in every repeat (the seed fixes them), so repeats do not average that draw away.
+Cycles with the same number of busy rows separate the two: ``at_mix`` prices the baseline's tokens at each batch size
+with the method's own rate there, which is the method's rate had it drawn answers of the baseline's lengths.
+``workload.ignore_eos`` removes the draw from a measurement instead (every answer runs to its budget).
+
+    python -m analysis.batch_shape RUN_DIR [--phase NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from spectune.methods import BASELINE
+from spectune.run import rundir
+
+log = logging.getLogger(__name__)
+
+
+def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None = None) -> pd.DataFrame:
+    """One row per (method, repeat, cycle): its busy rows, seconds (drafting, verification, the rest and the
+    policy's time outside those spans) and the tokens its rows emitted; ``phase``: that phase's cycles only."""
+    if phase is not None:
+        if "phase" not in requests or phase not in set(requests["phase"].dropna()):
+            known = sorted(requests["phase"].dropna().unique()) if "phase" in requests else []
+            raise ValueError(f"phase {phase!r} is not in this run: its phases are {known}")
+        mine = requests.loc[requests["phase"] == phase, ["method", "repeat", "request_id"]]
+        cycles = cycles.merge(mine, on=["method", "repeat", "request_id"])
+    outside = cycles.get("policy_outside_s", 0.0)  # the policy's time between the timed spans
+    cycles = cycles.assign(seconds=cycles["draft_s"] + cycles["verify_s"] + cycles["rest_s"] + outside)
+    return cycles.groupby(["method", "repeat", "cycle"], sort=False).agg(
+        batch_size=("batch_size", "first"), seconds=("seconds", "first"), tokens=("emitted", "sum")).reset_index()
+
+
+def by_batch_size(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, batch size): cycles, seconds, tokens and tokens per second, methods in their order."""
+    out = table.groupby(["method", "batch_size"], sort=False).agg(
+        cycles=("cycle", "size"), seconds=("seconds", "sum"), tokens=("tokens", "sum")).reset_index()
+    out["rate"] = out["tokens"] / out["seconds"]
+    return out.sort_values(["method", "batch_size"], key=lambda c: c.map(
+        {m: i for i, m in enumerate(dict.fromkeys(table["method"]))}) if c.name == "method" else c,
+        ignore_index=True)
+
+
+def at_mix(rates: pd.DataFrame, baseline: str = BASELINE) -> pd.Series:
+    """Per method, the baseline's tokens at each batch size over the seconds the method's own rate there takes
+    for them: its rate at the baseline's mix (NaN where it never ran a batch size the baseline ran)."""
+    base = rates[rates["method"] == baseline].set_index("batch_size")["tokens"]
+    if base.empty:
+        raise ValueError(f"the baseline {baseline!r} is not in this run")
+    out = {}
+    for method, mine in rates.groupby("method", sort=False):
+        rate = mine.set_index("batch_size")["rate"].reindex(base.index)
+        out[method] = float(base.sum() / (base / rate).sum()) if rate.notna().all() else float("nan")
+    return pd.Series(out, name="rate_at_baseline_mix")
+
+
+def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str:
+    """The per-batch-size table of ``run`` (a bench run directory with ``cycles.parquet``) and each method's pooled
+    cycle rate beside its rate at the baseline's mix, both over the baseline's."""
+    table = cycle_table(rundir.CYCLES.read(run), rundir.REQUESTS.read(run), phase)
+    rates = by_batch_size(table)
+    pooled = table.groupby("method", sort=False)[["tokens", "seconds"]].sum()
+    pooled = pooled["tokens"] / pooled["seconds"]
+    mixed = at_mix(rates, baseline)
+    lines = [f"{run}" + (f", phase {phase}" if phase else ""),
+             f"{'method':<24} {'rows':>4} {'cycles':>7} {'seconds':>9} {'tokens':>7} {'tok/s':>7}"]
+    lines += [f"{r.method:<24} {r.batch_size:>4} {r.cycles:>7} {r.seconds:>9.2f} {r.tokens:>7} {r.rate:>7.2f}"
+              for r in rates.itertuples()]
+    lines.append(f"{'method':<24} {'cycles tok/s':>12} {'over ' + baseline:>9} {'at its mix':>11} {'over':>6}")
+    for method in pooled.index:
+        lines.append(f"{method:<24} {pooled[method]:>12.2f} {pooled[method] / pooled[baseline]:>9.3f} "
+                     f"{mixed[method]:>11.2f} {mixed[method] / mixed[baseline]:>6.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a bench run directory (with cycles.parquet)")
+    parser.add_argument("--phase", help="one phase of a workload in phases")
+    parser.add_argument("--baseline", default=BASELINE)
+    args = parser.parse_args(argv)
+    for name in (rundir.CYCLES, rundir.REQUESTS):
+        if not (args.run / name.name).is_file():
+            raise SystemExit(f"error: {args.run / name.name} does not exist: give a bench run directory")
+    try:
+        text = report(args.run, args.phase, args.baseline)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(text)  # the table is the command's output
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The per-batch-size table: a method whose cycles run as fast as the baseline's at every batch size reads 1 at the
+baseline's mix whatever mix its own answers gave it; and the committed held-out run's figures recompute."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.batch_shape import at_mix, by_batch_size, cycle_table, main
+
+REPO = Path(__file__).resolve().parents[1]
+FRESH = REPO / "bench/results/adaptive-regimes-fresh-smollm2-cpu-20261207/held-out-en"
+
+
+def frames(mixes: dict[str, dict[int, int]], seconds: dict[str, dict[int, float]]) -> tuple[pd.DataFrame, ...]:
+    """Cycles and requests of a one-repeat run: per method, ``mixes[method][b]`` cycles of b busy rows (one token a
+    row), each taking ``seconds[method][b]``; every request in phase ``p``."""
+    rows, cycle = [], 0
+    for method, mix in mixes.items():
+        for size, count in mix.items():
+            for _ in range(count):
+                rows += [{"method": method, "repeat": 0, "cycle": cycle, "request_id": row, "batch_size": size,
+                          "emitted": 1, "draft_s": 0.0, "verify_s": seconds[method][size], "rest_s": 0.0}
+                         for row in range(size)]
+                cycle += 1
+    cycles = pd.DataFrame(rows)
+    requests = pd.DataFrame([{"method": m, "repeat": 0, "request_id": r, "phase": "p"} for m in mixes
+                             for r in range(4)])
+    return cycles, requests
+
+
+def test_the_rate_at_the_baselines_mix_takes_the_draw_of_lengths_out():
+    """B's cycles cost what A's cost at each batch size, but B's answers left it more single-row cycles: its pooled
+    rate is lower, its rate at A's mix equal. C is 10% faster at every size: 1.1 at A's mix."""
+    price = {1: 0.10, 2: 0.11, 4: 0.12}
+    mixes = {"ar": {4: 100, 2: 10, 1: 2}, "b": {4: 90, 2: 10, 1: 30}, "c": {4: 100, 2: 10, 1: 2}}
+    seconds = {"ar": price, "b": price, "c": {b: s / 1.1 for b, s in price.items()}}
+    rates = by_batch_size(cycle_table(*frames(mixes, seconds), phase="p"))
+    assert list(dict.fromkeys(rates["method"])) == ["ar", "b", "c"]
+    assert rates.loc[(rates["method"] == "b") & (rates["batch_size"] == 1), "cycles"].item() == 30
+    pooled = rates.groupby("method")[["tokens", "seconds"]].sum()
+    pooled = pooled["tokens"] / pooled["seconds"]
+    assert pooled["b"] / pooled["ar"] < 0.95  # the draw of lengths, read as speed
+    mixed = at_mix(rates, "ar")
+    assert mixed["b"] / mixed["ar"] == pytest.approx(1.0)
+    assert mixed["c"] / mixed["ar"] == pytest.approx(1.1)
+
+
+def test_a_batch_size_the_method_never_ran_gives_no_rate_and_a_wrong_phase_one_line():
+    cycles, requests = frames({"ar": {4: 5, 1: 1}, "b": {4: 5}}, {"ar": {4: 0.1, 1: 0.1}, "b": {4: 0.1}})
+    assert math.isnan(at_mix(by_batch_size(cycle_table(cycles, requests)), "ar")["b"])
+    with pytest.raises(ValueError, match=r"phase 'q' is not in this run: its phases are \['p'\]"):
+        cycle_table(cycles, requests, phase="q")
+
+
+def test_the_fresh_runs_t1_c4_phase_recomputes(capsys):
+    """The held-out run's T = 1 four-to-a-batch phase: the controller's answers left it 61 single-row cycles against
+    AR's 2; its cycles' rate is 0.96 of AR's pooled and 1.007 at AR's mix; the map (AR's computation) 0.991."""
+    main([str(FRESH), "--phase", "t1-c4"])
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines()[2:18]}
+    assert rows[("ar", "1")][2] == "2" and rows[("hysteresis:gamma=8", "1")][2] == "61"
+    summary = {line.split()[0]: line.split()[1:] for line in out.splitlines()[19:]}
+    assert summary["hysteresis:gamma=8"][1] == "0.959" and summary["hysteresis:gamma=8"][3] == "1.007"
+    assert summary["regime-map:gamma=8"][3] == "0.991"
