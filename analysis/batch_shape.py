@@ -8,9 +8,14 @@ speculative method's rejections draw from the residual, so its answers differ fr
 and AR's answers are the same in every repeat (the seed fixes them), so repeats do not average that draw away.
 Cycles with the same number of busy rows separate the two: ``at_mix`` prices the baseline's tokens at each batch size
 with the method's own rate there, which is the method's rate had it drawn answers of the baseline's lengths.
-``workload.ignore_eos`` removes the draw from a measurement instead (every answer runs to its budget).
+``workload.ignore_eos`` fixes the answers' lengths instead, but not where each row finishes: a speculative cycle
+emits several tokens for some rows and one for others, so a block's rows still end at different cycles, while AR's
+all end together.
 
-    python -m analysis.batch_shape RUN_DIR [--phase NAME]
+``unit_spread`` is each method's standard deviation, across the units the harness's interval pairs (each request's
+time its share of the phase's span), of its log rate over the baseline's: how much each unit moves the interval.
+
+    python -m analysis.batch_shape RUN_DIR [--phase NAME]   # --phase: a phase of a workload in phases
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import argparse
 import logging
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from spectune.methods import BASELINE
 from spectune.run import rundir
+from spectune.stats.by_phase import phase_spans, phase_terms
+from spectune.stats.units import units_of
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,17 @@ def at_mix(rates: pd.DataFrame, baseline: str = BASELINE) -> pd.Series:
     return pd.Series(out, name="rate_at_baseline_mix")
 
 
+def unit_spread(requests: pd.DataFrame, phase: str, size: int, baseline: str = BASELINE) -> pd.Series:
+    """Per method but the baseline, the standard deviation across the phase's units (``size`` consecutive prompts,
+    their repeats pooled, as :func:`~spectune.stats.by_phase.phase_intervals` pairs them) of log(its rate over the
+    baseline's in the unit)."""
+    part = requests[requests["phase"] == phase]
+    units = units_of(phase_terms(part, phase_spans(part), size), 1)
+    base = np.log(units.num[baseline] / units.den[baseline])
+    return pd.Series({m: float(np.std(np.log(units.num[m] / units.den[m]) - base, ddof=1))
+                      for m in units.num if m != baseline}, name="unit_log_ratio_sd")
+
+
 def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str:
     """The per-batch-size table of ``run`` (a bench run directory with ``cycles.parquet``) and each method's pooled
     cycle rate beside its rate at the baseline's mix, both over the baseline's."""
@@ -81,6 +100,12 @@ def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str
     for method in pooled.index:
         lines.append(f"{method:<24} {pooled[method]:>12.2f} {pooled[method] / pooled[baseline]:>9.3f} "
                      f"{mixed[method]:>11.2f} {mixed[method] / mixed[baseline]:>6.3f}")
+    if phase is not None:
+        requests = rundir.REQUESTS.read(run)
+        size = int(rundir.METADATA.read(run)["settings"]["phases"][phase])  # the phase's concurrency: its unit
+        spread = unit_spread(requests, phase, size, baseline)
+        lines.append(f"units of {size} prompts: SD of the per-unit log rate over {baseline}: "
+                     + ", ".join(f"{m} {v:.3f}" for m, v in spread.items()))
     return "\n".join(lines)
 
 

@@ -58,11 +58,14 @@ def test_a_batch_size_the_method_never_ran_gives_no_rate_and_a_wrong_phase_one_l
 
 def test_the_fresh_runs_t1_c4_phase_recomputes(capsys):
     """The held-out run's T = 1 four-to-a-batch phase: the controller's answers left it 61 single-row cycles against
-    AR's 2; its cycles' rate is 0.96 of AR's pooled and 1.007 at AR's mix; the map (AR's computation) 0.991."""
+    AR's 2; its cycles' rate is 0.96 of AR's pooled and 1.007 at AR's mix; the map (AR's computation) 0.991; the
+    units the interval pairs spread by 0.074 (controller) and 0.065 (map) in log rate over AR."""
     main([str(FRESH), "--phase", "t1-c4"])
     out = capsys.readouterr().out
     rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines()[2:18]}
     assert rows[("ar", "1")][2] == "2" and rows[("hysteresis:gamma=8", "1")][2] == "61"
-    summary = {line.split()[0]: line.split()[1:] for line in out.splitlines()[19:]}
+    summary = {line.split()[0]: line.split()[1:] for line in out.splitlines()[19:-1]}
     assert summary["hysteresis:gamma=8"][1] == "0.959" and summary["hysteresis:gamma=8"][3] == "1.007"
     assert summary["regime-map:gamma=8"][3] == "0.991"
+    assert out.splitlines()[-1] == ("units of 4 prompts: SD of the per-unit log rate over ar: "
+                                    "hysteresis:gamma=8 0.074, match-length:gamma=8 0.105, regime-map:gamma=8 0.065")
