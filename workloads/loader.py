@@ -23,8 +23,8 @@ Built categories' prompts are cut to ``task_prompt_tokens`` counted on what the 
 template when it has one; null = the profile's band) and answer up to ``task_max_new_tokens`` tokens (null =
 the profile's budget: 256 long, 128 short); ``max_new_tokens`` is the chat lines' own (a workload with any built
 category uses that budget for every prompt). ``ignore_eos: true`` runs every answer to that budget, as vLLM's and
-SGLang's serving benchmarks can: under sampling each method draws its own answers, and at concurrency above one a
-batch's time follows its longest answer, so fixed lengths measure the computation rather than the lengths drawn.
+SGLang's serving benchmarks can: under sampling each method draws its own answers, so their lengths differ between
+methods unless they are fixed (where each row of a batch finishes still differs: docs/benchmarking.md).
 
 JSONL files are read line by line with the standard library: a malformed line, bytes that are not UTF-8, a
 record without its text or an empty text are reported by file and line number (Arrow's JSON reader, used here
@@ -82,7 +82,7 @@ class Workload:
     max_new_tokens: int
     sampling: SamplingParams
     seed: int
-    ignore_eos: bool = False  # every answer runs to max_new_tokens (a fixed length: throughput without length luck)
+    ignore_eos: bool = False  # every answer runs to max_new_tokens (EOS does not end it)
     source: dict[str, Any] = field(default_factory=dict)
     chat_template: dict[str, Any] = field(default_factory=dict)  # the setting and whether it was applied
     regimes: Regimes = field(default_factory=Regimes)  # per-request sampling mix and phases (workloads.regimes)
