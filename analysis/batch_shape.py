@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None = None) -> pd.DataFrame:
     """One row per (method, repeat, cycle): its busy rows, seconds (drafting, verification, the rest and the
-    policy's time outside those spans) and the tokens its rows emitted; ``phase``: that phase's cycles only."""
+    policy's time outside those spans), the tokens its rows emitted and whether any row verified a draft
+    (``drafted``); ``phase``: that phase's cycles only."""
     if phase is not None:
         if "phase" not in requests or phase not in set(requests["phase"].dropna()):
             known = sorted(requests["phase"].dropna().unique()) if "phase" in requests else []
@@ -45,9 +46,11 @@ def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None 
         mine = requests.loc[requests["phase"] == phase, ["method", "repeat", "request_id"]]
         cycles = cycles.merge(mine, on=["method", "repeat", "request_id"])
     outside = cycles.get("policy_outside_s", 0.0)  # the policy's time between the timed spans
-    cycles = cycles.assign(seconds=cycles["draft_s"] + cycles["verify_s"] + cycles["rest_s"] + outside)
+    cycles = cycles.assign(seconds=cycles["draft_s"] + cycles["verify_s"] + cycles["rest_s"] + outside,
+                           drafted=cycles["num_drafts"] > 0)
     return cycles.groupby(["method", "repeat", "cycle"], sort=False).agg(
-        batch_size=("batch_size", "first"), seconds=("seconds", "first"), tokens=("emitted", "sum")).reset_index()
+        batch_size=("batch_size", "first"), seconds=("seconds", "first"), tokens=("emitted", "sum"),
+        drafted=("drafted", "max")).reset_index()
 
 
 def by_batch_size(table: pd.DataFrame) -> pd.DataFrame:
@@ -58,6 +61,26 @@ def by_batch_size(table: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["method", "batch_size"], key=lambda c: c.map(
         {m: i for i, m in enumerate(dict.fromkeys(table["method"]))}) if c.name == "method" else c,
         ignore_index=True)
+
+
+def drafting_split(table: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+    """Per method, its cycles at ``batch_size`` busy rows split into those that verified a draft and plain steps:
+    the share that drafted, each kind's mean seconds and tokens, and the drafting cycles' rate over the plain ones'
+    (what drafting returned where the method chose it; NaN where it has no cycle of a kind)."""
+    rows = []
+    for method, mine in table[table["batch_size"] == batch_size].groupby("method", sort=False):
+        drafted, plain = mine[mine["drafted"]], mine[~mine["drafted"]]
+
+        def rate(part: pd.DataFrame) -> float:
+            return float(part["tokens"].sum() / part["seconds"].sum()) if len(part) else float("nan")
+
+        rows.append({"method": method, "cycles": len(mine), "drafted_share": len(drafted) / len(mine),
+                     "drafted_s": float(drafted["seconds"].mean()) if len(drafted) else float("nan"),
+                     "drafted_tokens": float(drafted["tokens"].mean()) if len(drafted) else float("nan"),
+                     "plain_s": float(plain["seconds"].mean()) if len(plain) else float("nan"),
+                     "plain_tokens": float(plain["tokens"].mean()) if len(plain) else float("nan"),
+                     "drafted_over_plain": rate(drafted) / rate(plain)})
+    return pd.DataFrame(rows)
 
 
 def at_mix(rates: pd.DataFrame, baseline: str = BASELINE) -> pd.Series:
@@ -100,6 +123,12 @@ def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str
     for method in pooled.index:
         lines.append(f"{method:<24} {pooled[method]:>12.2f} {pooled[method] / pooled[baseline]:>9.3f} "
                      f"{mixed[method]:>11.2f} {mixed[method] / mixed[baseline]:>6.3f}")
+    full = int(table["batch_size"].max())
+    lines.append(f"cycles with {full} busy rows: {'drafted':>8} {'ms':>7} {'tokens':>7} | {'plain ms':>8} "
+                 f"{'tokens':>7} | drafted tok/s over plain")
+    for r in drafting_split(table, full).itertuples():
+        lines.append(f"{r.method:<24} {r.drafted_share:>8.1%} {1e3 * r.drafted_s:>7.1f} {r.drafted_tokens:>7.2f} | "
+                     f"{1e3 * r.plain_s:>8.1f} {r.plain_tokens:>7.2f} | {r.drafted_over_plain:.3f}")
     if phase is not None:
         requests = rundir.REQUESTS.read(run)
         size = int(rundir.METADATA.read(run)["settings"]["phases"][phase])  # the phase's concurrency: its unit

@@ -23,7 +23,8 @@ def frames(mixes: dict[str, dict[int, int]], seconds: dict[str, dict[int, float]
         for size, count in mix.items():
             for _ in range(count):
                 rows += [{"method": method, "repeat": 0, "cycle": cycle, "request_id": row, "batch_size": size,
-                          "emitted": 1, "draft_s": 0.0, "verify_s": seconds[method][size], "rest_s": 0.0}
+                          "emitted": 1, "num_drafts": 0, "draft_s": 0.0, "verify_s": seconds[method][size],
+                          "rest_s": 0.0}
                          for row in range(size)]
                 cycle += 1
     cycles = pd.DataFrame(rows)
@@ -59,13 +60,19 @@ def test_a_batch_size_the_method_never_ran_gives_no_rate_and_a_wrong_phase_one_l
 def test_the_fresh_runs_t1_c4_phase_recomputes(capsys):
     """The held-out run's T = 1 four-to-a-batch phase: the controller's answers left it 61 single-row cycles against
     AR's 2; its cycles' rate is 0.96 of AR's pooled and 1.007 at AR's mix; the map (AR's computation) 0.991; the
-    units the interval pairs spread by 0.074 (controller) and 0.065 (map) in log rate over AR."""
+    units the interval pairs spread by 0.074 (controller) and 0.065 (map) in log rate over AR; with four rows busy
+    the controller verified a draft on 43.7% of cycles, which returned 1.016 of its plain steps' rate (match-length
+    0.778)."""
     main([str(FRESH), "--phase", "t1-c4"])
     out = capsys.readouterr().out
     rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines()[2:18]}
     assert rows[("ar", "1")][2] == "2" and rows[("hysteresis:gamma=8", "1")][2] == "61"
-    summary = {line.split()[0]: line.split()[1:] for line in out.splitlines()[19:-1]}
+    lines = out.splitlines()
+    summary = {line.split()[0]: line.split()[1:] for line in lines[19:23]}
     assert summary["hysteresis:gamma=8"][1] == "0.959" and summary["hysteresis:gamma=8"][3] == "1.007"
     assert summary["regime-map:gamma=8"][3] == "0.991"
-    assert out.splitlines()[-1] == ("units of 4 prompts: SD of the per-unit log rate over ar: "
+    split = {line.split()[0]: line.split()[1:] for line in lines[24:28]}  # cycles with four busy rows
+    assert split["hysteresis:gamma=8"] == ["43.7%", "134.6", "4.87", "|", "112.2", "4.00", "|", "1.016"]
+    assert split["match-length:gamma=8"][-1] == "0.778" and split["ar"][0] == "0.0%"
+    assert lines[-1] == ("units of 4 prompts: SD of the per-unit log rate over ar: "
                                     "hysteresis:gamma=8 0.074, match-length:gamma=8 0.105, regime-map:gamma=8 0.065")
