@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -144,13 +145,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--phase", help="one phase of a workload in phases")
     parser.add_argument("--baseline", default=BASELINE)
     args = parser.parse_args(argv)
-    for name in (rundir.CYCLES, rundir.REQUESTS):
-        if not (args.run / name.name).is_file():
-            raise SystemExit(f"error: {args.run / name.name} does not exist: give a bench run directory")
+    missing = [args.run / f.name for f in (rundir.CYCLES, rundir.REQUESTS) if not (args.run / f.name).is_file()]
     try:
+        if missing:
+            raise ValueError(f"{missing[0]} does not exist: give a bench run directory")
         text = report(args.run, args.phase, args.baseline)
     except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(text)  # the table is the command's output
 
 

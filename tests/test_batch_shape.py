@@ -76,3 +76,11 @@ def test_the_fresh_runs_t1_c4_phase_recomputes(capsys):
     assert split["match-length:gamma=8"][-1] == "0.778" and split["ar"][0] == "0.0%"
     assert lines[-1] == ("units of 4 prompts: SD of the per-unit log rate over ar: "
                                     "hysteresis:gamma=8 0.074, match-length:gamma=8 0.105, regime-map:gamma=8 0.065")
+
+
+def test_the_command_fails_in_one_line_with_exit_2(tmp_path, capsys):
+    for argv in ([str(tmp_path)], [str(FRESH), "--phase", "t1-c8"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: "), err
