@@ -12,8 +12,10 @@ with the method's own rate there, which is the method's rate had it drawn answer
 emits several tokens for some rows and one for others, so a block's rows still end at different cycles, while AR's
 all end together.
 
-``unit_spread`` is each method's standard deviation, across the units the harness's interval pairs (each request's
-time its share of the phase's span), of its log rate over the baseline's: how much each unit moves the interval.
+``drafting_split`` sets, at one batch size, the cycles that verified a draft against the plain steps: what drafting
+returned where the method chose to draft. ``unit_spread`` is each method's standard deviation, across the units the
+harness's interval pairs (each request's time its share of the phase's span), of its log rate over the baseline's:
+how much each unit moves the interval.
 
     python -m analysis.batch_shape RUN_DIR [--phase NAME]   # --phase: a phase of a workload in phases
 """
