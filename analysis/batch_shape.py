@@ -32,7 +32,7 @@ import pandas as pd
 
 from spectune.methods import BASELINE
 from spectune.run import rundir
-from spectune.stats.by_phase import phase_spans, phase_terms
+from spectune.stats.by_phase import phase_spans, phase_terms, phases_of
 from spectune.stats.units import units_of
 
 log = logging.getLogger(__name__)
@@ -43,9 +43,8 @@ def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None 
     policy's time outside those spans), the tokens its rows emitted and whether any row verified a draft
     (``drafted``); ``phase``: that phase's cycles only."""
     if phase is not None:
-        if "phase" not in requests or phase not in set(requests["phase"].dropna()):
-            known = sorted(requests["phase"].dropna().unique()) if "phase" in requests else []
-            raise ValueError(f"phase {phase!r} is not in this run: its phases are {known}")
+        if phase not in phases_of(requests):
+            raise ValueError(f"phase {phase!r} is not in this run: its phases are {phases_of(requests)}")
         mine = requests.loc[requests["phase"] == phase, ["method", "repeat", "request_id"]]
         cycles = cycles.merge(mine, on=["method", "repeat", "request_id"])
     outside = cycles.get("policy_outside_s", 0.0)  # the policy's time between the timed spans
@@ -61,9 +60,9 @@ def by_batch_size(table: pd.DataFrame) -> pd.DataFrame:
     out = table.groupby(["method", "batch_size"], sort=False).agg(
         cycles=("cycle", "size"), seconds=("seconds", "sum"), tokens=("tokens", "sum")).reset_index()
     out["rate"] = out["tokens"] / out["seconds"]
-    return out.sort_values(["method", "batch_size"], key=lambda c: c.map(
-        {m: i for i, m in enumerate(dict.fromkeys(table["method"]))}) if c.name == "method" else c,
-        ignore_index=True)
+    order = {m: i for i, m in enumerate(dict.fromkeys(table["method"]))}
+    return out.sort_values(["method", "batch_size"], key=lambda c: c.map(order) if c.name == "method" else c,
+                           ignore_index=True)
 
 
 def drafting_split(table: pd.DataFrame, batch_size: int) -> pd.DataFrame:
@@ -72,17 +71,13 @@ def drafting_split(table: pd.DataFrame, batch_size: int) -> pd.DataFrame:
     (what drafting returned where the method chose it; NaN where it has no cycle of a kind)."""
     rows = []
     for method, mine in table[table["batch_size"] == batch_size].groupby("method", sort=False):
-        drafted, plain = mine[mine["drafted"]], mine[~mine["drafted"]]
-
-        def rate(part: pd.DataFrame) -> float:
-            return float(part["tokens"].sum() / part["seconds"].sum()) if len(part) else float("nan")
-
-        rows.append({"method": method, "cycles": len(mine), "drafted_share": len(drafted) / len(mine),
-                     "drafted_s": float(drafted["seconds"].mean()) if len(drafted) else float("nan"),
-                     "drafted_tokens": float(drafted["tokens"].mean()) if len(drafted) else float("nan"),
-                     "plain_s": float(plain["seconds"].mean()) if len(plain) else float("nan"),
-                     "plain_tokens": float(plain["tokens"].mean()) if len(plain) else float("nan"),
-                     "drafted_over_plain": rate(drafted) / rate(plain)})
+        kinds = mine.groupby("drafted")[["seconds", "tokens"]]
+        mean, total = kinds.mean().reindex([True, False]), kinds.sum().reindex([True, False])  # NaN: no such cycle
+        rate = total["tokens"] / total["seconds"]
+        rows.append({"method": method, "cycles": len(mine), "drafted_share": float(mine["drafted"].mean()),
+                     "drafted_s": mean.at[True, "seconds"], "drafted_tokens": mean.at[True, "tokens"],
+                     "plain_s": mean.at[False, "seconds"], "plain_tokens": mean.at[False, "tokens"],
+                     "drafted_over_plain": rate[True] / rate[False]})
     return pd.DataFrame(rows)
 
 
@@ -113,7 +108,8 @@ def unit_spread(requests: pd.DataFrame, phase: str, size: int, baseline: str = B
 def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str:
     """The per-batch-size table of ``run`` (a bench run directory with ``cycles.parquet``) and each method's pooled
     cycle rate beside its rate at the baseline's mix, both over the baseline's."""
-    table = cycle_table(rundir.CYCLES.read(run), rundir.REQUESTS.read(run), phase)
+    requests = rundir.REQUESTS.read(run)
+    table = cycle_table(rundir.CYCLES.read(run), requests, phase)
     rates = by_batch_size(table)
     pooled = table.groupby("method", sort=False)[["tokens", "seconds"]].sum()
     pooled = pooled["tokens"] / pooled["seconds"]
@@ -133,7 +129,6 @@ def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str
         lines.append(f"{r.method:<24} {r.drafted_share:>8.1%} {1e3 * r.drafted_s:>7.1f} {r.drafted_tokens:>7.2f} | "
                      f"{1e3 * r.plain_s:>8.1f} {r.plain_tokens:>7.2f} | {r.drafted_over_plain:.3f}")
     if phase is not None:
-        requests = rundir.REQUESTS.read(run)
         size = int(rundir.METADATA.read(run)["settings"]["phases"][phase])  # the phase's concurrency: its unit
         spread = unit_spread(requests, phase, size, baseline)
         lines.append(f"units of {size} prompts: SD of the per-unit log rate over {baseline}: "
