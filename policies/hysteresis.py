@@ -45,13 +45,15 @@ Nothing tells it the regime (greedy or sampled, alone or in a batch). Each cycle
 6. **The batch pays for every row's verification.** Rows draft in lockstep, so one row drafting γ makes the whole
    batch's cycle cost cycle(γ) while the rows that drafted nothing gain nothing. With ``per_batch``, the batch
    drafts to the depth d that maximises its rows' expected tokens together, Σ E_i(min(d, γ_i)), over cycle(d), and
-   drafts nothing unless that clears the band against b rows' plain step: its lower edge where every row is on
-   (alone, this is the row's own rule), its upper edge where some row is off; a probe's K is multiplied by the busy
-   rows, since each off row's probe is paid by all of them. On the Italian run, four rows at T = 1 verified
-   something on 12% of cycles, at 138–217 ms against 111 ms for a plain step of the batch, and lost 7%. Judged on
-   the lower edge alone, one or two rows that were on among rows that were off still made 4% (en) and 14% (it) of
-   such cycles draft (select prompts), and those cycles returned 0.58–0.94 of a plain step's tokens per second: a
-   row that is on was chosen for an estimate above the line, so in a mixed batch the cycle must clearly pay.
+   drafts nothing unless that clears the band's upper edge (1 + margin) against b rows' plain step; a probe's K is
+   multiplied by the busy rows, since each off row's probe is paid by all of them. Alone (b = 1) the row's own band
+   decides. Why the upper edge in any batch: a row that is on was chosen for an estimate above the line, so the
+   batch's estimate leans optimistic; and rows that draft advance unevenly, so a batch whose rows end a few tokens
+   apart runs its last cycles with fewer rows. On the Italian run, four rows at T = 1 verified something on 12% of
+   cycles, at 138–217 ms against 111 ms for a plain step of the batch, and lost 7%; one or two rows that were on among
+   rows that were off made 4% (en) and 14% (it) of such cycles draft, returning 0.58–0.94 of a plain step's tokens
+   per second. With every row on, the lower edge (1 − margin) still let four rows at T = 1 draft on 44–53% of their
+   cycles, for 0.97–1.02 of a plain step's rate, and their rows ended apart (English, the short profile's prompts).
 
 Rows of a batch draft in lockstep until their deepest row stops; each row keeps its own γ
 (:class:`~policies.rows.RowLimits`: rows stop at their γ and a row that is off is cut to no draft, so it verifies
@@ -259,15 +261,14 @@ class Hysteresis(RowLimits):
     def batch_depths(self, wanted: list[int], expected: np.ndarray, seconds: np.ndarray) -> list[int]:
         """The rows' γ once the batch's cycle is priced: the depth d maximising the rows' expected tokens together
         (``expected``: each row's E(γ)) over cycle(d), each row drafting min(d, its γ); none unless that clears the
-        band against a plain step of the batch: its lower edge where every row is on (alone, the row's own rule), its
-        upper edge where some row is off (that row gains nothing and pays the cycle, and the rows that are on were
-        chosen for estimates above the line, so their noise leans optimistic)."""
+        band's upper edge against a plain step of the batch (rows chosen for estimates above the line lean
+        optimistic, and drafting rows end apart). A lone row that is on keeps its own band's lower edge."""
         limits = np.asarray(wanted)
         depths = np.arange(1, self.ceiling + 1)
         tokens = np.array([expected[np.arange(len(wanted)), np.minimum(d, limits)].sum() for d in depths])
         batch_gain = tokens / seconds[depths] * seconds[0] / len(wanted)
         best = int(np.argmax(batch_gain))  # ties to the shallower depth
-        edge = 1.0 - self.margin if limits.all() else 1.0 + self.margin
+        edge = 1.0 - self.margin if len(limits) == 1 else 1.0 + self.margin
         if batch_gain[best] < edge:
             return [0] * len(wanted)
         return np.minimum(limits, depths[best]).tolist()

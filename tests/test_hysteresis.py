@@ -210,7 +210,9 @@ def test_the_batch_drafts_only_where_its_rows_tokens_together_pay_for_its_cycle(
     (its best depth gives (1.6 + 3) / 4 / 1.25 ≈ 0.92 of a plain step), without it that row drafts. Where a row is
     off the batch must clear the band's upper edge (1.05): two greedy rows among two T = 1 rows draft nothing
     ((3.2 + 2) / 4 / 1.25 ≈ 1.04), three among one do ((4.8 + 1) / 4 / 1.25 ≈ 1.16), and the T = 1 row does not.
-    Where every row is on, the lower edge (0.95) holds: four rows at α 0.26 draw 1.008 and draft. An off row's probe
+    Where every row is on the batch still needs the upper edge: four rows at α 0.26 draw 1.008 and draft nothing, at
+    α 0.6 (1.28) they draft; one row alone at α 0.04 (1.02 of its plain step, inside the band) keeps its own band's
+    lower edge and drafts. An off row's probe
     interval K at four rows is the busy rows times K per row (ceil(0.25 · 4 / 0.02) = 50 against 13). Decided before
     drafting (match_buckets 0)."""
     path = _profile(tmp_path, [1.0 + 0.25 * n for n in range(9)])
@@ -237,7 +239,13 @@ def test_the_batch_drafts_only_where_its_rows_tokens_together_pay_for_its_cycle(
     assert all(policy.limits[row] >= 1 for row in range(3)) and policy.limits[3] == 0, policy.limits
     policy = told(True, greedy_alpha=0.26)
     policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=[GREEDY] * 4)
+    assert policy.begin_cycle(4) == 0 and all(policy.limits[row] == 0 for row in range(4)), policy.limits
+    policy = told(True)
+    policy.before_cycle([0, 1, 2, 3], [1, 2, 3, 4], sampling=[GREEDY] * 4)
     assert all(policy.limits[row] >= 1 for row in range(4)), policy.limits
+    policy = told(True, greedy_alpha=0.04)
+    policy.before_cycle([0], [1], sampling=[GREEDY])
+    assert policy.begin_cycle(1) >= 1 and policy.limits[0] >= 1, policy.limits
     seconds = np.asarray(load_profile(path).costs(4).cycle_s(np.arange(CEILING + 1)))
     assert told(True).probe_every(seconds, 4) == 50 and told(False).probe_every(seconds, 4) == 13
 
