@@ -20,7 +20,8 @@ def test_the_committed_tables_recompute_from_the_runs(folder: str) -> None:
 
 
 def test_the_current_runs_tables_are_committed() -> None:
-    assert FOLDERS == ["adaptive-regimes-fresh-smollm2-cpu-20261207", "adaptive-regimes-select-smollm2-cpu-20261207"]
+    assert FOLDERS == ["adaptive-regimes-batch-edge-it-smollm2-cpu-20261207",
+                       "adaptive-regimes-fresh-smollm2-cpu-20261207", "adaptive-regimes-select-smollm2-cpu-20261207"]
 
 
 def test_the_front_pages_regime_row_reads_each_phases_map_entry_and_its_held_out_speedup() -> None:
