@@ -28,7 +28,9 @@ Nothing tells it the regime (greedy or sampled, alone or in a batch). Each cycle
    never let it back. Two sources keep it learning: under a model-free draft (prompt lookup, suffix decoding) the
    engine's shadow test (:attr:`~spectune.engine.policy.CycleFeedback.shadow_accepted`: the chain's first token
    against the token the target emitted, a fair test at any temperature, bought with a chain search instead of a
-   verification), where the row has a chain; and otherwise a probe: one draft every K cycles without a test. K is
+   verification), where the row has a chain; and where the draft gives no shadow tests (a draft model), a probe:
+   one draft every K cycles without a test. A model-free draft never probes: a row with no chain has nothing to
+   draft, and one with a chain is tested for free (a probe there paid a verification for the same test). K is
    not a free constant but the cost model's: a probe at α = 0 pays a cycle of one draft for the one token an AR
    step gives, a loss of cycle(1) / AR − 1, so K = ceil(that loss / ``probe_budget``) keeps the probes' cost under
    ``probe_budget`` of the row's throughput while off (on smollm2's CPU costs one draft costs ~0.6 of an AR step:
@@ -189,6 +191,7 @@ class Hysteresis(RowLimits):
         self.serving: dict[int, int] = {}  # slot -> the request it serves this cycle (its state in self.requests)
         self.buckets: dict[int, Bucket] = {}  # request -> its chain's match bucket this cycle (seen at step 0)
         self.sees_match: bool | None = None  # whether the draft reports a match (None: no draft step seen yet)
+        self.shadowed = False  # the engine gives shadow tests (a model-free draft): no probes are needed
         self.decided = False  # this cycle's limits are final (taken at step 0, or before drafting)
 
     # -- the estimate and the price -------------------------------------------------------------------------
@@ -253,7 +256,7 @@ class Hysteresis(RowLimits):
                 on = True
             state.on[bucket] = on
             wanted.append(best if on else 0)
-            probes.append(not on and state.since_test >= probe)
+            probes.append(not on and not self.shadowed and state.since_test >= probe)
         if self.per_batch and any(wanted):
             wanted = self.batch_depths(wanted, expected, seconds)
         return [1 if probe_due and g == 0 else g for g, probe_due in zip(wanted, probes, strict=True)]
@@ -324,6 +327,7 @@ class Hysteresis(RowLimits):
                                                                                                           feedback)
         if feedback.request_ids is None:
             return
+        self.shadowed = self.shadowed or (self.shadow_trials and feedback.shadow_accepted is not None)
         shadows = feedback.shadow_accepted or [None] * len(feedback.request_ids)
         for request, drafted, accepted, shadow in zip(feedback.request_ids, feedback.num_drafts,
                                                       feedback.num_accepted, shadows, strict=True):

@@ -19,6 +19,7 @@ from policies.envs.replay import replay_gammas, replay_scores
 from policies.hysteresis import Hysteresis
 from spectune.costmodel.profile import Profile, load_profile
 from spectune.engine import Engine
+from spectune.engine.policy import CycleFeedback
 from spectune.errors import SpectuneError
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
@@ -248,6 +249,32 @@ def test_the_batch_drafts_only_where_its_rows_tokens_together_pay_for_its_cycle(
     assert policy.begin_cycle(1) >= 1 and policy.limits[0] >= 1, policy.limits
     seconds = np.asarray(load_profile(path).costs(4).cycle_s(np.arange(CEILING + 1)))
     assert told(True).probe_every(seconds, 4) == 50 and told(False).probe_every(seconds, 4) == 13
+
+
+def test_an_off_row_probes_only_where_the_draft_gives_no_shadow_tests(tmp_path):
+    """A T = 1 row that is off (its pool told 200 row-cycles at α 0) and has gone K cycles without a test: before
+    any feedback, and after feedback without shadow tests (a draft model), it probes (one draft); once a cycle's
+    feedback carries shadow tests (a model-free draft), it never probes: a row with a chain gets the same test for
+    free, and one without a chain has nothing to draft. Shadow tests turned off in the policy keep the probes."""
+    path = _profile(tmp_path, [1.0 + 0.25 * n for n in range(9)])
+
+    def probes_after(feedback: CycleFeedback | None, shadow_trials: bool = True) -> bool:
+        policy = Hysteresis(CEILING, profile=path, match_buckets=0, shadow_trials=shadow_trials)
+        for _ in range(200):
+            policy.pool((1.0, 0, 1.0)).add(0.0, 1)
+        policy.before_cycle([0], [1], sampling=[HOT])
+        assert policy.limits[0] == 0, policy.limits  # off from its pool's estimate
+        if feedback is not None:
+            policy.observe(feedback)
+        policy.requests[1].since_test = 10_000
+        policy.before_cycle([0], [1], sampling=[HOT])
+        return policy.limits[0] == 1
+
+    plain = dict(num_drafts=[0], num_accepted=[0], draft_s=0.0, verify_s=0.1, cycle_s=0.1, rows=[0], request_ids=[1])
+    assert probes_after(None)
+    assert probes_after(CycleFeedback(**plain))
+    assert not probes_after(CycleFeedback(**plain, shadow_accepted=[None]))
+    assert probes_after(CycleFeedback(**plain, shadow_accepted=[None]), shadow_trials=False)
 
 
 def test_bad_parameters_fail_in_one_line():
