@@ -40,6 +40,7 @@ from spectune.engines.server import ServerFailure
 from spectune.errors import SpectuneError
 from spectune.measure.confirm import against_ar
 from spectune.measure.interleave import block_for, block_size, design_option, run_design
+from spectune.measure.point import requests_of
 from spectune.measure.repeats import Grid, aggregate, pooled, repeats_option, schedule
 from spectune.methods import AA, AA_LABEL, AR, BASELINE, FIXED, Method
 from spectune.options import check_gamma, fresh_prompts, integer
@@ -214,16 +215,14 @@ def arrival_times(count: int, rate: float | None, burstiness: float, seed: int) 
 def build_requests(workload: Any, settings: BenchSettings, max_context: int | None) -> list[Request]:
     """Requests in workload order. A prompt that cannot even be decoded autoregressively within the
     target's context is the user's error; one that only overflows with a large γ fails that grid point."""
-    arrivals = arrival_times(len(workload.prompts), settings.request_rate, settings.burstiness, workload.seed)
-    requests = []
-    for i, (prompt, arrival) in enumerate(zip(workload.prompts, arrivals, strict=True)):
+    for prompt in workload.prompts:
         need = len(prompt.input_ids) + workload.max_new_tokens + 1
         if max_context is not None and need > max_context:
             raise SpectuneError(f"prompt {prompt.id!r} needs {need} positions (prompt {len(prompt.input_ids)} + "
                                 f"max_new_tokens {workload.max_new_tokens} + 1); the context is {max_context}: "
                                 "shorten the prompt or lower max_new_tokens")
-        requests.append(Request(i, prompt.id, prompt.language, list(prompt.input_ids), workload.max_new_tokens,
-                                arrival, prompt.category, prompt.sampling, prompt.phase, workload.ignore_eos))
+    arrivals = arrival_times(len(workload.prompts), settings.request_rate, settings.burstiness, workload.seed)
+    requests = requests_of(workload.prompts, workload.max_new_tokens, workload.ignore_eos, arrivals)
     if settings.phases:  # a unit of the intervals never spans two phases
         for name, count in Counter(r.phase for r in requests).items():
             if count % settings.unit_size:

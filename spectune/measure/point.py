@@ -41,12 +41,17 @@ def open_engine(models: Models, sampling: SamplingParams, sampler: str, seed: in
                   path=models.path, vocab_size=models.pair.vocab_size)
 
 
-def requests_of(prompts: Iterable[Any], max_new_tokens: int, ignore_eos: bool = False) -> list[Request]:
-    """One closed-loop request per prompt (``id``, ``language``, ``input_ids``, ``category``, and its own ``sampling``
-    and ``phase`` where it has them), in order; ``ignore_eos``: each runs to ``max_new_tokens``."""
-    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, category=p.category,
+def requests_of(prompts: Iterable[Any], max_new_tokens: int, ignore_eos: bool = False,
+                arrivals: Sequence[float | None] | None = None) -> list[Request]:
+    """One request per prompt (``id``, ``language``, ``input_ids``, ``category``, and its own ``sampling`` and
+    ``phase`` where it has them), in order; ``ignore_eos``: each runs to ``max_new_tokens``. ``arrivals``: each
+    request's send time in an open loop, one per prompt (None: a closed loop)."""
+    prompts = list(prompts)
+    if arrivals is None:
+        arrivals = [None] * len(prompts)
+    return [Request(i, p.id, p.language, list(p.input_ids), max_new_tokens, arrival, category=p.category,
                     sampling=getattr(p, "sampling", None), phase=getattr(p, "phase", None), ignore_eos=ignore_eos)
-            for i, p in enumerate(prompts)]
+            for i, (p, arrival) in enumerate(zip(prompts, arrivals, strict=True))]
 
 
 def check_context_fits(requests: list[Request], max_gamma: int, max_context: int | None,
