@@ -13,9 +13,10 @@ emits several tokens for some rows and one for others, so a block's rows still e
 all end together.
 
 ``drafting_split`` sets, at one batch size, the cycles that verified a draft against the plain steps: what drafting
-returned where the method chose to draft. ``unit_spread`` is each method's standard deviation, across the units the
-harness's interval pairs (each request's time its share of the phase's span), of its log rate over the baseline's:
-how much each unit moves the interval.
+returned where the method chose to draft. ``cycle_count`` reads the phase as cycles times their price: with a price
+nearly flat in the busy rows, a draft that lets a row end before its block's slowest one saves no cycle.
+``unit_spread`` is each method's standard deviation, across the units the harness's interval pairs (each request's
+time its share of the phase's span), of its log rate over the baseline's: how much each unit moves the interval.
 
     python -m analysis.batch_shape RUN_DIR [--phase NAME]   # --phase: a phase of a workload in phases
 """
@@ -81,6 +82,19 @@ def drafting_split(table: pd.DataFrame, batch_size: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def cycle_count(table: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per method, its cycles, their mean seconds, and both over the baseline's. Why: a cycle costs nearly the same
+    with one busy row as with the full batch, so a block lasts about as many cycles as its slowest row needs; a
+    method gains only where it runs fewer cycles than their extra price costs it."""
+    out = table.groupby("method", sort=False).agg(cycles=("cycle", "size"), seconds=("seconds", "sum"))
+    out["mean_s"] = out["seconds"] / out["cycles"]
+    if baseline not in out.index:
+        raise ValueError(f"the baseline {baseline!r} is not in this run")
+    out["cycles_over"] = out["cycles"] / out.at[baseline, "cycles"]
+    out["mean_s_over"] = out["mean_s"] / out.at[baseline, "mean_s"]
+    return out.reset_index()
+
+
 def at_mix(rates: pd.DataFrame, baseline: str = BASELINE) -> pd.Series:
     """Per method, the baseline's tokens at each batch size over the seconds the method's own rate there takes
     for them: its rate at the baseline's mix (NaN where it never ran a batch size the baseline ran)."""
@@ -123,11 +137,20 @@ def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str
         lines.append(f"{method:<24} {pooled[method]:>12.2f} {pooled[method] / pooled[baseline]:>9.3f} "
                      f"{mixed[method]:>11.2f} {mixed[method] / mixed[baseline]:>6.3f}")
     full = int(table["batch_size"].max())
-    lines.append(f"cycles with {full} busy rows: {'drafted':>8} {'ms':>7} {'tokens':>7} | {'plain ms':>8} "
-                 f"{'tokens':>7} | drafted tok/s over plain")
-    for r in drafting_split(table, full).itertuples():
-        lines.append(f"{r.method:<24} {r.drafted_share:>8.1%} {1e3 * r.drafted_s:>7.1f} {r.drafted_tokens:>7.2f} | "
-                     f"{1e3 * r.plain_s:>8.1f} {r.plain_tokens:>7.2f} | {r.drafted_over_plain:.3f}")
+    for size in range(full, 0, -1):  # the full batch first: where a method chose to draft most
+        split = drafting_split(table, size)
+        if size < full and not split["drafted_share"].gt(0).any():
+            continue
+        lines.append(f"cycles with {size} busy rows: {'drafted':>8} {'ms':>7} {'tokens':>7} | {'plain ms':>8} "
+                     f"{'tokens':>7} | drafted tok/s over plain")
+        for r in split.itertuples():
+            lines.append(f"{r.method:<24} {r.drafted_share:>8.1%} {1e3 * r.drafted_s:>7.1f} "
+                         f"{r.drafted_tokens:>7.2f} | {1e3 * r.plain_s:>8.1f} {r.plain_tokens:>7.2f} | "
+                         f"{r.drafted_over_plain:.3f}")
+    lines.append(f"{'method':<24} {'cycles':>7} {'over ' + baseline:>9} {'ms a cycle':>11} {'over':>6}")
+    for r in cycle_count(table, baseline).itertuples():
+        lines.append(f"{r.method:<24} {r.cycles:>7} {r.cycles_over:>9.3f} {1e3 * r.mean_s:>11.1f} "
+                     f"{r.mean_s_over:>6.3f}")
     if phase is not None:
         size = int(rundir.METADATA.read(run)["settings"]["phases"][phase])  # the phase's concurrency: its unit
         spread = unit_spread(requests, phase, size, baseline)

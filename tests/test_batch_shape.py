@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.batch_shape import at_mix, by_batch_size, cycle_table, main
+from analysis.batch_shape import at_mix, by_batch_size, cycle_count, cycle_table, main
 
 REPO = Path(__file__).resolve().parents[1]
 FRESH = REPO / "bench/results/adaptive-regimes-fresh-smollm2-cpu-20261207/held-out-en"
+NO_PROBE = REPO / "bench/results/adaptive-regimes-no-probe-en-smollm2-cpu-20261207/held-out-en"
 
 
 def frames(mixes: dict[str, dict[int, int]], seconds: dict[str, dict[int, float]]) -> tuple[pd.DataFrame, ...]:
@@ -50,6 +51,17 @@ def test_the_rate_at_the_baselines_mix_takes_the_draw_of_lengths_out():
     assert mixed["c"] / mixed["ar"] == pytest.approx(1.1)
 
 
+def test_the_cycle_count_reads_a_phase_as_cycles_times_their_price():
+    """B runs 10% fewer cycles than A at 20% more a cycle: 0.9 and 1.2 over A, whatever rows its cycles held."""
+    mixes = {"ar": {4: 100}, "b": {4: 60, 1: 30}}
+    seconds = {"ar": {4: 0.1}, "b": {4: 0.12, 1: 0.12}}
+    counts = cycle_count(cycle_table(*frames(mixes, seconds)), "ar").set_index("method")
+    assert counts.at["b", "cycles"] == 90 and counts.at["b", "cycles_over"] == pytest.approx(0.9)
+    assert counts.at["b", "mean_s_over"] == pytest.approx(1.2) and counts.at["ar", "mean_s_over"] == 1.0
+    with pytest.raises(ValueError, match="the baseline 'x' is not in this run"):
+        cycle_count(cycle_table(*frames(mixes, seconds)), "x")
+
+
 def test_a_batch_size_the_method_never_ran_gives_no_rate_and_a_wrong_phase_one_line():
     cycles, requests = frames({"ar": {4: 5, 1: 1}, "b": {4: 5}}, {"ar": {4: 0.1, 1: 0.1}, "b": {4: 0.1}})
     assert math.isnan(at_mix(by_batch_size(cycle_table(cycles, requests)), "ar")["b"])
@@ -76,6 +88,22 @@ def test_the_fresh_runs_t1_c4_phase_recomputes(capsys):
     assert split["match-length:gamma=8"][-1] == "0.778" and split["ar"][0] == "0.0%"
     assert lines[-1] == ("units of 4 prompts: SD of the per-unit log rate over ar: "
                                     "hysteresis:gamma=8 0.074, match-length:gamma=8 0.105, regime-map:gamma=8 0.065")
+
+
+def test_the_no_probe_runs_t1_c4_phase_recomputes(capsys):
+    """The controller without probes, English, T = 1 four to a batch: it verified a draft on 43.6% of four-row cycles
+    (0.996 of its plain steps' rate) and 60.1% of three-row cycles (0.983), and ran 0.975 of AR's cycles at 1.094 of
+    their mean price."""
+    main([str(NO_PROBE), "--phase", "t1-c4"])
+    lines = capsys.readouterr().out.splitlines()
+    split = {line.split()[0]: line.split()[1:] for line in lines[24:28]}  # cycles with four busy rows
+    assert split["hysteresis:gamma=8"] == ["43.6%", "125.3", "4.89", "|", "102.0", "4.00", "|", "0.996"]
+    assert lines[28].startswith("cycles with 3 busy rows")
+    three = {line.split()[0]: line.split()[1:] for line in lines[29:33]}
+    assert three["hysteresis:gamma=8"][0] == "60.1%" and three["hysteresis:gamma=8"][-1] == "0.983"
+    counts = {line.split()[0]: line.split()[1:] for line in lines[-5:-1]}
+    assert counts["ar"] == ["1524", "1.000", "106.1", "1.000"]
+    assert counts["hysteresis:gamma=8"] == ["1486", "0.975", "116.1", "1.094"]
 
 
 def test_the_command_fails_in_one_line_with_exit_2(tmp_path, capsys):
