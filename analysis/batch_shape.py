@@ -15,6 +15,7 @@ all end together.
 ``drafting_split`` sets, at one batch size, the cycles that verified a draft against the plain steps: what drafting
 returned where the method chose to draft. ``cycle_count`` reads the phase as cycles times their price: with a price
 nearly flat in the busy rows, a draft that lets a row end before its block's slowest one saves no cycle.
+``plain_spans`` is what a method pays in a cycle where it does not speculate (its proposer and policy still run).
 ``unit_spread`` is each method's standard deviation, across the units the harness's interval pairs (each request's
 time its share of the phase's span), of its log rate over the baseline's: how much each unit moves the interval.
 
@@ -50,10 +51,22 @@ def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None 
         cycles = cycles.merge(mine, on=["method", "repeat", "request_id"])
     outside = cycles.get("policy_outside_s", 0.0)  # the policy's time between the timed spans
     cycles = cycles.assign(seconds=cycles["draft_s"] + cycles["verify_s"] + cycles["rest_s"] + outside,
-                           drafted=cycles["num_drafts"] > 0)
+                           drafted=cycles["num_drafts"] > 0, policy_s=cycles.get("policy_s", 0.0),
+                           policy_outside_s=outside)
     return cycles.groupby(["method", "repeat", "cycle"], sort=False).agg(
         batch_size=("batch_size", "first"), seconds=("seconds", "first"), tokens=("emitted", "sum"),
-        drafted=("drafted", "max")).reset_index()
+        drafted=("drafted", "max"), **{span: (span, "first") for span in SPANS}).reset_index()
+
+
+SPANS = ("draft_s", "verify_s", "rest_s", "policy_s", "policy_outside_s")  # a cycle's timed parts, as recorded
+
+
+def plain_spans(table: pd.DataFrame) -> pd.DataFrame:
+    """Per method, the mean seconds of each recorded span over its plain steps (cycles that verified no draft): what
+    a method pays in a cycle where it does not speculate. ``policy_s`` is all of the policy's time, inside the draft,
+    verify and rest spans or outside them (``policy_outside_s``)."""
+    plain = table[~table["drafted"]]
+    return plain.groupby("method", sort=False)[list(SPANS)].mean().reset_index()
 
 
 def by_batch_size(table: pd.DataFrame) -> pd.DataFrame:
@@ -151,6 +164,10 @@ def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str
     for r in cycle_count(table, baseline).itertuples():
         lines.append(f"{r.method:<24} {r.cycles:>7} {r.cycles_over:>9.3f} {1e3 * r.mean_s:>11.1f} "
                      f"{r.mean_s_over:>6.3f}")
+    lines.append(f"plain steps, mean ms: {'draft':>9} {'verify':>7} {'rest':>6} {'policy':>7} {'outside':>8}")
+    for r in plain_spans(table).itertuples():
+        lines.append(f"{r.method:<24} {1e3 * r.draft_s:>7.2f} {1e3 * r.verify_s:>7.2f} {1e3 * r.rest_s:>6.2f} "
+                     f"{1e3 * r.policy_s:>7.2f} {1e3 * r.policy_outside_s:>8.2f}")
     if phase is not None:
         size = int(rundir.METADATA.read(run)["settings"]["phases"][phase])  # the phase's concurrency: its unit
         spread = unit_spread(requests, phase, size, baseline)

@@ -93,7 +93,8 @@ def test_the_fresh_runs_t1_c4_phase_recomputes(capsys):
 def test_the_no_probe_runs_t1_c4_phase_recomputes(capsys):
     """The controller without probes, English, T = 1 four to a batch: it verified a draft on 43.6% of four-row cycles
     (0.996 of its plain steps' rate) and 60.1% of three-row cycles (0.983), and ran 0.975 of AR's cycles at 1.094 of
-    their mean price."""
+    their mean price; a plain step of its own paid 1.19 ms drafting (the lookup its shadow tests need) and 0.71 ms of
+    policy."""
     main([str(NO_PROBE), "--phase", "t1-c4"])
     lines = capsys.readouterr().out.splitlines()
     split = {line.split()[0]: line.split()[1:] for line in lines[24:28]}  # cycles with four busy rows
@@ -101,9 +102,13 @@ def test_the_no_probe_runs_t1_c4_phase_recomputes(capsys):
     assert lines[28].startswith("cycles with 3 busy rows")
     three = {line.split()[0]: line.split()[1:] for line in lines[29:33]}
     assert three["hysteresis:gamma=8"][0] == "60.1%" and three["hysteresis:gamma=8"][-1] == "0.983"
-    counts = {line.split()[0]: line.split()[1:] for line in lines[-5:-1]}
+    counts = {line.split()[0]: line.split()[1:] for line in lines[-10:-6]}
     assert counts["ar"] == ["1524", "1.000", "106.1", "1.000"]
     assert counts["hysteresis:gamma=8"] == ["1486", "0.975", "116.1", "1.094"]
+    assert lines[-6].startswith("plain steps, mean ms:")
+    spans = {line.split()[0]: line.split()[1:] for line in lines[-5:-1]}  # its proposer and policy while off
+    assert spans["hysteresis:gamma=8"] == ["1.19", "104.91", "0.74", "0.71", "0.32"]
+    assert spans["ar"][0] == "0.00" and spans["ar"][3] == "0.00"
 
 
 def test_the_command_fails_in_one_line_with_exit_2(tmp_path, capsys):
