@@ -131,8 +131,10 @@ class RowLimits(DraftLengthPolicy):
     """A policy that decides every busy row's γ before drafting (in ``before_cycle``), 0 for a row that drafts
     nothing: the batch drafts to the deepest row's γ, each row stops at its own (a host sync only at a step where
     some row stops) and rows that chose 0 are cut to no draft when drafting ends (they drafted the batch's first
-    step). Subclasses set :attr:`limits` (slot -> γ) in ``before_cycle`` through :meth:`set_limits`. The cut reads
-    the policy's own state, never the target: the sampler stays exact."""
+    step). Subclasses set :attr:`limits` (slot -> γ) in ``before_cycle`` through :meth:`set_limits`, or at the
+    first draft step (the controller, once a model-free draft shows its match): where every limit then lies at or
+    below the drafts made, drafting ends there. The cut reads the policy's own state, never the target: the
+    sampler stays exact."""
 
     limits: dict[int, int]
     first_stop: int = 0
@@ -145,11 +147,15 @@ class RowLimits(DraftLengthPolicy):
         return max(self.limits.values(), default=0)
 
     def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
-        if step.step + 1 < self.first_stop or all(g != step.step + 1 for g in self.limits.values()):
+        done = step.step + 1  # drafts each row has now
+        # Limits set after drafting began (a policy deciding at the first step's match) may all lie at or below this
+        # step: then every row stops now, rather than drafting on to the ceiling only to be cut to nothing.
+        deepest = max(self.limits.values(), default=0)
+        if done < self.first_stop or (deepest > done and all(g != done for g in self.limits.values())):
             return None  # nobody stops here: no host sync
         limit = torch.tensor([self.limits.get(row, 0) for row in range(step.active.shape[0])],
                              device=step.active.device)
-        return limit > step.step + 1
+        return limit > done
 
     def end_drafting(self, step: DraftStep) -> list[int] | None:
         if self.first_stop > 0:

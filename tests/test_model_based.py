@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from policies.model_based import ModelBased
+from policies.rows import RowLimits
 from spectune.engine import Engine
-from spectune.engine.policy import CycleFeedback, DraftStep
+from spectune.engine.policy import CycleFeedback, DraftStep, draft_cycle
 from spectune.sampling import SamplingParams
 from spectune.sampling.rejection import get_sampler
 from tests.tiny_models import random_requests
@@ -225,3 +226,49 @@ def test_a_decision_is_made_only_at_steps_where_some_row_stops():
         if keep is not None:
             decided.append((s, keep.tolist()))
     assert decided == [(0, [False, True, True]), (2, [False, False, True])]
+
+
+
+class CountingDrafter:
+    """A drafter of ``rows`` rows that counts its draft steps and records the cut (the Drafter protocol)."""
+
+    def __init__(self, rows: int) -> None:
+        self.active, self.steps, self.kept = torch.ones(rows, dtype=torch.bool), 0, None
+
+    def draft(self, signals: frozenset[str]) -> DraftStep:
+        self.steps += 1
+        return DraftStep(step=self.steps - 1, active=self.active.clone(), context_length=torch.full_like(
+            self.active, 10, dtype=torch.long), batch_size=len(self.active))
+
+    def stop(self, keep: torch.Tensor) -> bool:
+        self.active &= keep
+        return bool(self.active.any())
+
+    def cut(self, kept: list[int]) -> None:
+        self.kept = kept
+
+
+class DecidesAtFirstStep(RowLimits):
+    """Drafts to the ceiling until its first step, then sets each row's γ there (as the controller does at a
+    model-free draft's match)."""
+
+    name = "decides-at-first-step"
+
+    def __init__(self, ceiling: int, late: dict[int, int]) -> None:
+        self.late = late
+        self.set_limits(dict.fromkeys(late, ceiling))
+
+    def continue_drafting(self, step: DraftStep) -> torch.Tensor | None:
+        if step.step == 0:
+            self.set_limits(self.late)
+        return super().continue_drafting(step)
+
+
+@pytest.mark.parametrize(("late", "steps", "kept"), [({0: 0, 1: 0}, 1, [0, 0]), ({0: 0, 1: 3}, 3, [0, 3]),
+                                                     ({0: 2, 1: 5}, 5, None)])
+def test_rows_set_off_at_the_first_step_stop_drafting_there(late, steps, kept):
+    """Every row set to γ 0 after the first step: drafting ends at that step, not at the ceiling (8) only to be cut
+    to nothing; where some row still drafts, the batch drafts to the deepest γ and each row is cut to its own."""
+    policy, drafter = DecidesAtFirstStep(8, late), CountingDrafter(2)
+    draft_cycle(policy, policy.begin_cycle(2), drafter)
+    assert drafter.steps == steps and drafter.kept == kept
