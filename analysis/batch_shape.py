@@ -39,6 +39,8 @@ from spectune.stats.units import units_of
 
 log = logging.getLogger(__name__)
 
+SPANS = ("draft_s", "verify_s", "rest_s", "policy_s", "policy_outside_s")  # a cycle's timed parts, as recorded
+
 
 def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None = None) -> pd.DataFrame:
     """One row per (method, repeat, cycle): its busy rows, seconds (drafting, verification, the rest and the
@@ -56,9 +58,6 @@ def cycle_table(cycles: pd.DataFrame, requests: pd.DataFrame, phase: str | None 
     return cycles.groupby(["method", "repeat", "cycle"], sort=False).agg(
         batch_size=("batch_size", "first"), seconds=("seconds", "first"), tokens=("emitted", "sum"),
         drafted=("drafted", "max"), **{span: (span, "first") for span in SPANS}).reset_index()
-
-
-SPANS = ("draft_s", "verify_s", "rest_s", "policy_s", "policy_outside_s")  # a cycle's timed parts, as recorded
 
 
 def plain_spans(table: pd.DataFrame) -> pd.DataFrame:
@@ -164,7 +163,7 @@ def report(run: Path, phase: str | None = None, baseline: str = BASELINE) -> str
     for r in cycle_count(table, baseline).itertuples():
         lines.append(f"{r.method:<24} {r.cycles:>7} {r.cycles_over:>9.3f} {1e3 * r.mean_s:>11.1f} "
                      f"{r.mean_s_over:>6.3f}")
-    lines.append(f"plain steps, mean ms: {'draft':>9} {'verify':>7} {'rest':>6} {'policy':>7} {'outside':>8}")
+    lines.append(f"{'plain steps, mean ms:':<24} {'draft':>7} {'verify':>7} {'rest':>6} {'policy':>7} {'outside':>8}")
     for r in plain_spans(table).itertuples():
         lines.append(f"{r.method:<24} {1e3 * r.draft_s:>7.2f} {1e3 * r.verify_s:>7.2f} {1e3 * r.rest_s:>6.2f} "
                      f"{1e3 * r.policy_s:>7.2f} {1e3 * r.policy_outside_s:>8.2f}")
