@@ -331,7 +331,8 @@ QUESTIONS = (
 )
 
 
-def _runs(question: Question, root: Path) -> list[Path]:
+def runs_of(question: Question, root: Path) -> list[Path]:
+    """The run directories under ``root`` (the results folder) that answer ``question``, sorted."""
     return sorted({p for pattern in question.runs for p in root.glob(pattern)
                    if p.is_dir() and rundir.METADATA.exists(p)})
 
@@ -341,7 +342,7 @@ def answers(root: Path) -> list[Answer]:
     committed runs has no row."""
     out = []
     for q in QUESTIONS:
-        runs = _runs(q, root)
+        runs = runs_of(q, root)
         if not runs:
             logger.info("no run directory under %s for %r (%s)", root, q.text, ", ".join(q.runs))
             continue
@@ -354,7 +355,7 @@ def machines(root: Path) -> list[str]:
     """The machines the questions' runs measured on (short form), in order of first appearance."""
     seen: list[str] = []
     for q in QUESTIONS:
-        for run in _runs(q, root):
+        for run in runs_of(q, root):
             meta = rundir.METADATA.read(run)
             if meta.get("task") == "coverage":
                 meta = rundir.COVERAGE.read(run).get("workers") or {}

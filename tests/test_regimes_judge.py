@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.headlines import QUESTIONS, regime_map
+from analysis.headlines import QUESTIONS, regime_map, runs_of
 from analysis.regimes import judge_folder
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -28,8 +28,7 @@ def test_the_current_runs_tables_are_committed() -> None:
 def test_the_front_pages_regime_row_reads_each_phases_map_entry_and_its_held_out_speedup() -> None:
     """The headline's per-regime answer joins three files: the phases (metadata), the map's γ for each phase's
     temperature and concurrency (map-<language>.json) and the map's held-out speed-up in that phase (summary)."""
-    question = next(q for q in QUESTIONS if q.answer is regime_map)
-    runs = sorted(p for pattern in question.runs for p in RESULTS.glob(pattern))
+    runs = runs_of(next(q for q in QUESTIONS if q.answer is regime_map), RESULTS)
     assert runs
     _, text, _ = regime_map(runs, RESULTS)
     for run in runs:
